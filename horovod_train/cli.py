@@ -1,0 +1,70 @@
+"""Command line: `python -m horovod_train train ...` (console script: `horovod-train`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from horovod_train.config import add_run_arguments, parse_run_config
+from horovod_train.errors import UsageError, exit_with
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and exit 2, not argparse's usage dump
+        raise UsageError(message, f"see `{self.prog} --help`")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="horovod-train", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    train = commands.add_parser("train", help="fine-tune a sequence-classification model")
+    add_run_arguments(train)
+    return parser
+
+
+def quiet_libraries() -> None:
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.logging.set_verbosity_error()
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from horovod_train.engines import create_engine
+    from horovod_train.io import check_output_dir
+    from horovod_train.trainer import Trainer
+
+    config = parse_run_config(namespace=args)
+    quiet_libraries()
+    engine = create_engine(config.training)
+    check_output_dir(config.training.output_dir, config.training.overwrite_output_dir)
+    with engine.running():
+        results = Trainer(config, engine).train()
+        if engine.is_main:
+            out = config.training.output_dir
+            print(
+                f"accuracy {results['accuracy']:.4f} on {results['eval_samples']} validation examples "
+                f"({results['engine']}, world size {results['world_size']}, {results['wall_time_s']:.1f}s)"
+            )
+            print(
+                f"wrote {out}/: model + tokenizer (save_pretrained), metrics.jsonl, eval_results.json, run_config.json"
+            )
+    return 0
+
+
+COMMANDS = {"train": cmd_train}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv or os.environ.get("HOROVOD_TRAIN_DEBUG") == "1"
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except UsageError as error:
+        if debug:
+            raise
+        exit_with(error)
+    return 0

@@ -1,0 +1,230 @@
+"""Run configuration: dataclasses in the style of transformers' run_glue.py, a CLI built from them,
+and an optional YAML/JSON ``--config`` whose keys are the same names (the CLI overrides it)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from horovod_train.errors import UsageError
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(
+        default="tiny-bert",
+        metadata={"help": "Hub name or local directory, or 'tiny-bert' (random init, tokenizer trained locally)."},
+    )
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Defaults to model_name_or_path."})
+    cache_dir: str | None = field(
+        default=None, metadata={"help": "Where tokenized data and trained tokenizers are cached."}
+    )
+
+
+@dataclass
+class DataArguments:
+    dataset_name: str | None = field(
+        default="synthetic-nli",
+        metadata={"help": "Hub dataset (e.g. multi_nli) or 'synthetic-nli'. Ignored when --train_file is set."},
+    )
+    dataset_config_name: str | None = None
+    train_file: str | None = field(default=None, metadata={"help": "csv, tsv, json or jsonl file."})
+    validation_file: str | None = None
+    validation_split_name: str | None = field(
+        default=None, metadata={"help": "Hub split to validate on (e.g. validation_matched)."}
+    )
+    validation_split_percentage: int = field(
+        default=10, metadata={"help": "Held out of train when there is no validation file/split."}
+    )
+    max_seq_length: int = 128
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+    synthetic_num_examples: int = field(
+        default=8000, metadata={"help": "Size of the generated synthetic-nli set (before the split)."}
+    )
+    num_labels: int = 3
+
+
+@dataclass
+class TrainingArguments:
+    output_dir: str = "runs/train"
+    overwrite_output_dir: bool = False
+    engine: str = field(default="horovod", metadata={"help": "Data-parallel engine (see `engines`)."})
+    per_device_train_batch_size: int = 32
+    per_device_eval_batch_size: int = 64
+    learning_rate: float = 5e-5
+    weight_decay: float = 0.0
+    adam_epsilon: float = 1e-8
+    num_train_epochs: float = 3.0
+    max_steps: int = field(default=-1, metadata={"help": "If > 0, overrides num_train_epochs."})
+    warmup_ratio: float = 0.0
+    warmup_steps: int = 0
+    gradient_accumulation_steps: int = 1
+    max_grad_norm: float = field(default=1.0, metadata={"help": "0 disables clipping."})
+    seed: int = 42
+    logging_steps: int = 50
+    dropout: float | None = field(default=None, metadata={"help": "Override the model's dropout (0 = off)."})
+    dataloader_num_workers: int = 0
+    disable_tqdm: bool = False
+    debug: bool = field(default=False, metadata={"help": "Show tracebacks for bad input."})
+    # Horovod knobs (ignored by engines that do not have them).
+    scale_lr: bool = field(default=False, metadata={"help": "Multiply the learning rate by the world size."})
+    compression: str = field(default="none", metadata={"help": "Gradient compression: none or fp16."})
+    op: str = field(default="average", metadata={"help": "Gradient reduction: average or adasum."})
+    gradient_predivide_factor: float = 1.0
+
+
+@dataclass
+class RunConfig:
+    model: ModelArguments
+    data: DataArguments
+    training: TrainingArguments
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self.model), **dataclasses.asdict(self.data), **dataclasses.asdict(self.training)}
+
+
+SECTIONS = {"model": ModelArguments, "data": DataArguments, "training": TrainingArguments}
+
+
+def _all_fields() -> dict[str, dataclasses.Field]:
+    return {f.name: f for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
+
+
+def _str_to_bool(value: str | bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    lowered = value.lower()
+    if lowered in ("yes", "true", "t", "y", "1"):
+        return True
+    if lowered in ("no", "false", "f", "n", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean, got {value!r}")
+
+
+def _optional(kind: type):
+    def parse(value: str):
+        return None if value.lower() in ("none", "null") else kind(value)
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _field_type(f: dataclasses.Field) -> tuple[type, bool]:
+    """(base type, optional?) from the string annotations of the dataclasses above."""
+    annotation = str(f.type)
+    optional = "None" in annotation
+    base = annotation.replace("| None", "").strip()
+    return {"str": str, "int": int, "float": float, "bool": bool}[base], optional
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML or JSON file whose keys are the argument names below.")
+    for name, f in _all_fields().items():
+        kind, optional = _field_type(f)
+        help_text = f.metadata.get("help", "")
+        if kind is bool:
+            parser.add_argument(f"--{name}", type=_str_to_bool, nargs="?", const=True, help=help_text)
+        else:
+            parser.add_argument(f"--{name}", type=_optional(kind) if optional else kind, help=help_text)
+    parser.set_defaults(**{name: None for name in _all_fields()})
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    config_path = Path(path)
+    if not config_path.is_file():
+        raise UsageError(f"config file {path} does not exist", "pass an existing YAML/JSON file to --config")
+    text = config_path.read_text()
+    try:
+        data = json.loads(text) if config_path.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        first_line = str(exc).splitlines()[0]
+        raise UsageError(f"config file {path} is malformed ({first_line})", "fix its syntax") from None
+    data = data or {}
+    if not isinstance(data, dict):
+        raise UsageError(f"config file {path} is not a mapping of argument names", "write `name: value` lines")
+    known = _all_fields()
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise UsageError(
+            f"unknown key(s) in {path}: {', '.join(unknown)}",
+            "use argument names from `horovod-train train --help`",
+        )
+    return data
+
+
+def _coerce(name: str, value: Any) -> Any:
+    kind, optional = _field_type(_all_fields()[name])
+    if value is None:
+        if optional:
+            return None
+        raise UsageError(f"{name} must not be null", f"give {name} a value or drop it")
+    try:
+        if kind is bool:
+            return _str_to_bool(value if isinstance(value, bool) else str(value))
+        if kind is int and isinstance(value, float) and not value.is_integer():
+            raise ValueError
+        return kind(value)
+    except (TypeError, ValueError, argparse.ArgumentTypeError):
+        raise UsageError(
+            f"{name}={value!r} is not a valid {kind.__name__}", f"set {name} to a {kind.__name__}"
+        ) from None
+
+
+def parse_run_config(argv: list[str] | None = None, namespace: argparse.Namespace | None = None) -> RunConfig:
+    """Defaults < --config file < command line."""
+    if namespace is None:
+        from horovod_train.cli import build_parser
+
+        namespace = build_parser().parse_args(["train", *(argv or [])])
+    args = namespace
+    values: dict[str, Any] = {}
+    if args.config:
+        values.update({k: _coerce(k, v) for k, v in load_config_file(args.config).items()})
+    values.update({k: v for k, v in vars(args).items() if k in _all_fields() and v is not None})
+    sections = {
+        section: cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values})
+        for section, cls in SECTIONS.items()
+    }
+    config = RunConfig(**sections)
+    validate(config)
+    return config
+
+
+def validate(config: RunConfig) -> None:
+    t, d = config.training, config.data
+    positive = {
+        "per_device_train_batch_size": t.per_device_train_batch_size,
+        "per_device_eval_batch_size": t.per_device_eval_batch_size,
+        "gradient_accumulation_steps": t.gradient_accumulation_steps,
+        "max_seq_length": d.max_seq_length,
+        "num_labels": d.num_labels,
+        "synthetic_num_examples": d.synthetic_num_examples,
+        "logging_steps": t.logging_steps,
+    }
+    for name, value in positive.items():
+        if value <= 0:
+            raise UsageError(f"--{name} must be > 0 (got {value})", f"pass --{name} 1 or more")
+    if t.learning_rate <= 0:
+        raise UsageError(f"--learning_rate must be > 0 (got {t.learning_rate})", "pass e.g. --learning_rate 5e-5")
+    if t.max_steps <= 0 and t.num_train_epochs <= 0:
+        raise UsageError("nothing to train: --num_train_epochs <= 0 and no --max_steps", "set one of them > 0")
+    if not 0 < d.validation_split_percentage < 100:
+        raise UsageError(
+            f"--validation_split_percentage must be in 1..99 (got {d.validation_split_percentage})",
+            "pass e.g. 10",
+        )
+    if t.compression not in ("none", "fp16"):
+        raise UsageError(f"unknown --compression {t.compression!r}", "use none or fp16")
+    if t.op not in ("average", "adasum"):
+        raise UsageError(f"unknown --op {t.op!r}", "use average or adasum")
+    if t.op == "adasum" and t.gradient_predivide_factor != 1.0:
+        raise UsageError("--gradient_predivide_factor only applies to --op average", "drop it or use average")
+    if t.dropout is not None and not 0.0 <= t.dropout < 1.0:
+        raise UsageError(f"--dropout must be in [0, 1) (got {t.dropout})", "pass e.g. --dropout 0.1")

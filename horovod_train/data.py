@@ -1,0 +1,202 @@
+"""Data: hub datasets, local files and synthetic-nli, all through one validate/tokenize/collate path."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pyarrow as pa
+from datasets import Dataset, DatasetDict, load_from_disk
+from torch.utils.data import DataLoader, DistributedSampler
+from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
+
+from horovod_train import synthetic
+from horovod_train.config import DataArguments
+from horovod_train.errors import UsageError
+from horovod_train.io import atomic_directory
+
+TEXT_COLUMNS = ("premise", "hypothesis")
+LABEL_COLUMN = "label"
+SPLIT_SEED = 42  # the tutorials' 90/10 split of the train set
+SYNTHETIC = "synthetic-nli"
+FILE_READERS = {".csv": ",", ".tsv": "\t", ".json": None, ".jsonl": None}
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("HOROVOD_TRAIN_CACHE", Path.home() / ".cache" / "horovod-train"))
+
+
+def _read_file(path: str, flag: str) -> Dataset:
+    import pandas as pd
+
+    file = Path(path)
+    suffix = file.suffix.lower()
+    if suffix not in FILE_READERS:
+        raise UsageError(f"{flag} {path} has unsupported extension {suffix!r}", "use .csv, .tsv, .json or .jsonl")
+    if not file.is_file():
+        raise UsageError(f"{flag} {path} does not exist", f"pass an existing file to {flag}")
+    try:
+        if FILE_READERS[suffix] is None:
+            frame = pd.read_json(file, lines=suffix == ".jsonl" or _looks_like_jsonl(file))
+        else:
+            frame = pd.read_csv(file, sep=FILE_READERS[suffix])
+    except pd.errors.EmptyDataError:
+        raise UsageError(f"{flag} {path} is empty", "give it a header and at least one example") from None
+    except (ValueError, pd.errors.ParserError) as exc:
+        reason = str(exc).splitlines()[0][:160]
+        raise UsageError(f"{flag} {path} cannot be parsed ({reason})", "fix the file's format") from None
+    return Dataset.from_pandas(frame, preserve_index=False)
+
+
+def _looks_like_jsonl(file: Path) -> bool:
+    with file.open() as f:
+        return not f.read(1).lstrip().startswith("[")
+
+
+def _load_hub(args: DataArguments, cache_dir: str | None) -> DatasetDict:
+    from datasets import load_dataset
+
+    try:
+        return load_dataset(args.dataset_name, args.dataset_config_name, cache_dir=cache_dir)
+    except Exception as exc:  # the hub raises many types (ConnectionError, FileNotFoundError, ...)
+        reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise UsageError(
+            f"cannot load dataset {args.dataset_name!r} ({reason})",
+            "use --train_file, --dataset_name synthetic-nli, or a hub name with network access",
+        ) from None
+
+
+def check_split(dataset: Dataset, name: str, num_labels: int) -> Dataset:
+    """Keep premise/hypothesis/label, refusing data that cannot train a num_labels classifier."""
+    missing = [c for c in (*TEXT_COLUMNS, LABEL_COLUMN) if c not in dataset.column_names]
+    if missing:
+        raise UsageError(
+            f"{name} data lacks column(s) {', '.join(missing)} (has: {', '.join(dataset.column_names)})",
+            "provide premise, hypothesis and label columns",
+        )
+    dataset = dataset.select_columns([*TEXT_COLUMNS, LABEL_COLUMN])
+    if len(dataset) == 0:
+        raise UsageError(f"{name} data has no examples", "provide at least one example")
+    labels = dataset.unique(LABEL_COLUMN)
+    bad = [v for v in labels if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < num_labels]
+    if bad:
+        raise UsageError(
+            f"{name} data has label(s) {sorted(map(str, bad))[:5]} outside 0..{num_labels - 1}",
+            f"use integer labels 0..{num_labels - 1} or set --num_labels",
+        )
+    for column in TEXT_COLUMNS:
+        if any(not isinstance(v, str) for v in dataset.unique(column)):
+            raise UsageError(f"{name} data has empty or non-text {column} values", f"fill every {column} cell")
+    return dataset
+
+
+def load_raw_datasets(args: DataArguments, seed: int, cache_dir: str | None = None) -> DatasetDict:
+    validation: Dataset | None = None
+    if args.train_file:
+        train = _read_file(args.train_file, "--train_file")
+        if args.validation_file:
+            validation = _read_file(args.validation_file, "--validation_file")
+    elif args.dataset_name == SYNTHETIC:
+        train = Dataset.from_list(synthetic.generate(args.synthetic_num_examples, seed))
+    elif args.dataset_name:
+        hub = _load_hub(args, cache_dir)
+        train = hub["train"]
+        if args.validation_split_name:
+            if args.validation_split_name not in hub:
+                raise UsageError(
+                    f"dataset {args.dataset_name!r} has no split {args.validation_split_name!r}",
+                    f"use one of {', '.join(hub)}",
+                )
+            validation = hub[args.validation_split_name]
+    else:
+        raise UsageError("no training data given", "pass --dataset_name or --train_file")
+
+    train = check_split(train, "train", args.num_labels)
+    if validation is None:
+        if len(train) < 2:
+            raise UsageError("train data has too few examples to hold out a validation set", "add examples")
+        split = train.train_test_split(
+            test_size=args.validation_split_percentage / 100, seed=SPLIT_SEED, keep_in_memory=True
+        )
+        train, validation = split["train"], split["test"]
+    else:
+        validation = check_split(validation, "validation", args.num_labels)
+    if args.max_train_samples is not None:
+        train = train.select(range(min(args.max_train_samples, len(train))), keep_in_memory=True)
+    if args.max_eval_samples is not None:
+        validation = validation.select(range(min(args.max_eval_samples, len(validation))), keep_in_memory=True)
+    if len(train) == 0 or len(validation) == 0:
+        raise UsageError("train or validation data is empty after --max_*_samples", "raise the limits")
+    return DatasetDict(train=train, validation=validation)
+
+
+def content_digest(*parts: object) -> str:
+    """A digest of datasets (by their Arrow content) and plain values, the same on every rank."""
+    h = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, Dataset):
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, part.data.table.schema) as writer:
+                writer.write_table(part.flatten_indices(keep_in_memory=True).data.table)
+            h.update(sink.getvalue().to_pybytes())
+        else:
+            h.update(repr(part).encode())
+    return h.hexdigest()[:20]
+
+
+def tokenized_cache_path(
+    raw: DatasetDict, tokenizer: PreTrainedTokenizerBase, max_seq_length: int, cache_dir: Path
+) -> Path:
+    vocab = sorted(tokenizer.get_vocab().items())
+    digest = content_digest(raw["train"], raw["validation"], vocab, type(tokenizer).__name__, max_seq_length)
+    return cache_dir / "tokenized" / digest
+
+
+def tokenize_to_disk(raw: DatasetDict, tokenizer: PreTrainedTokenizerBase, max_seq_length: int, target: Path) -> None:
+    if target.is_dir():
+        return
+
+    def encode(batch: dict) -> dict:
+        return tokenizer(*(batch[c] for c in TEXT_COLUMNS), truncation=True, max_length=max_seq_length)
+
+    encoded = raw.map(encode, batched=True, remove_columns=list(TEXT_COLUMNS), keep_in_memory=True)
+    encoded = encoded.rename_column(LABEL_COLUMN, "labels")
+    with atomic_directory(target) as tmp:
+        encoded.save_to_disk(str(tmp))
+
+
+def load_tokenized(path: Path) -> DatasetDict:
+    return load_from_disk(str(path))
+
+
+def train_loader(
+    dataset: Dataset,
+    tokenizer: PreTrainedTokenizerBase,
+    batch_size: int,
+    world_size: int,
+    rank: int,
+    seed: int,
+    num_workers: int = 0,
+) -> DataLoader:
+    """Rank r takes every world_size-th example of one seeded permutation, so the global batch of
+    step k is the same contiguous slice of that permutation for every world size (see README)."""
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        num_workers=num_workers,
+        collate_fn=DataCollatorWithPadding(tokenizer),
+        drop_last=False,
+    )
+
+
+def eval_loader(
+    dataset: Dataset, tokenizer: PreTrainedTokenizerBase, batch_size: int, world_size: int, rank: int
+) -> DataLoader:
+    """An unpadded strided shard: every example is evaluated exactly once over all ranks."""
+    shard = dataset.add_column("example_index", list(range(len(dataset)))).select(
+        range(rank, len(dataset), world_size), keep_in_memory=True
+    )
+    return DataLoader(shard, batch_size=batch_size, shuffle=False, collate_fn=DataCollatorWithPadding(tokenizer))

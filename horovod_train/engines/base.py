@@ -1,0 +1,105 @@
+"""The engine interface: everything the trainer needs from a data-parallel backend, and nothing more.
+
+An engine owns process setup, device placement, model/optimizer wrapping, the gradient step and the
+collectives used for metrics. The trainer calls only these methods, so it knows nothing of Horovod,
+torch.distributed or DataParallel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+from horovod_train.config import TrainingArguments
+
+T = TypeVar("T")
+
+
+class Engine(ABC):
+    name: str = ""
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    device: torch.device = torch.device("cpu")
+
+    def __init__(self, args: TrainingArguments) -> None:
+        self.args = args
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def is_local_main(self) -> bool:
+        return self.local_rank == 0
+
+    @abstractmethod
+    def setup(self) -> None:
+        """Join the job and pick this process's device."""
+
+    def set_cpu_threads(self) -> None:
+        """Share the node's cores between its ranks instead of oversubscribing them."""
+        if self.device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.local_world_size))
+
+    def effective_learning_rate(self, learning_rate: float) -> float:
+        return learning_rate
+
+    @abstractmethod
+    def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, torch.optim.Optimizer]:
+        """Make model and optimizer data-parallel and identical on every rank."""
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def forward_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return model(**batch).loss
+
+    def accumulation_context(self, model: nn.Module, is_last_micro_step: bool) -> contextlib.AbstractContextManager:
+        """Context for a micro-step's forward and backward (DDP skips its all-reduce in it)."""
+        return contextlib.nullcontext()
+
+    def clip_and_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> None:
+        if max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        optimizer.step()
+
+    @abstractmethod
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum over ranks (float64 in, float64 out, so counts stay exact)."""
+
+    @abstractmethod
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Concatenate along dim 0 over ranks in rank order; the ranks' lengths may differ."""
+
+    @abstractmethod
+    def barrier(self) -> None: ...
+
+    def local_main_first(self, work: Callable[[], T]) -> T:
+        """Run ``work`` on each node's local rank 0 first (it fills caches), then on the others."""
+        result = work() if self.is_local_main else None
+        self.barrier()
+        if not self.is_local_main:
+            result = work()
+        return result  # type: ignore[return-value]
+
+    def describe(self) -> dict[str, Any]:
+        return {"engine": self.name, "world_size": self.world_size, "device": str(self.device)}
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Engine]:
+        self.setup()
+        try:
+            yield self
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:  # noqa: B027 (an optional hook: most engines have nothing to tear down)
+        pass

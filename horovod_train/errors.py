@@ -1,0 +1,21 @@
+"""User-facing errors: one line naming the problem and the fix, exit code 2."""
+
+from __future__ import annotations
+
+import sys
+
+USAGE_EXIT_CODE = 2
+
+
+class UsageError(Exception):
+    """Bad input from the user. Raised before anything is written."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"{problem}; fix: {fix}")
+        self.problem = problem
+        self.fix = fix
+
+
+def exit_with(error: UsageError) -> None:
+    print(f"error: {error}", file=sys.stderr, flush=True)
+    raise SystemExit(USAGE_EXIT_CODE)

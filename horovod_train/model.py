@@ -1,0 +1,118 @@
+"""Models and tokenizers: anything AutoModelForSequenceClassification loads, plus 'tiny-bert'
+(a small BERT, random init, with a WordPiece tokenizer trained locally on the training text)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    BertConfig,
+    BertForSequenceClassification,
+    BertTokenizerFast,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from horovod_train.errors import UsageError
+from horovod_train.io import atomic_directory
+
+TINY_BERT = "tiny-bert"
+TINY_BERT_CONFIG = dict(
+    hidden_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=256,
+    max_position_embeddings=256,
+    # A wider init than BERT's 0.02: from 0.02 this small model sits at chance for epochs first.
+    initializer_range=0.1,
+    # Dropout 0.1 keeps this small model at chance on synthetic-nli; --dropout overrides.
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
+TINY_VOCAB_SIZE = 2000
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def train_wordpiece_tokenizer(texts: Iterable[str], save_dir: Path) -> None:
+    from tokenizers import BertWordPieceTokenizer
+
+    tokenizer = BertWordPieceTokenizer(lowercase=False)
+    tokenizer.train_from_iterator(texts, vocab_size=TINY_VOCAB_SIZE, special_tokens=SPECIAL_TOKENS, show_progress=False)
+    # transformers 5 ignores vocab_file here: hand over the trained tokenizer object itself.
+    BertTokenizerFast(tokenizer_object=tokenizer._tokenizer, do_lower_case=False).save_pretrained(save_dir)
+
+
+def tiny_tokenizer_dir(cache_dir: Path, texts: list[str]) -> Path:
+    digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
+    return cache_dir / "tokenizers" / f"tiny-bert-wordpiece-{TINY_VOCAB_SIZE}-{digest}"
+
+
+def prepare_tiny_tokenizer(target: Path, texts: list[str]) -> None:
+    """Train and save once; a concurrent writer (another node on a shared filesystem) is harmless."""
+    if target.is_dir():
+        return
+    with atomic_directory(target) as tmp:
+        train_wordpiece_tokenizer(texts, tmp)
+
+
+def load_tokenizer(name_or_path: str, cache_dir: str | None = None) -> PreTrainedTokenizerBase:
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path, cache_dir=cache_dir)
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"cannot load tokenizer {name_or_path!r} ({str(exc).splitlines()[0][:160]})",
+            "pass a local model directory, 'tiny-bert', or a hub name with network access",
+        ) from None
+
+
+def build_model(
+    model_name_or_path: str,
+    num_labels: int,
+    label_names: list[str],
+    vocab_size: int,
+    seed: int,
+    dropout: float | None = None,
+    cache_dir: str | None = None,
+) -> PreTrainedModel:
+    id2label = dict(enumerate(label_names))
+    label2id = {name: i for i, name in id2label.items()}
+    overrides = {}
+    if dropout is not None:
+        overrides = {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+    torch.manual_seed(seed)  # same random init on every rank (rank 0's is broadcast anyway)
+    if model_name_or_path == TINY_BERT:
+        config = BertConfig(
+            vocab_size=vocab_size,
+            num_labels=num_labels,
+            id2label=id2label,
+            label2id=label2id,
+            **{**TINY_BERT_CONFIG, **overrides},
+        )
+        return BertForSequenceClassification(config)
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(
+            model_name_or_path,
+            num_labels=num_labels,
+            id2label=id2label,
+            label2id=label2id,
+            cache_dir=cache_dir,
+            ignore_mismatched_sizes=True,
+            **overrides,
+        )
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"cannot load model {model_name_or_path!r} ({str(exc).splitlines()[0][:160]})",
+            "pass a local model directory, 'tiny-bert', or a hub name with network access",
+        ) from None
+    embeddings = model.get_input_embeddings().num_embeddings
+    if embeddings < vocab_size:
+        raise UsageError(
+            f"tokenizer has {vocab_size} tokens but model {model_name_or_path!r} embeds only {embeddings}",
+            "use the tokenizer that belongs to the model (drop --tokenizer_name)",
+        )
+    return model

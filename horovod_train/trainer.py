@@ -1,0 +1,246 @@
+"""The training loop. It knows nothing of Horovod or DDP: every collective goes through the engine."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import get_linear_schedule_with_warmup
+
+from horovod_train import data as data_lib
+from horovod_train import model as model_lib
+from horovod_train.config import RunConfig
+from horovod_train.engines.base import Engine
+from horovod_train.errors import UsageError
+from horovod_train.io import reset_output_dir, write_json_atomic
+from horovod_train.metrics import exact_accuracy
+
+LABEL_NAMES_3 = ["entailment", "neutral", "contradiction"]
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def param_checksum(model: torch.nn.Module) -> int:
+    """A 63-bit digest of every parameter's bytes: equal across ranks only if bit-identical."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return int.from_bytes(h.digest()[:8], "little") >> 1
+
+
+@dataclass
+class Meter:
+    """Sums since the last log line, reduced over ranks when logged."""
+
+    loss_sum: float = 0.0
+    micro_batches: int = 0
+    samples: int = 0
+    tokens: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+    def add(self, loss: float, batch: dict[str, torch.Tensor]) -> None:
+        self.loss_sum += loss
+        self.micro_batches += 1
+        self.samples += batch["labels"].shape[0]
+        self.tokens += int(batch["attention_mask"].sum())
+
+    def reduce(self, engine: Engine) -> dict[str, float]:
+        sums = engine.all_reduce_sum(
+            torch.tensor([self.loss_sum, self.micro_batches, self.samples, self.tokens], dtype=torch.float64)
+        ).tolist()
+        elapsed = max(time.perf_counter() - self.started, 1e-9)
+        return {
+            "loss": sums[0] / max(sums[1], 1),
+            "samples_per_second": sums[2] / elapsed,
+            "tokens_per_second": sums[3] / elapsed,
+        }
+
+
+class Trainer:
+    def __init__(self, config: RunConfig, engine: Engine) -> None:
+        self.config = config
+        self.engine = engine
+        self.args = config.training
+        self.output_dir = Path(self.args.output_dir)
+        self.cache_dir = Path(config.model.cache_dir) if config.model.cache_dir else data_lib.default_cache_dir()
+
+    def log(self, message: str) -> None:
+        if self.engine.is_main:
+            tqdm.write(message)
+
+    # ---- setup -------------------------------------------------------------------------------
+    def prepare_data(self):
+        c, engine = self.config, self.engine
+        raw = data_lib.load_raw_datasets(c.data, self.args.seed, c.model.cache_dir)
+        tokenizer_name = c.model.tokenizer_name or c.model.model_name_or_path
+        if tokenizer_name == model_lib.TINY_BERT:
+            texts = [t for column in data_lib.TEXT_COLUMNS for t in raw["train"][column]]
+            tokenizer_dir = model_lib.tiny_tokenizer_dir(self.cache_dir, texts)
+            engine.local_main_first(lambda: model_lib.prepare_tiny_tokenizer(tokenizer_dir, texts))
+            tokenizer_name = str(tokenizer_dir)
+        tokenizer = engine.local_main_first(lambda: model_lib.load_tokenizer(tokenizer_name, c.model.cache_dir))
+        cached = data_lib.tokenized_cache_path(raw, tokenizer, c.data.max_seq_length, self.cache_dir)
+        engine.local_main_first(lambda: data_lib.tokenize_to_disk(raw, tokenizer, c.data.max_seq_length, cached))
+        return tokenizer, data_lib.load_tokenized(cached)
+
+    def build_optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer:
+        no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight")
+        params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        groups = [
+            {"params": [p for n, p in params if not n.endswith(no_decay)], "weight_decay": self.args.weight_decay},
+            {"params": [p for n, p in params if n.endswith(no_decay)], "weight_decay": 0.0},
+        ]
+        lr = self.engine.effective_learning_rate(self.args.learning_rate)
+        return torch.optim.AdamW(groups, lr=lr, eps=self.args.adam_epsilon)
+
+    # ---- evaluation --------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, model: torch.nn.Module, loader, num_examples: int) -> dict[str, Any]:
+        engine = self.engine
+        net = engine.unwrap(model)
+        net.eval()
+        rows = [torch.zeros((0, 3), dtype=torch.int64)]
+        for batch in loader:
+            index = batch.pop("example_index")
+            batch = {k: v.to(engine.device, non_blocking=True) for k, v in batch.items()}
+            labels = batch.pop("labels")
+            predictions = net(**batch).logits.argmax(dim=-1)
+            rows.append(torch.stack([index, predictions.cpu(), labels.cpu()], dim=1))
+        gathered = engine.all_gather(torch.cat(rows).to(engine.device))
+        result = exact_accuracy(gathered.cpu(), num_examples)
+        per_rank = engine.all_gather(torch.tensor([result["accuracy"]], dtype=torch.float64, device=engine.device))
+        result["accuracy_per_rank"] = per_rank.cpu().tolist()
+        net.train()
+        return result
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def train(self) -> dict[str, Any]:
+        args, engine, c = self.args, self.engine, self.config
+        started = time.perf_counter()
+        set_seed(args.seed)
+        tokenizer, tokenized = self.prepare_data()
+        label_names = LABEL_NAMES_3 if c.data.num_labels == 3 else [f"LABEL_{i}" for i in range(c.data.num_labels)]
+        model = model_lib.build_model(
+            c.model.model_name_or_path,
+            c.data.num_labels,
+            label_names,
+            len(tokenizer),
+            args.seed,
+            dropout=args.dropout,
+            cache_dir=c.model.cache_dir,
+        )
+        optimizer = self.build_optimizer(model)
+        model, optimizer = engine.wrap(model, optimizer)
+
+        train_loader = data_lib.train_loader(
+            tokenized["train"],
+            tokenizer,
+            args.per_device_train_batch_size,
+            engine.world_size,
+            engine.rank,
+            args.seed,
+            args.dataloader_num_workers,
+        )
+        eval_loader = data_lib.eval_loader(
+            tokenized["validation"],
+            tokenizer,
+            args.per_device_eval_batch_size,
+            engine.world_size,
+            engine.rank,
+        )
+        accum = args.gradient_accumulation_steps
+        steps_per_epoch = len(train_loader) // accum
+        if steps_per_epoch == 0:
+            raise UsageError(
+                f"one optimizer step needs {accum} micro-batches per rank but a rank has {len(train_loader)}",
+                "lower --gradient_accumulation_steps or --per_device_train_batch_size, or add data",
+            )
+        total_steps = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * steps_per_epoch)
+        num_epochs = math.ceil(total_steps / steps_per_epoch)
+        warmup = args.warmup_steps or math.ceil(args.warmup_ratio * total_steps)
+        scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
+
+        # Every input has been validated: only now is anything written.
+        if engine.is_main:
+            reset_output_dir(args.output_dir)
+            write_json_atomic(self.output_dir / "run_config.json", {**c.to_dict(), **engine.describe()})
+        metrics_file = (self.output_dir / "metrics.jsonl").open("a") if engine.is_main else None
+        self.log(
+            f"engine={engine.name} world_size={engine.world_size} device={engine.device} "
+            f"train={len(tokenized['train'])} validation={len(tokenized['validation'])} "
+            f"global_batch={args.per_device_train_batch_size * accum * engine.world_size} steps={total_steps}"
+        )
+
+        progress = tqdm(total=total_steps, disable=not engine.is_main or args.disable_tqdm, desc="train")
+        history: list[dict[str, Any]] = []
+        global_step, meter = 0, Meter()
+        for epoch in range(num_epochs):
+            train_loader.sampler.set_epoch(epoch)
+            batches = iter(train_loader)
+            model.train()
+            for _ in range(steps_per_epoch):
+                if global_step >= total_steps:
+                    break
+                for micro in range(accum):
+                    batch = {k: v.to(engine.device, non_blocking=True) for k, v in next(batches).items()}
+                    with engine.accumulation_context(model, is_last_micro_step=micro == accum - 1):
+                        loss = engine.forward_loss(model, batch)
+                        (loss / accum).backward()
+                    meter.add(loss.item(), batch)
+                engine.clip_and_step(model, optimizer, args.max_grad_norm)
+                scheduler.step()
+                optimizer.zero_grad()
+                global_step += 1
+                progress.update(1)
+                if global_step % args.logging_steps == 0 or global_step == total_steps:
+                    record = {
+                        "step": global_step,
+                        "epoch": round(global_step / steps_per_epoch, 4),
+                        "learning_rate": scheduler.get_last_lr()[0],
+                        **meter.reduce(engine),
+                    }
+                    meter = Meter()
+                    if metrics_file:
+                        metrics_file.write(json.dumps(record) + "\n")
+                        metrics_file.flush()
+                        progress.set_postfix(loss=f"{record['loss']:.4f}")
+            result = self.evaluate(model, eval_loader, len(tokenized["validation"]))
+            history.append({"epoch": epoch + 1, "step": global_step, "accuracy": result["accuracy"]})
+            self.log(
+                f"epoch {epoch + 1}/{num_epochs} step {global_step}: eval accuracy {result['accuracy']:.4f}"
+                f" on {result['eval_samples']} examples"
+            )
+        progress.close()
+
+        checksums = engine.all_gather(
+            torch.tensor([param_checksum(engine.unwrap(model))], dtype=torch.int64, device=engine.device)
+        )
+        results = {
+            **result,
+            **engine.describe(),
+            "epoch": num_epochs,
+            "global_step": global_step,
+            "history": history,
+            "param_checksum_per_rank": checksums.cpu().tolist(),
+            "wall_time_s": round(time.perf_counter() - started, 3),
+        }
+        if engine.is_main:
+            metrics_file.close()
+            engine.unwrap(model).save_pretrained(self.output_dir)
+            tokenizer.save_pretrained(self.output_dir)
+            write_json_atomic(self.output_dir / "eval_results.json", results)
+        return results

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Make sure an MPI (mpirun + mpicc) is available. Shared by `make setup` and docker/Dockerfile.
+# Order: an MPI already on PATH (e.g. `module load openmpi`) wins; else, as root, Debian's OpenMPI;
+# else stop and say what to install.
+set -euo pipefail
+
+if command -v mpirun >/dev/null 2>&1 && command -v mpicc >/dev/null 2>&1; then
+    echo "[mpi] using $(command -v mpirun) ($(mpirun --version 2>/dev/null | head -n1))"
+    exit 0
+fi
+
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[mpi] installing OpenMPI from Debian (openmpi-bin libopenmpi-dev)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi-dev >/dev/null
+    echo "[mpi] installed $(mpirun --version 2>/dev/null | head -n1)"
+    exit 0
+fi
+
+echo "error: no MPI found (mpirun/mpicc not on PATH); fix: 'module load openmpi' on a cluster, or as root 'apt-get install openmpi-bin libopenmpi-dev'" >&2
+exit 2

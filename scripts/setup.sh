@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One-command install (`make setup`): MPI, a .venv with pinned dependencies, Horovod built once per
+# machine. Idempotent: a second run with nothing changed takes seconds.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+VENV=${VENV:-$ROOT/.venv}
+BASE_PYTHON=${BASE_PYTHON:-python3}
+
+bash scripts/install_mpi.sh
+
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "[setup] creating $VENV"
+    "$BASE_PYTHON" -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+
+# Skip pip entirely when the requirements have not changed since the last successful install.
+STAMP="$VENV/.requirements.sha256"
+WANT=$(cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
+    echo "[setup] installing Python dependencies"
+    "$PY" -m pip install -q --upgrade pip setuptools wheel 'cmake<5'
+    "$PY" -m pip install -q -r requirements-dev.txt
+    "$PY" -m pip install -q --no-deps -e .
+    echo "$WANT" > "$STAMP"
+else
+    echo "[setup] Python dependencies up to date"
+fi
+
+PYTHON="$PY" PATH="$VENV/bin:$PATH" bash scripts/build_horovod.sh
+
+"$VENV/bin/horovodrun" --check-build | tee "$VENV/.horovod-check-build.txt"
+for want in "\[X\] PyTorch" "\[X\] MPI" "\[X\] Gloo"; do
+    if ! grep -q "$want" "$VENV/.horovod-check-build.txt"; then
+        echo "error: horovodrun --check-build does not list ${want#\\[X\\] }; fix: rm -rf ~/.cache/horovod-train && make setup" >&2
+        exit 1
+    fi
+done
+echo "[setup] ready: $VENV"
