@@ -1,0 +1,117 @@
+"""Real 2-rank Horovod runs (Gloo under horovodrun, the MPI controller under mpirun)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import BIN, SMALL_JOB, assert_ok, horovodrun, mpirun, read_results, run
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+from horovod_train.config import DataArguments
+from horovod_train.data import load_raw_datasets
+
+pytestmark = pytest.mark.slow
+
+
+def recompute_accuracy(output_dir: Path, data_args: DataArguments, seed: int) -> tuple[float, int]:
+    """Single process, from the saved model alone: the number every rank should have reported."""
+    validation = load_raw_datasets(data_args, seed)["validation"]
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(output_dir).eval()
+    correct = 0
+    with torch.no_grad():
+        for start in range(0, len(validation), 64):
+            rows = validation[start : start + 64]
+            batch = tokenizer(rows["premise"], rows["hypothesis"], padding=True, return_tensors="pt")
+            correct += int((model(**batch).logits.argmax(-1) == torch.tensor(rows["label"])).sum())
+    return correct / len(validation), len(validation)
+
+
+def check_metrics_jsonl(path: Path, expected_last_step: int) -> None:
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert records, "metrics.jsonl is empty"
+    keys = {"step", "epoch", "loss", "learning_rate", "samples_per_second", "tokens_per_second"}
+    for record in records:
+        assert keys <= set(record), record
+        assert record["loss"] > 0 and record["samples_per_second"] > 0 and record["tokens_per_second"] > 0
+    steps = [r["step"] for r in records]
+    assert steps == sorted(set(steps)) and steps[-1] == expected_last_step
+
+
+@pytest.mark.parametrize("launcher", ["horovodrun-gloo", "mpirun"])
+def test_two_ranks_train_identically_and_report_exact_accuracy(launcher, tmp_path, cache_dir):
+    out = tmp_path / "run"
+    args = [*SMALL_JOB, "--num_train_epochs", "3", "--output_dir", str(out)]
+    cmd = horovodrun(2, *args) if launcher == "horovodrun-gloo" else mpirun(2, *args)
+    proc = run(cmd, cache_dir, timeout=420)
+    assert_ok(proc)
+    results = read_results(out)
+    assert results["world_size"] == 2 and results["engine"] == "horovod"
+    assert results["controller"] == ("gloo" if launcher == "horovodrun-gloo" else "mpi")
+
+    # Parameters are bit-identical on both ranks after training.
+    checksums = results["param_checksum_per_rank"]
+    assert len(checksums) == 2 and checksums[0] == checksums[1]
+
+    # Every rank reports the same accuracy, over every validation example once, equal to a recomputation.
+    accuracy, n = recompute_accuracy(out, DataArguments(synthetic_num_examples=1200), seed=42)
+    assert results["eval_samples"] == n == 120
+    assert results["accuracy_per_rank"] == [results["accuracy"]] * 2
+    assert results["accuracy"] == pytest.approx(accuracy, abs=1e-12)
+
+    steps_per_epoch = math.ceil(1080 / 2 / 16)  # the sampler pads each rank's shard to 540
+    check_metrics_jsonl(out / "metrics.jsonl", expected_last_step=3 * steps_per_epoch)
+
+    classifier = pipeline("text-classification", model=str(out), device=-1)
+    prediction = classifier(
+        {"text": "alice moved the lamp next to the chair in the attic .", "text_pair": "alice moved the lamp ."}
+    )
+    assert prediction["label"] in {"entailment", "neutral", "contradiction"}
+
+
+def test_demo_job_reaches_080(tmp_path, cache_dir):
+    """The embedded default (`make demo`): 2 Gloo ranks, synthetic-nli, tiny BERT."""
+    out = tmp_path / "demo"
+    proc = run(
+        horovodrun(2, "--config", "configs/demo.yaml", "--output_dir", str(out), "--disable_tqdm"),
+        cache_dir,
+        timeout=600,
+    )
+    assert_ok(proc)
+    results = read_results(out)
+    assert results["accuracy"] >= 0.80, results["history"]
+    assert "accuracy" in proc.stdout and str(out) in proc.stdout
+    for name in ("metrics.jsonl", "eval_results.json", "config.json", "model.safetensors", "tokenizer.json"):
+        assert (out / name).is_file(), name
+
+
+def test_uneven_dataset_finishes(tmp_path, cache_dir):
+    """1001 examples: neither split (900 train, 101 validation) divides evenly over 2 ranks."""
+    out = tmp_path / "uneven"
+    args = [
+        *SMALL_JOB,
+        "--synthetic_num_examples",
+        "1001",
+        "--per_device_train_batch_size",
+        "7",
+        "--per_device_eval_batch_size",
+        "13",
+        "--output_dir",
+        str(out),
+    ]
+    proc = run(horovodrun(2, *args), cache_dir, timeout=240)
+    assert_ok(proc)
+    results = read_results(out)
+    assert results["eval_samples"] == 101
+    assert results["param_checksum_per_rank"][0] == results["param_checksum_per_rank"][1]
+
+
+def test_check_build_lists_pytorch_mpi_gloo(cache_dir):
+    proc = run([str(BIN / "horovodrun"), "--check-build"], cache_dir, timeout=60)
+    assert_ok(proc)
+    for line in ("[X] PyTorch", "[X] MPI", "[X] Gloo"):
+        assert line in proc.stdout
