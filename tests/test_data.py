@@ -1,0 +1,151 @@
+"""Data: synthetic-nli, local files, validation of columns and labels, tokenizer and caching."""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import pandas as pd
+import pytest
+from conftest import assert_ok, read_results, run, train_cmd
+
+from horovod_train import synthetic
+from horovod_train.config import DataArguments
+from horovod_train.data import load_raw_datasets, tokenize_to_disk, tokenized_cache_path
+from horovod_train.errors import UsageError
+from horovod_train.model import load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
+
+
+def test_synthetic_is_deterministic_with_the_multi_nli_schema():
+    rows = synthetic.generate(300, seed=7)
+    assert rows == synthetic.generate(300, seed=7)
+    assert rows != synthetic.generate(300, seed=8)
+    assert tuple(rows[0]) == synthetic.COLUMNS
+    counts = collections.Counter(r["label"] for r in rows)
+    assert set(counts) == {0, 1, 2} and min(counts.values()) > 70
+
+
+def test_synthetic_label_follows_the_premise():
+    for row in synthetic.generate(500, seed=1):
+        premise, claimed = row["premise"].split(), row["hypothesis"].split()[3]
+        moved, landmark = premise[3], premise[7]
+        expected = 0 if claimed == moved else 2 if claimed == landmark else 1
+        assert row["label"] == expected and claimed not in ("", None)
+
+
+def test_hypothesis_alone_does_not_reveal_the_label():
+    """The claimed object's distribution is the same under every label (so no hypothesis-only cue)."""
+    rows = synthetic.generate(30000, seed=3)
+    by_label = {label: collections.Counter() for label in range(3)}
+    for row in rows:
+        by_label[row["label"]][row["hypothesis"].split()[3]] += 1
+    for counter in by_label.values():
+        total = sum(counter.values())
+        freqs = [counter[o] / total for o in synthetic.OBJECTS]
+        assert max(freqs) - min(freqs) < 0.03, "claimed objects should be ~uniform under each label"
+
+
+@pytest.mark.slow
+def test_a_model_given_the_hypothesis_alone_stays_near_chance(tmp_path, cache_dir):
+    """Train the demo model on the demo data with every premise blanked: it cannot beat chance,
+    while the same job with premises reaches >= 0.80 (tests/test_horovod_integration.py)."""
+    frame = pd.DataFrame(synthetic.generate(8000, seed=42))
+    frame["premise"] = "."
+    data = tmp_path / "hypothesis_only.csv"
+    frame.to_csv(data, index=False)
+    out = tmp_path / "out"
+    proc = run(
+        train_cmd(
+            "--engine",
+            "single",
+            "--config",
+            "configs/demo.yaml",
+            "--train_file",
+            str(data),
+            "--num_train_epochs",
+            "4",
+            "--output_dir",
+            str(out),
+            "--disable_tqdm",
+        ),
+        cache_dir,
+    )
+    assert_ok(proc)
+    accuracy = read_results(out)["accuracy"]
+    assert accuracy < 0.42, f"hypothesis-only accuracy {accuracy:.3f} should stay near chance (0.33)"
+
+
+def test_split_is_90_10_with_seed_42():
+    raw = load_raw_datasets(DataArguments(synthetic_num_examples=1000), seed=5)
+    assert len(raw["train"]) == 900 and len(raw["validation"]) == 100
+    assert raw["train"].column_names == ["premise", "hypothesis", "label"]
+    again = load_raw_datasets(DataArguments(synthetic_num_examples=1000), seed=5)
+    assert list(raw["validation"]["premise"]) == list(again["validation"]["premise"])
+
+
+def _write(frame: pd.DataFrame, path) -> None:
+    suffix = path.suffix
+    if suffix == ".csv":
+        frame.to_csv(path, index=False)
+    elif suffix == ".tsv":
+        frame.to_csv(path, index=False, sep="\t")
+    elif suffix == ".jsonl":
+        frame.to_json(path, orient="records", lines=True)
+    else:
+        path.write_text(json.dumps(frame.to_dict(orient="records")))
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".json", ".jsonl"])
+def test_local_files_load_with_extra_columns_dropped(tmp_path, suffix):
+    frame = pd.DataFrame(synthetic.generate(50, seed=0))
+    train, validation = tmp_path / f"train{suffix}", tmp_path / f"dev{suffix}"
+    _write(frame, train)
+    _write(frame.head(10), validation)
+    raw = load_raw_datasets(DataArguments(train_file=str(train), validation_file=str(validation)), seed=0)
+    assert len(raw["train"]) == 50 and len(raw["validation"]) == 10
+    assert raw["train"].column_names == ["premise", "hypothesis", "label"]
+    assert raw["train"][0]["premise"] == frame.iloc[0]["premise"]
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        (pd.DataFrame({"sentence1": ["a"], "sentence2": ["b"], "label": [0]}), "lacks column"),
+        (pd.DataFrame({"premise": ["a", "b"], "hypothesis": ["b", "c"], "label": [0, 3]}), "outside 0..2"),
+        (pd.DataFrame({"premise": ["a", "b"], "hypothesis": ["b", "c"], "label": [0, -1]}), "outside 0..2"),
+        (pd.DataFrame({"premise": [], "hypothesis": [], "label": []}), "no examples"),
+        (pd.DataFrame({"premise": ["a", None], "hypothesis": ["b", "c"], "label": [0, 1]}), "empty or non-text"),
+    ],
+)
+def test_bad_files_are_refused(tmp_path, frame, message):
+    path = tmp_path / "train.csv"
+    frame.to_csv(path, index=False)
+    with pytest.raises(UsageError, match=message):
+        load_raw_datasets(DataArguments(train_file=str(path)), seed=0)
+
+
+def test_missing_and_unsupported_files_are_refused(tmp_path):
+    with pytest.raises(UsageError, match="does not exist"):
+        load_raw_datasets(DataArguments(train_file=str(tmp_path / "nope.csv")), seed=0)
+    (tmp_path / "data.parquet").write_text("x")
+    with pytest.raises(UsageError, match="unsupported extension"):
+        load_raw_datasets(DataArguments(train_file=str(tmp_path / "data.parquet")), seed=0)
+
+
+def test_tiny_tokenizer_is_trained_once_and_reused(tmp_path):
+    raw = load_raw_datasets(DataArguments(synthetic_num_examples=300), seed=0)
+    texts = list(raw["train"]["premise"]) + list(raw["train"]["hypothesis"])
+    target = tiny_tokenizer_dir(tmp_path, texts)
+    prepare_tiny_tokenizer(target, texts)
+    stamp = (target / "tokenizer.json").stat().st_mtime_ns
+    prepare_tiny_tokenizer(target, texts)
+    assert (target / "tokenizer.json").stat().st_mtime_ns == stamp
+    tokenizer = load_tokenizer(str(target))
+    tokens = tokenizer.tokenize(raw["train"][0]["premise"])
+    assert "[UNK]" not in tokens and len(tokens) == len(raw["train"][0]["premise"].split())
+
+    cached = tokenized_cache_path(raw, tokenizer, 64, tmp_path)
+    tokenize_to_disk(raw, tokenizer, 64, cached)
+    assert (cached / "train").is_dir() and (cached / "validation").is_dir()
+    assert tokenized_cache_path(raw, tokenizer, 64, tmp_path) == cached
+    assert tokenized_cache_path(raw, tokenizer, 32, tmp_path) != cached
