@@ -78,6 +78,8 @@ class TrainingArguments:
     compression: str = field(default="none", metadata={"help": "Gradient compression: none or fp16."})
     op: str = field(default="average", metadata={"help": "Gradient reduction: average or adasum."})
     gradient_predivide_factor: float = 1.0
+    # DDP knobs (ignored by the other engines).
+    ddp_bucket_cap_mb: int = field(default=25, metadata={"help": "DDP gradient bucket size in MiB."})
 
 
 @dataclass

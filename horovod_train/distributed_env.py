@@ -1,0 +1,180 @@
+"""Who am I in the job? Rank, local rank, world size and master address under every launcher.
+
+One place reads the launchers' environment variables (torchrun, horovodrun, mpirun, srun or a plain
+``python``); the DDP engine and ``doctor`` both ask it. Nothing here joins a process group.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from horovod_train.errors import UsageError
+
+DEFAULT_MASTER_PORT = 29500
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    launcher: str  # torchrun, horovodrun, mpirun, srun or plain
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    master_addr: str | None = None  # None: the launcher gives no rendezvous point for torch.distributed
+    master_port: int | None = None
+
+    def export(self) -> None:
+        """Set the variables torch.distributed's ``env://`` init reads."""
+        if self.master_addr is None or self.master_port is None:
+            raise UsageError(
+                f"{self.launcher} gives torch.distributed no master address",
+                "launch with torchrun, mpirun or srun",
+            )
+        os.environ.update(
+            MASTER_ADDR=self.master_addr,
+            MASTER_PORT=str(self.master_port),
+            RANK=str(self.rank),
+            WORLD_SIZE=str(self.world_size),
+            LOCAL_RANK=str(self.local_rank),
+            LOCAL_WORLD_SIZE=str(self.local_world_size),
+        )
+
+
+def hostname() -> str:
+    return socket.gethostname()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+    value = env.get(name)
+    if value is None:
+        if default is None:
+            raise UsageError(f"launcher variable {name} is not set", "launch with torchrun, mpirun or srun")
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"launcher variable {name}={value!r} is not an integer", "check the launch command") from None
+
+
+def detect_launcher(env: Mapping[str, str]) -> str:
+    if "TORCHELASTIC_RUN_ID" in env or {"RANK", "WORLD_SIZE", "MASTER_ADDR"} <= env.keys():
+        return "torchrun"
+    if "HOROVOD_RANK" in env and "HOROVOD_SIZE" in env:
+        return "horovodrun"
+    if "OMPI_COMM_WORLD_RANK" in env:
+        return "mpirun"
+    # An sbatch script itself also sees SLURM_PROCID/SLURM_NTASKS; only srun's tasks see the step's size.
+    if "SLURM_PROCID" in env and "SLURM_STEP_NUM_TASKS" in env:
+        return "srun"
+    return "plain"
+
+
+def detect(env: Mapping[str, str] | None = None, resolve_master: bool = True) -> DistEnv:
+    """The launcher's view of this process. ``resolve_master`` may talk to MPI (mpirun) or run
+    ``scontrol`` (srun) to agree on a master address; doctor-style callers that only need ranks pass False."""
+    env = os.environ if env is None else env
+    launcher = detect_launcher(env)
+    if launcher == "torchrun":
+        return DistEnv(
+            launcher,
+            _int(env, "RANK"),
+            _int(env, "LOCAL_RANK", 0),
+            _int(env, "WORLD_SIZE"),
+            _int(env, "LOCAL_WORLD_SIZE", 1),
+            env.get("MASTER_ADDR", "127.0.0.1"),
+            _int(env, "MASTER_PORT", DEFAULT_MASTER_PORT),
+        )
+    if launcher == "horovodrun":
+        return DistEnv(
+            launcher,
+            _int(env, "HOROVOD_RANK"),
+            _int(env, "HOROVOD_LOCAL_RANK", 0),
+            _int(env, "HOROVOD_SIZE"),
+            _int(env, "HOROVOD_LOCAL_SIZE", 1),
+        )
+    if launcher == "mpirun":
+        rank, size = _int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE")
+        addr, port = _mpi_master(rank, size) if resolve_master else (None, None)
+        return DistEnv(
+            launcher,
+            rank,
+            _int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0),
+            size,
+            _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1),
+            addr,
+            port,
+        )
+    if launcher == "srun":
+        job_id = _int(env, "SLURM_JOB_ID", 0)
+        return DistEnv(
+            launcher,
+            _int(env, "SLURM_PROCID"),
+            _int(env, "SLURM_LOCALID", 0),
+            _int(env, "SLURM_NTASKS", _int(env, "SLURM_STEP_NUM_TASKS", 1)),
+            _slurm_local_size(env),
+            env.get("MASTER_ADDR") or (slurm_master_addr(env) if resolve_master else None),
+            _int(env, "MASTER_PORT", 20000 + job_id % 20000),
+        )
+    return DistEnv("plain", 0, 0, 1, 1, "127.0.0.1", _int(env, "MASTER_PORT", 0) or free_port())
+
+
+def _mpi_master(rank: int, size: int) -> tuple[str, int]:
+    """Rank 0 picks its hostname and a free port and broadcasts them over MPI_COMM_WORLD."""
+    from mpi4py import MPI
+
+    ours = (hostname(), free_port()) if rank == 0 else None
+    addr, port = MPI.COMM_WORLD.bcast(ours, root=0)
+    return addr, port
+
+
+def expand_tasks_per_node(spec: str) -> list[int]:
+    """Slurm's compact count list: '2(x3),1' -> [2, 2, 2, 1]."""
+    counts: list[int] = []
+    for part in filter(None, spec.split(",")):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not match:
+            raise UsageError(f"cannot parse Slurm tasks per node {spec!r}", "check SLURM_STEP_TASKS_PER_NODE")
+        counts += [int(match[1])] * int(match[2] or 1)
+    return counts
+
+
+def _slurm_local_size(env: Mapping[str, str]) -> int:
+    spec = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    if not spec:
+        return 1
+    counts = expand_tasks_per_node(spec)
+    node = _int(env, "SLURM_NODEID", 0)
+    return counts[node] if node < len(counts) else counts[-1]
+
+
+def slurm_master_addr(env: Mapping[str, str]) -> str:
+    """The allocation's first host (`scontrol show hostnames`), else the launch node's address."""
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    scontrol = shutil.which("scontrol")
+    if nodelist and scontrol:
+        try:
+            out = subprocess.run(
+                [scontrol, "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30, check=True
+            ).stdout.split()
+        except (OSError, subprocess.SubprocessError):
+            out = []
+        if out:
+            return out[0]
+    if env.get("SLURM_LAUNCH_NODE_IPADDR"):
+        return env["SLURM_LAUNCH_NODE_IPADDR"]
+    raise UsageError(
+        "cannot find the Slurm master host (scontrol failed and SLURM_LAUNCH_NODE_IPADDR is unset)",
+        "set MASTER_ADDR or run inside a Slurm allocation",
+    )

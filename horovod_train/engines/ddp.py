@@ -1,0 +1,102 @@
+"""PyTorch DistributedDataParallel: one process per device, NCCL on GPUs and Gloo on CPUs.
+
+Starts under torchrun, mpirun or srun: horovod_train.distributed_env turns each launcher's variables
+into the MASTER_ADDR/RANK/WORLD_SIZE that ``init_process_group("env://")`` reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from horovod_train import distributed_env
+from horovod_train.config import TrainingArguments
+from horovod_train.engines.base import Engine
+from horovod_train.errors import UsageError
+
+PROCESS_GROUP_TIMEOUT = timedelta(seconds=120)
+
+
+class DDPEngine(Engine):
+    name = "ddp"
+    launcher = "plain"
+    backend = "gloo"
+
+    def __init__(self, args: TrainingArguments) -> None:
+        super().__init__(args)
+        if args.ddp_bucket_cap_mb <= 0:
+            raise UsageError(f"--ddp_bucket_cap_mb must be > 0 (got {args.ddp_bucket_cap_mb})", "pass e.g. 25")
+
+    def setup(self) -> None:
+        env = distributed_env.detect()
+        env.export()
+        self.launcher = env.launcher
+        self.local_rank, self.local_world_size = env.local_rank, env.local_world_size
+        options: dict[str, Any] = {}
+        if torch.cuda.is_available():
+            if env.local_rank >= torch.cuda.device_count():
+                raise UsageError(
+                    f"local rank {env.local_rank} but only {torch.cuda.device_count()} GPU(s) on this node",
+                    "launch at most one process per GPU on each node",
+                )
+            torch.cuda.set_device(env.local_rank)  # pin by local rank: global ranks exceed a node's GPUs
+            self.device = torch.device("cuda", env.local_rank)
+            self.backend, options["device_id"] = "nccl", self.device
+        dist.init_process_group(self.backend, init_method="env://", timeout=PROCESS_GROUP_TIMEOUT, **options)
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.set_cpu_threads()
+
+    def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, torch.optim.Optimizer]:
+        model.to(self.device)  # in place: the optimizer's parameters stay the same objects
+        wrapped = DistributedDataParallel(
+            model,  # the constructor broadcasts rank 0's parameters and buffers
+            device_ids=[self.device.index] if self.device.type == "cuda" else None,
+            bucket_cap_mb=self.args.ddp_bucket_cap_mb,
+            gradient_as_bucket_view=True,
+        )
+        return wrapped, optimizer
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        return model.module if isinstance(model, DistributedDataParallel) else model
+
+    def accumulation_context(self, model: nn.Module, is_last_micro_step: bool) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext() if is_last_micro_step else model.no_sync()
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        summed = tensor.to(self.device, copy=True)
+        dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+        return summed.to(tensor.device)
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """torch.distributed gathers equal shapes only: pad every rank to the longest, gather, trim."""
+        local = tensor.to(self.device)
+        length = torch.tensor([local.shape[0]], dtype=torch.int64, device=self.device)
+        lengths = [torch.empty_like(length) for _ in range(self.world_size)]
+        dist.all_gather(lengths, length)
+        sizes = [int(n) for n in lengths]
+        padded = local.new_zeros((max(sizes), *local.shape[1:]))
+        padded[: local.shape[0]] = local
+        parts = [torch.empty_like(padded) for _ in range(self.world_size)]
+        dist.all_gather(parts, padded)
+        return torch.cat([part[:n] for part, n in zip(parts, sizes, strict=True)]).to(tensor.device)
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "launcher": self.launcher,
+            "backend": self.backend,
+            "ddp_bucket_cap_mb": self.args.ddp_bucket_cap_mb,
+        }
+
+    def shutdown(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()

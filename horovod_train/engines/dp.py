@@ -1,0 +1,57 @@
+"""torch.nn.DataParallel: one process, the batch split over the visible GPUs, replicas made each step.
+
+The loss is computed inside each replica's forward, so only per-replica scalars (loss, example count)
+are gathered on GPU 0 rather than every replica's logits. Without GPUs it runs one replica on the CPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from horovod_train.engines.single import SingleEngine
+
+
+class LossPerReplica(nn.Module):
+    """Returns (loss, example count) as 1-element tensors, which DataParallel concatenates over replicas."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, **batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loss = self.model(**batch).loss
+        count = torch.tensor([batch["labels"].shape[0]], dtype=loss.dtype, device=loss.device)
+        return loss.reshape(1), count
+
+
+class DataParallelEngine(SingleEngine):
+    """Collectives are those of the single-process baseline: there is one process."""
+
+    name = "dp"
+    device_ids: list[int] = []
+
+    def setup(self) -> None:
+        self.device_ids = list(range(torch.cuda.device_count()))
+        if self.device_ids:
+            self.device = torch.device("cuda", self.device_ids[0])
+        else:
+            print("dp: no GPU visible, running DataParallel on the CPU with one replica", flush=True)
+        self.set_cpu_threads()
+
+    def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, torch.optim.Optimizer]:
+        model.to(self.device)
+        return nn.DataParallel(LossPerReplica(model), device_ids=self.device_ids or None), optimizer
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        return model.module.model if isinstance(model, nn.DataParallel) else model
+
+    def forward_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        losses, counts = model(**batch)
+        # Each replica's loss is a mean over its share; weight by share so unequal splits average exactly.
+        return (losses * (counts / counts.sum())).sum()
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "replicas": max(1, len(self.device_ids))}
