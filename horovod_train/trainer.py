@@ -22,6 +22,7 @@ from horovod_train.config import RunConfig
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
 from horovod_train.io import reset_output_dir, write_json_atomic
+from horovod_train.memory import peak_memory_mb
 from horovod_train.metrics import exact_accuracy
 
 LABEL_NAMES_3 = ["entailment", "neutral", "contradiction"]
@@ -229,6 +230,7 @@ class Trainer:
         checksums = engine.all_gather(
             torch.tensor([param_checksum(engine.unwrap(model))], dtype=torch.int64, device=engine.device)
         )
+        peak_memory = torch.tensor([peak_memory_mb(engine.device)], dtype=torch.float64, device=engine.device)
         results = {
             **result,
             **engine.describe(),
@@ -236,6 +238,7 @@ class Trainer:
             "global_step": global_step,
             "history": history,
             "param_checksum_per_rank": checksums.cpu().tolist(),
+            "peak_memory_mb_per_rank": engine.all_gather(peak_memory).cpu().tolist(),
             "wall_time_s": round(time.perf_counter() - started, 3),
         }
         if engine.is_main:
