@@ -102,3 +102,8 @@ def assert_ok(proc: subprocess.CompletedProcess) -> None:
     assert proc.returncode == 0, (
         f"exit {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
     )
+
+
+def torchrun(np: int, *args: str) -> list[str]:
+    """`torchrun --standalone`: a free rendezvous port, so concurrent jobs do not collide on 29500."""
+    return [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", str(np), "--no-python", *train_cmd(*args)]

@@ -1,0 +1,145 @@
+"""Same training, provably: every engine under its real launcher ends with the same parameters.
+
+W=2 ranks of per-rank batch b (Horovod with the Gloo and the MPI controller, DDP under torchrun and
+mpirun) against one process with 2b (single, DataParallel), with and without gradient accumulation;
+see docs/equivalence.md. The sampler test checks the data side exactly (index sets per global batch).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import assert_ok, horovodrun, mpirun, read_results, run, torchrun, train_cmd
+from safetensors.torch import load_file
+
+from horovod_train.data import train_loader
+from horovod_train.model import load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
+
+TOLERANCE = 1e-5
+B = 8  # per-rank batch of the 2-rank runs
+STEPS = 20
+JOB = [
+    "--model_name_or_path",
+    "tiny-bert",
+    "--dataset_name",
+    "synthetic-nli",
+    "--synthetic_num_examples",
+    "800",
+    "--per_device_eval_batch_size",
+    "80",
+    "--learning_rate",
+    "2e-4",
+    "--warmup_steps",
+    "5",
+    "--weight_decay",
+    "0.01",
+    "--max_steps",
+    str(STEPS),
+    "--logging_steps",
+    "10",
+    "--dropout",
+    "0",
+    # Attention key biases get a gradient that is zero in exact arithmetic (softmax ignores a shift shared
+    # by all keys), so what they receive is rounding noise; Adam with eps 1e-8 turns that noise into
+    # steps of ~lr. eps 1e-6 keeps noise-sized gradients from moving anything (see docs/equivalence.md).
+    "--adam_epsilon",
+    "1e-6",
+    "--disable_tqdm",
+]
+
+# name -> (launcher, engine, per-process batch, gradient accumulation steps); all have global batch 2B.
+CASES = {
+    "horovod-gloo": (horovodrun, "horovod", B, 1),
+    "horovod-mpi": (mpirun, "horovod", B, 1),
+    "ddp-torchrun": (torchrun, "ddp", B, 1),
+    "ddp-mpirun": (mpirun, "ddp", B, 1),
+    "dp": (None, "dp", 2 * B, 1),
+    "single-accum": (None, "single", B, 2),
+    "horovod-gloo-accum": (horovodrun, "horovod", B // 2, 2),
+    "ddp-torchrun-accum": (torchrun, "ddp", B // 2, 2),
+    "dp-accum": (None, "dp", B, 2),
+}
+
+pytestmark = pytest.mark.slow
+
+
+def train(out: Path, cache_dir: Path, launcher, engine: str, batch: int, accum: int) -> Path:
+    args = [*JOB, "--engine", engine, "--per_device_train_batch_size", str(batch)]
+    args += ["--gradient_accumulation_steps", str(accum), "--output_dir", str(out)]
+    proc = run(launcher(2, *args) if launcher else train_cmd(*args), cache_dir, timeout=300)
+    assert_ok(proc)
+    results = read_results(out)
+    assert results["engine"] == engine and results["global_step"] == STEPS
+    assert len(set(results["param_checksum_per_rank"])) == 1, "ranks disagree"
+    return out / "model.safetensors"
+
+
+def parameter_differences(a: Path, b: Path) -> dict[str, float]:
+    x, y = load_file(a), load_file(b)
+    assert x.keys() == y.keys()
+    return {k: (x[k].double() - y[k].double()).abs().max().item() for k in x}
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory, cache_dir) -> Path:
+    """One process, batch 2B, no accumulation: what every other case must reproduce."""
+    return train(tmp_path_factory.mktemp("single"), cache_dir, None, "single", 2 * B, 1)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_engine_matches_single_process(case, baseline, tmp_path, cache_dir, record_property):
+    params = train(tmp_path / case, cache_dir, *CASES[case])
+    differences = parameter_differences(baseline, params)
+    name = max(differences, key=differences.get)
+    difference = differences[name]
+    rest = max(v for k, v in differences.items() if not k.endswith("attention.self.key.bias"))
+    record_property("max_abs_difference", difference)
+    message = (
+        f"{case} vs single (batch {2 * B}): max-abs parameter difference {difference:.3e} in {name} "
+        f"({rest:.3e} over all but the attention key biases)"
+    )
+    print(message)
+    assert difference <= TOLERANCE, message
+
+
+# ---- the sampler: global batch k is the same set of examples for every world size ------------
+
+
+@pytest.fixture(scope="module")
+def tokenized(tmp_path_factory):
+    """100 examples whose label is their index, so a batch's labels name its examples."""
+    from datasets import Dataset
+
+    texts = [f"example {i} moves the lamp" for i in range(100)]
+    directory = tiny_tokenizer_dir(tmp_path_factory.mktemp("tok"), texts)
+    prepare_tiny_tokenizer(directory, texts)
+    tokenizer = load_tokenizer(str(directory))
+    rows = [{**tokenizer(t, t[::-1]), "labels": i} for i, t in enumerate(texts)]
+    return Dataset.from_list(rows), tokenizer
+
+
+def batches(dataset, tokenizer, batch: int, world: int, rank: int, epoch: int) -> list[set[int]]:
+    loader = train_loader(dataset, tokenizer, batch, world, rank, seed=42)
+    loader.sampler.set_epoch(epoch)
+    return [set(b["labels"].tolist()) for b in loader]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("micro_steps", [1, 2])
+def test_global_batch_is_the_single_process_batch(tokenized, world, micro_steps):
+    """Step k's union over ranks (and micro-steps) of per-rank batches of b is the single-process batch k
+    of world x micro_steps x b, for every step the trainer takes in each of 3 epochs."""
+    dataset, tokenizer = tokenized
+    b = 2
+    for epoch in range(3):
+        single = batches(dataset, tokenizer, world * micro_steps * b, 1, 0, epoch)
+        per_rank = [batches(dataset, tokenizer, b, world, r, epoch) for r in range(world)]
+        assert all(len(p) == len(per_rank[0]) for p in per_rank)
+        steps = len(per_rank[0]) // micro_steps  # the trainer drops an incomplete accumulation
+        assert 6 <= steps <= len(single)
+        for k in range(steps):
+            micro = range(k * micro_steps, (k + 1) * micro_steps)
+            union = set().union(*(per_rank[r][m] for r in range(world) for m in micro))
+            assert union == single[k], f"epoch {epoch} step {k}"
+        assert single[0] != batches(dataset, tokenizer, world * micro_steps * b, 1, 0, epoch + 1)[0]
