@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from horovod_train import doctor
 from horovod_train.config import add_run_arguments, parse_run_config
 from horovod_train.errors import UsageError, exit_with
 
@@ -20,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     train = commands.add_parser("train", help="fine-tune a sequence-classification model")
     add_run_arguments(train)
+    doctor_parser = commands.add_parser("doctor", help="print the rank/host/device map and Horovod's build")
+    doctor.add_arguments(doctor_parser)
     return parser
 
 
@@ -54,7 +57,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train}
+COMMANDS = {"train": cmd_train, "doctor": doctor.main}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,7 @@ torch.distributed or DataParallel.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -81,6 +82,13 @@ class Engine(ABC):
 
     @abstractmethod
     def barrier(self) -> None: ...
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        """Every rank's JSON-serialisable ``obj``, in rank order, on every rank (built on all_gather)."""
+        payload = torch.tensor(list(json.dumps(obj).encode()), dtype=torch.uint8, device=self.device)
+        lengths = self.all_gather(torch.tensor([payload.numel()], dtype=torch.int64, device=self.device))
+        chunks = self.all_gather(payload).cpu().split(lengths.cpu().tolist())
+        return [json.loads(bytes(chunk.tolist()).decode()) for chunk in chunks]
 
     def local_main_first(self, work: Callable[[], T]) -> T:
         """Run ``work`` on each node's local rank 0 first (it fills caches), then on the others."""

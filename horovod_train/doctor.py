@@ -1,0 +1,106 @@
+"""`horovod-train doctor`: under any launcher, rank 0 prints who runs where and what Horovod supports."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+
+from horovod_train import distributed_env
+from horovod_train.config import TrainingArguments
+from horovod_train.errors import UsageError
+from horovod_train.tables import format_table
+
+FRAMEWORKS = {"torch": "PyTorch", "tensorflow": "TensorFlow", "mxnet": "MXNet"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--engine",
+        default="auto",
+        help="engine used to join the job (auto: horovod under horovodrun, ddp under other launchers, else single)",
+    )
+
+
+def pick_engine(launcher: str, world_size: int) -> str:
+    if launcher == "horovodrun":
+        return "horovod"
+    return "ddp" if world_size > 1 else "single"
+
+
+def checkbox(flag: bool) -> str:
+    return "[X]" if flag else "[ ]"
+
+
+def horovod_support() -> list[str]:
+    """The `horovodrun --check-build` facts, read in this process (no subprocess after MPI_Init)."""
+    try:
+        import horovod
+        import horovod.torch as hvd
+    except (ImportError, OSError) as exc:
+        return [f"horovod: not importable ({str(exc).splitlines()[0][:120]})"]
+    root = Path(horovod.__file__).parent
+    built = {label: any((root / name).glob("mpi_lib*")) for name, label in FRAMEWORKS.items()}
+
+    def boxes(flags: dict[str, bool]) -> str:
+        return "  ".join(f"{checkbox(v)} {k}" for k, v in flags.items())
+
+    return [
+        f"horovod {horovod.__version__}",
+        f"  frameworks:        {boxes(built)}",
+        f"  controllers:       {boxes({'MPI': hvd.mpi_built(), 'Gloo': hvd.gloo_built()})}",
+        "  tensor operations: "
+        + boxes(
+            {
+                "NCCL": hvd.nccl_built(),
+                "DDL": hvd.ddl_built(),
+                "CCL": hvd.ccl_built(),
+                "MPI": hvd.mpi_built(),
+                "Gloo": hvd.gloo_built(),
+            }
+        ),
+        f"  GPU builds:        {boxes({'CUDA': hvd.cuda_built(), 'ROCm': hvd.rocm_built()})}",
+    ]
+
+
+def torch_support() -> list[str]:
+    import torch
+    import torch.distributed as dist
+
+    backends = {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available(), "mpi": dist.is_mpi_available()}
+    return [
+        f"torch {torch.__version__}: {torch.cuda.device_count()} GPU(s) visible, mpi4py "
+        f"{'yes' if importlib.util.find_spec('mpi4py') else 'no'}",
+        "  torch.distributed backends: " + "  ".join(f"{checkbox(v)} {k}" for k, v in backends.items()),
+    ]
+
+
+def main(args: argparse.Namespace) -> int:
+    from horovod_train.engines import available_engines, create_engine
+
+    env = distributed_env.detect(resolve_master=False)
+    name = pick_engine(env.launcher, env.world_size) if args.engine == "auto" else args.engine
+    if name == "dp":
+        raise UsageError("doctor joins a job with one process per rank", "use --engine horovod, ddp or single")
+    engine = create_engine(TrainingArguments(engine=name))
+    with engine.running():
+        row = {
+            "rank": engine.rank,
+            "local_rank": engine.local_rank,
+            "host": distributed_env.hostname(),
+            "device": str(engine.device),
+        }
+        rows = engine.gather_objects(row)
+        if engine.is_main:
+            described = engine.describe()
+            detail = ", ".join(f"{k} {described[k]}" for k in ("controller", "backend") if k in described)
+            lines = [
+                f"launcher: {env.launcher}, world size {engine.world_size}, joined with engine {name}"
+                + (f" ({detail})" if detail else ""),
+                *format_table(list(row), [list(r.values()) for r in rows]),
+                *horovod_support(),
+                *torch_support(),
+                f"engines: {', '.join(available_engines())}",
+            ]
+            print("\n".join(lines), flush=True)
+    return 0

@@ -1,0 +1,82 @@
+"""Rank and master discovery from each launcher's environment variables (no process group joined)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from horovod_train import distributed_env
+from horovod_train.distributed_env import detect, expand_tasks_per_node
+from horovod_train.errors import UsageError
+
+SRUN = {
+    "SLURM_PROCID": "3",
+    "SLURM_LOCALID": "1",
+    "SLURM_NTASKS": "4",
+    "SLURM_STEP_NUM_TASKS": "4",
+    "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+    "SLURM_NODEID": "1",
+    "SLURM_JOB_ID": "1234",
+    "SLURM_JOB_NODELIST": "gpu[07-08]",
+}
+
+
+def test_torchrun():
+    env = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}
+    env |= {"MASTER_ADDR": "node7", "MASTER_PORT": "29511", "TORCHELASTIC_RUN_ID": "x"}
+    assert detect(env) == distributed_env.DistEnv("torchrun", 3, 1, 4, 2, "node7", 29511)
+
+
+def test_mpirun_ranks_without_talking_to_mpi():
+    env = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_SIZE": "8"}
+    env["OMPI_COMM_WORLD_LOCAL_SIZE"] = "4"
+    assert detect(env, resolve_master=False) == distributed_env.DistEnv("mpirun", 5, 1, 8, 4)
+
+
+def test_srun_master_is_the_first_host_from_scontrol(tmp_path, monkeypatch):
+    # A stand-in for Slurm's CLI (there is no Slurm controller here): prints the expanded node list.
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text('#!/bin/sh\n[ "$1 $2 $3" = "show hostnames gpu[07-08]" ] && printf "gpu07\\ngpu08\\n"\n')
+    scontrol.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert detect(SRUN) == distributed_env.DistEnv("srun", 3, 1, 4, 2, "gpu07", 20000 + 1234)
+
+
+def test_srun_falls_back_to_the_launch_node_address(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol
+    env = {**SRUN, "SLURM_LAUNCH_NODE_IPADDR": "10.0.0.5", "MASTER_PORT": "4000"}
+    assert detect(env) == distributed_env.DistEnv("srun", 3, 1, 4, 2, "10.0.0.5", 4000)
+    with pytest.raises(UsageError, match="Slurm master"):
+        detect(SRUN)
+
+
+def test_an_sbatch_script_itself_is_not_an_srun_task():
+    env = {k: v for k, v in SRUN.items() if not k.startswith("SLURM_STEP")}
+    assert detect(env).launcher == "plain" and detect(env).world_size == 1
+
+
+def test_horovodrun_gives_ranks_but_no_master():
+    env = {"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2"}
+    found = detect(env)
+    assert (found.launcher, found.rank, found.world_size, found.master_addr) == ("horovodrun", 1, 2, None)
+    with pytest.raises(UsageError, match="no master address"):
+        found.export()
+
+
+def test_plain_python_is_a_world_of_one():
+    found = detect({})
+    assert (found.launcher, found.rank, found.world_size, found.master_addr) == ("plain", 0, 1, "127.0.0.1")
+    assert found.master_port > 0
+
+
+def test_bad_launcher_variables_are_usage_errors():
+    with pytest.raises(UsageError, match="RANK='x'"):
+        detect({"RANK": "x", "WORLD_SIZE": "2", "MASTER_ADDR": "a"})
+
+
+def test_expand_tasks_per_node():
+    assert expand_tasks_per_node("2(x3),1") == [2, 2, 2, 1]
+    assert expand_tasks_per_node("4") == [4]
+    with pytest.raises(UsageError):
+        expand_tasks_per_node("2(y3)")
