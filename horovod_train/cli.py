@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from horovod_train import doctor
+from horovod_train import compare, doctor
 from horovod_train.config import add_run_arguments, parse_run_config
 from horovod_train.errors import UsageError, exit_with
 
@@ -21,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     train = commands.add_parser("train", help="fine-tune a sequence-classification model")
     add_run_arguments(train)
+    compare_parser = commands.add_parser("compare", help="run one job under every engine and tabulate them")
+    compare.add_arguments(compare_parser)
     doctor_parser = commands.add_parser("doctor", help="print the rank/host/device map and Horovod's build")
     doctor.add_arguments(doctor_parser)
     return parser
@@ -57,7 +59,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "doctor": doctor.main}
+COMMANDS = {"train": cmd_train, "compare": compare.main, "doctor": doctor.main}
 
 
 def main(argv: list[str] | None = None) -> int:
