@@ -81,56 +81,47 @@ def detect_launcher(env: Mapping[str, str]) -> str:
     return "plain"
 
 
+# (rank, local rank, world size, local world size) as exported by the launchers that set all four.
+RANK_VARIABLES = {
+    "torchrun": ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"),
+    "horovodrun": ("HOROVOD_RANK", "HOROVOD_LOCAL_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_SIZE"),
+    "mpirun": tuple(f"OMPI_COMM_WORLD_{name}" for name in ("RANK", "LOCAL_RANK", "SIZE", "LOCAL_SIZE")),
+}
+
+
+def _ranks(env: Mapping[str, str], launcher: str) -> tuple[int, int, int, int]:
+    if launcher == "plain":
+        return 0, 0, 1, 1
+    if launcher == "srun":
+        size = _int(env, "SLURM_NTASKS", _int(env, "SLURM_STEP_NUM_TASKS", 1))
+        return _int(env, "SLURM_PROCID"), _int(env, "SLURM_LOCALID", 0), size, _slurm_local_size(env)
+    rank, local_rank, size, local_size = RANK_VARIABLES[launcher]
+    return _int(env, rank), _int(env, local_rank, 0), _int(env, size), _int(env, local_size, 1)
+
+
+def _master(env: Mapping[str, str], launcher: str, rank: int, resolve: bool) -> tuple[str | None, int | None]:
+    if launcher == "torchrun":
+        return env.get("MASTER_ADDR", "127.0.0.1"), _int(env, "MASTER_PORT", DEFAULT_MASTER_PORT)
+    if launcher == "mpirun":
+        return _mpi_master(rank) if resolve else (None, None)
+    if launcher == "srun":
+        addr = env.get("MASTER_ADDR") or (slurm_master_addr(env) if resolve else None)
+        return addr, _int(env, "MASTER_PORT", 20000 + _int(env, "SLURM_JOB_ID", 0) % 20000)
+    if launcher == "plain":
+        return "127.0.0.1", _int(env, "MASTER_PORT", 0) or free_port()
+    return None, None  # horovodrun --gloo: its rendezvous is Horovod's own
+
+
 def detect(env: Mapping[str, str] | None = None, resolve_master: bool = True) -> DistEnv:
     """The launcher's view of this process. ``resolve_master`` may talk to MPI (mpirun) or run
-    ``scontrol`` (srun) to agree on a master address; doctor-style callers that only need ranks pass False."""
+    ``scontrol`` (srun) to agree on a master address; callers that only need ranks pass False."""
     env = os.environ if env is None else env
     launcher = detect_launcher(env)
-    if launcher == "torchrun":
-        return DistEnv(
-            launcher,
-            _int(env, "RANK"),
-            _int(env, "LOCAL_RANK", 0),
-            _int(env, "WORLD_SIZE"),
-            _int(env, "LOCAL_WORLD_SIZE", 1),
-            env.get("MASTER_ADDR", "127.0.0.1"),
-            _int(env, "MASTER_PORT", DEFAULT_MASTER_PORT),
-        )
-    if launcher == "horovodrun":
-        return DistEnv(
-            launcher,
-            _int(env, "HOROVOD_RANK"),
-            _int(env, "HOROVOD_LOCAL_RANK", 0),
-            _int(env, "HOROVOD_SIZE"),
-            _int(env, "HOROVOD_LOCAL_SIZE", 1),
-        )
-    if launcher == "mpirun":
-        rank, size = _int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE")
-        addr, port = _mpi_master(rank, size) if resolve_master else (None, None)
-        return DistEnv(
-            launcher,
-            rank,
-            _int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0),
-            size,
-            _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1),
-            addr,
-            port,
-        )
-    if launcher == "srun":
-        job_id = _int(env, "SLURM_JOB_ID", 0)
-        return DistEnv(
-            launcher,
-            _int(env, "SLURM_PROCID"),
-            _int(env, "SLURM_LOCALID", 0),
-            _int(env, "SLURM_NTASKS", _int(env, "SLURM_STEP_NUM_TASKS", 1)),
-            _slurm_local_size(env),
-            env.get("MASTER_ADDR") or (slurm_master_addr(env) if resolve_master else None),
-            _int(env, "MASTER_PORT", 20000 + job_id % 20000),
-        )
-    return DistEnv("plain", 0, 0, 1, 1, "127.0.0.1", _int(env, "MASTER_PORT", 0) or free_port())
+    ranks = _ranks(env, launcher)
+    return DistEnv(launcher, *ranks, *_master(env, launcher, ranks[0], resolve_master))
 
 
-def _mpi_master(rank: int, size: int) -> tuple[str, int]:
+def _mpi_master(rank: int) -> tuple[str, int]:
     """Rank 0 picks its hostname and a free port and broadcasts them over MPI_COMM_WORLD."""
     from mpi4py import MPI
 
