@@ -44,7 +44,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = parse_run_config(namespace=args)
     quiet_libraries()
     engine = create_engine(config.training)
-    check_output_dir(config.training.output_dir, config.training.overwrite_output_dir)
+    training = config.training
+    # Resuming continues the run already in --output_dir.
+    check_output_dir(training.output_dir, training.overwrite_output_dir or bool(training.resume_from_checkpoint))
     with engine.running():
         results = Trainer(config, engine).train()
         if engine.is_main:

@@ -73,6 +73,12 @@ class TrainingArguments:
     dataloader_num_workers: int = 0
     disable_tqdm: bool = False
     debug: bool = field(default=False, metadata={"help": "Show tracebacks for bad input."})
+    # Checkpoints.
+    save_steps: int = field(default=0, metadata={"help": "Checkpoint every N steps (0: only at epoch ends)."})
+    save_total_limit: int = field(default=2, metadata={"help": "Checkpoints kept (0: write none)."})
+    resume_from_checkpoint: str | None = field(
+        default=None, metadata={"help": "'latest' (in --output_dir) or a checkpoint-<step> directory."}
+    )
     # Horovod knobs (ignored by engines that do not have them).
     scale_lr: bool = field(default=False, metadata={"help": "Multiply the learning rate by the world size."})
     compression: str = field(default="none", metadata={"help": "Gradient compression: none or fp16."})
@@ -213,6 +219,9 @@ def validate(config: RunConfig) -> None:
     for name, value in positive.items():
         if value <= 0:
             raise UsageError(f"--{name} must be > 0 (got {value})", f"pass --{name} 1 or more")
+    for name in ("save_steps", "save_total_limit"):
+        if getattr(t, name) < 0:
+            raise UsageError(f"--{name} must be >= 0 (got {getattr(t, name)})", f"pass --{name} 0 or more")
     if t.learning_rate <= 0:
         raise UsageError(f"--learning_rate must be > 0 (got {t.learning_rate})", "pass e.g. --learning_rate 5e-5")
     if t.max_steps <= 0 and t.num_train_epochs <= 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 from pathlib import Path
 
@@ -170,6 +171,15 @@ def load_tokenized(path: Path) -> DatasetDict:
     return load_from_disk(str(path))
 
 
+class ResumableDistributedSampler(DistributedSampler):
+    """A DistributedSampler that can start inside an epoch (resuming a checkpoint mid-epoch)."""
+
+    skip = 0  # indices of this rank's shard to skip in the current epoch
+
+    def __iter__(self):
+        return itertools.islice(super().__iter__(), self.skip, None)
+
+
 def train_loader(
     dataset: Dataset,
     tokenizer: PreTrainedTokenizerBase,
@@ -181,7 +191,7 @@ def train_loader(
 ) -> DataLoader:
     """Rank r takes every world_size-th example of one seeded permutation, so the global batch of
     step k is the same contiguous slice of that permutation for every world size (see README)."""
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+    sampler = ResumableDistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
     return DataLoader(
         dataset,
         batch_size=batch_size,

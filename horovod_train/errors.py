@@ -11,9 +11,12 @@ class UsageError(Exception):
     """Bad input from the user. Raised before anything is written."""
 
     def __init__(self, problem: str, fix: str) -> None:
-        super().__init__(f"{problem}; fix: {fix}")
+        super().__init__(problem, fix)  # both in args, so the error pickles (it is broadcast between ranks)
         self.problem = problem
         self.fix = fix
+
+    def __str__(self) -> str:
+        return f"{self.problem}; fix: {self.fix}"
 
 
 def exit_with(error: UsageError) -> None:

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
+from horovod_train import checkpoint as ckpt
 from horovod_train import data as data_lib
 from horovod_train import model as model_lib
 from horovod_train.config import RunConfig
@@ -128,6 +130,25 @@ class Trainer:
         net.train()
         return result
 
+    # ---- checkpoints ---------------------------------------------------------------------------
+    def load_checkpoint(self, model: torch.nn.Module, compatibility: dict[str, Any]):
+        """Rank 0 reads and verifies the checkpoint and broadcasts it; every rank raises the same error."""
+        payload: Any = None
+        if self.engine.is_main:
+            try:
+                path = ckpt.resolve_checkpoint(self.args.resume_from_checkpoint, self.output_dir)
+                payload = ckpt.load_checkpoint(path)
+                ckpt.check_compatible(payload[2]["compatibility"], compatibility, path)
+            except UsageError as error:
+                payload = error
+        payload = self.engine.broadcast_object(payload)
+        if isinstance(payload, UsageError):
+            raise payload
+        tensors, training_state, trainer_state = payload
+        model.load_state_dict(tensors)
+        self.log(f"resumed from step {trainer_state['global_step']} (epoch {trainer_state['epoch']})")
+        return training_state, trainer_state
+
     # ---- the loop ----------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
         args, engine, c = self.args, self.engine, self.config
@@ -145,7 +166,17 @@ class Trainer:
             cache_dir=c.model.cache_dir,
         )
         optimizer = self.build_optimizer(model)
+        compatibility = {
+            "model_name_or_path": c.model.model_name_or_path,
+            "num_labels": c.data.num_labels,
+            "vocab_size": len(tokenizer),
+            "architecture": type(model).__name__,
+        }
+        resumed = self.load_checkpoint(model, compatibility) if args.resume_from_checkpoint else None
         model, optimizer = engine.wrap(model, optimizer)
+        if resumed:
+            # After wrapping: Horovod's DistributedOptimizer is a new optimizer with empty state.
+            optimizer.load_state_dict(resumed[0]["optimizer"])
 
         train_loader = data_lib.train_loader(
             tokenized["train"],
@@ -174,9 +205,17 @@ class Trainer:
         num_epochs = math.ceil(total_steps / steps_per_epoch)
         warmup = args.warmup_steps or math.ceil(args.warmup_ratio * total_steps)
         scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
+        global_step, start_epoch, steps_done_in_epoch = 0, 0, 0
+        if resumed:
+            training_state, trainer_state = resumed
+            scheduler.load_state_dict(training_state["scheduler"])
+            for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr(), strict=True):
+                group["lr"] = lr  # a new scheduler reset it to the first step's value
+            global_step = trainer_state["global_step"]
+            start_epoch, steps_done_in_epoch = trainer_state["epoch"], trainer_state["steps_in_epoch"]
 
         # Every input has been validated: only now is anything written.
-        if engine.is_main:
+        if engine.is_main and not resumed:
             reset_output_dir(args.output_dir)
             write_json_atomic(self.output_dir / "run_config.json", {**c.to_dict(), **engine.describe()})
         metrics_file = (self.output_dir / "metrics.jsonl").open("a") if engine.is_main else None
@@ -186,16 +225,30 @@ class Trainer:
             f"global_batch={args.per_device_train_batch_size * accum * engine.world_size} steps={total_steps}"
         )
 
-        progress = tqdm(total=total_steps, disable=not engine.is_main or args.disable_tqdm, desc="train")
+        # Under a launcher stderr is a pipe, not a terminal: redraw the bar rarely so logs stay readable.
+        interactive = sys.stderr.isatty()
+        progress = tqdm(total=total_steps, disable=not engine.is_main or args.disable_tqdm, desc="train",
+                        mininterval=0.1 if interactive else 10.0, ascii=not interactive)
+        progress.update(global_step)
         history: list[dict[str, Any]] = []
-        global_step, meter = 0, Meter()
-        for epoch in range(num_epochs):
+        meter = Meter()
+        if resumed:
+            ckpt.set_rng_state(resumed[0]["rng"])
+
+        def save(epoch: int, steps_in_epoch: int) -> None:
+            if engine.is_main and args.save_total_limit > 0:
+                state = ckpt.TrainerState(global_step, epoch, steps_in_epoch, compatibility, c.to_dict())
+                ckpt.save_checkpoint(self.output_dir, engine.unwrap(model), optimizer, scheduler, state,
+                                     keep=args.save_total_limit)
+
+        for epoch in range(start_epoch, num_epochs):
             train_loader.sampler.set_epoch(epoch)
+            skip = steps_done_in_epoch if epoch == start_epoch else 0
+            train_loader.sampler.skip = skip * accum * args.per_device_train_batch_size
             batches = iter(train_loader)
             model.train()
-            for _ in range(steps_per_epoch):
-                if global_step >= total_steps:
-                    break
+            done_in_epoch = skip
+            while done_in_epoch < steps_per_epoch and global_step < total_steps:
                 for micro in range(accum):
                     batch = {k: v.to(engine.device, non_blocking=True) for k, v in next(batches).items()}
                     with engine.accumulation_context(model, is_last_micro_step=micro == accum - 1):
@@ -206,6 +259,7 @@ class Trainer:
                 scheduler.step()
                 optimizer.zero_grad()
                 global_step += 1
+                done_in_epoch += 1
                 progress.update(1)
                 if global_step % args.logging_steps == 0 or global_step == total_steps:
                     record = {
@@ -219,8 +273,11 @@ class Trainer:
                         metrics_file.write(json.dumps(record) + "\n")
                         metrics_file.flush()
                         progress.set_postfix(loss=f"{record['loss']:.4f}")
+                if args.save_steps and global_step % args.save_steps == 0 and done_in_epoch < steps_per_epoch:
+                    save(epoch, done_in_epoch)
             result = self.evaluate(model, eval_loader, len(tokenized["validation"]))
             history.append({"epoch": epoch + 1, "step": global_step, "accuracy": result["accuracy"]})
+            save(*((epoch + 1, 0) if done_in_epoch == steps_per_epoch else (epoch, done_in_epoch)))
             self.log(
                 f"epoch {epoch + 1}/{num_epochs} step {global_step}: eval accuracy {result['accuracy']:.4f}"
                 f" on {result['eval_samples']} examples"

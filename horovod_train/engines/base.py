@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -89,6 +90,15 @@ class Engine(ABC):
         lengths = self.all_gather(torch.tensor([payload.numel()], dtype=torch.int64, device=self.device))
         chunks = self.all_gather(payload).cpu().split(lengths.cpu().tolist())
         return [json.loads(bytes(chunk.tolist()).decode()) for chunk in chunks]
+
+    def broadcast_object(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank. Pickled in memory between our own ranks: never from a file."""
+        if self.world_size == 1:
+            return obj
+        payload = bytearray(pickle.dumps(obj)) if self.is_main else bytearray()
+        data = torch.frombuffer(payload, dtype=torch.uint8) if payload else torch.empty(0, dtype=torch.uint8)
+        gathered = self.all_gather(data.to(self.device))  # only rank 0 contributes bytes
+        return pickle.loads(gathered.cpu().numpy().tobytes())
 
     def local_main_first(self, work: Callable[[], T]) -> T:
         """Run ``work`` on each node's local rank 0 first (it fills caches), then on the others."""

@@ -58,10 +58,9 @@ class HorovodEngine(Engine):
             op=op,
             gradient_predivide_factor=self.args.gradient_predivide_factor,
         )
-        # A fresh optimizer has no state, and Horovod would create it with a dummy step (Adam's step
-        # count becomes 1 and weight decay is applied once). Only a resumed state needs broadcasting.
-        if optimizer.state_dict()["state"]:
-            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        # No hvd.broadcast_optimizer_state: the wrapper starts with empty state on every rank, where
+        # Horovod would create it with a dummy step (Adam's step count becomes 1, weight decay is applied
+        # once). A resumed state is broadcast by the trainer and loaded on every rank alike.
         return model, optimizer
 
     def clip_and_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> None:
@@ -79,6 +78,11 @@ class HorovodEngine(Engine):
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.hvd.allgather(tensor)
+
+    def broadcast_object(self, obj: Any) -> Any:
+        # An explicit name: Horovod defaults it to type(obj).__name__, which differs between the root
+        # (the object) and the receivers (None), and the mismatched names hang the collective.
+        return self.hvd.broadcast_object(obj, root_rank=0, name="horovod_train.broadcast_object")
 
     def barrier(self) -> None:
         self.hvd.barrier()

@@ -1,0 +1,156 @@
+"""Checkpoints: exact resume mid-epoch, corruption and mismatch detection, atomic writes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import SMALL_JOB, assert_ok, horovodrun, run, train_cmd
+from safetensors.torch import load_file
+
+from horovod_train import checkpoint as ckpt
+
+pytestmark = pytest.mark.slow
+
+# 600 examples: 540 train -> 34 steps/epoch on one rank (batch 16), 17 on two ranks (batch 16 each).
+JOB = [*SMALL_JOB, "--synthetic_num_examples", "600", "--dropout", "0", "--save_total_limit", "20"]
+
+
+def max_abs_diff(a: Path, b: Path) -> float:
+    left, right = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert left.keys() == right.keys()
+    return max(float((left[k] - right[k]).abs().max()) for k in left)
+
+
+def launch(np: int, *args: str) -> list[str]:
+    return horovodrun(np, *args) if np > 1 else train_cmd("--engine", "single", *args)
+
+
+@pytest.mark.parametrize(("np", "max_steps", "save_steps", "resume_step"), [(1, 50, 10, 20), (2, 30, 5, 10)])
+def test_resume_mid_epoch_ends_with_the_same_parameters(tmp_path, cache_dir, np, max_steps, save_steps, resume_step):
+    full = tmp_path / "full"
+    args = [*JOB, "--max_steps", str(max_steps), "--save_steps", str(save_steps)]
+    assert_ok(run(launch(np, *args, "--output_dir", str(full)), cache_dir))
+    state = json.loads((full / f"checkpoint-{resume_step}" / ckpt.TRAINER_FILE).read_text())
+    assert state["epoch"] == 0 and 0 < state["steps_in_epoch"] < 34 // np, "the resume point must be mid-epoch"
+
+    # A second run directory that holds only what a crash after step `resume_step` would have left.
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copytree(full / f"checkpoint-{resume_step}", resumed / f"checkpoint-{resume_step}")
+    proc = run(launch(np, *args, "--output_dir", str(resumed), "--resume_from_checkpoint", "latest"), cache_dir)
+    assert_ok(proc)
+    assert f"resumed from step {resume_step}" in proc.stdout
+    diff = max_abs_diff(full, resumed)
+    print(f"np={np}: max-abs parameter difference after resume = {diff:.3e}")
+    assert diff <= 1e-6, f"resumed run differs from the uninterrupted one by {diff:.3e}"
+
+
+def test_checkpoints_are_pruned_and_verified(tmp_path, cache_dir):
+    out = tmp_path / "run"
+    args = [
+        *SMALL_JOB,
+        "--synthetic_num_examples",
+        "600",
+        "--max_steps",
+        "12",
+        "--save_steps",
+        "4",
+        "--save_total_limit",
+        "2",
+    ]
+    assert_ok(run(train_cmd("--engine", "single", *args, "--output_dir", str(out)), cache_dir))
+    assert [p.name for p in ckpt.list_checkpoints(out)] == ["checkpoint-8", "checkpoint-12"]
+    assert not list(out.glob(".checkpoint-*")), "no temporary checkpoint directory may be left behind"
+    state = ckpt.verify_checkpoint(out / "checkpoint-12")
+    assert state["global_step"] == 12
+    tensors, training_state, _ = ckpt.load_checkpoint(out / "checkpoint-12")
+    assert set(training_state) >= {"optimizer", "scheduler", "rng"}
+    assert all(isinstance(t, torch.Tensor) for t in tensors.values())
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, cache_dir) -> Path:
+    out = tmp_path_factory.mktemp("ckpt") / "run"
+    args = [*SMALL_JOB, "--synthetic_num_examples", "600", "--max_steps", "6", "--save_steps", "3"]
+    assert_ok(run(train_cmd("--engine", "single", *args, "--output_dir", str(out)), cache_dir))
+    return out
+
+
+def resume(tmp_path: Path, cache_dir: Path, source: Path, *extra: str):
+    out = tmp_path / "resume"
+    shutil.copytree(source, out)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    proc = run(
+        train_cmd(
+            "--engine",
+            "single",
+            *SMALL_JOB,
+            "--synthetic_num_examples",
+            "600",
+            "--max_steps",
+            "9",
+            "--output_dir",
+            str(out),
+            *extra,
+        ),
+        cache_dir,
+    )
+    after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    return proc, before == after
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_corrupted_checkpoint_is_refused(tmp_path, cache_dir, trained, damage):
+    source = tmp_path / "source"
+    shutil.copytree(trained, source)
+    model_file = source / "checkpoint-6" / ckpt.MODEL_FILE
+    data = bytearray(model_file.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    else:
+        data[-10] ^= 0xFF
+    model_file.write_bytes(bytes(data))
+    proc, untouched = resume(tmp_path, cache_dir, source, "--resume_from_checkpoint", "latest")
+    assert proc.returncode == 2 and "corrupted" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and untouched
+
+
+def test_incomplete_checkpoint_is_refused(tmp_path, cache_dir, trained):
+    source = tmp_path / "source"
+    shutil.copytree(trained, source)
+    (source / "checkpoint-6" / ckpt.MANIFEST).unlink()
+    proc, untouched = resume(tmp_path, cache_dir, source, "--resume_from_checkpoint", str(source / "checkpoint-6"))
+    assert proc.returncode == 2 and "manifest.json" in proc.stderr and untouched
+
+
+def test_checkpoint_of_another_label_count_is_refused(tmp_path, cache_dir, trained):
+    import pandas as pd
+
+    from horovod_train import synthetic
+
+    frame = pd.DataFrame(synthetic.generate(600, seed=42))
+    frame["label"] = frame["label"].clip(upper=1)
+    data = tmp_path / "two_labels.csv"
+    frame.to_csv(data, index=False)
+    proc, untouched = resume(
+        tmp_path,
+        cache_dir,
+        trained,
+        "--resume_from_checkpoint",
+        "latest",
+        "--train_file",
+        str(data),
+        "--num_labels",
+        "2",
+    )
+    assert proc.returncode == 2 and "num_labels=3" in proc.stderr and "num_labels=2" in proc.stderr, proc.stderr
+    assert untouched
+
+
+def test_missing_checkpoint_path_is_refused(tmp_path, cache_dir, trained):
+    proc, untouched = resume(tmp_path, cache_dir, trained, "--resume_from_checkpoint", str(tmp_path / "nope"))
+    assert proc.returncode == 2 and "does not exist" in proc.stderr and untouched
