@@ -108,7 +108,7 @@ def _master(env: Mapping[str, str], launcher: str, rank: int, resolve: bool) -> 
         addr = env.get("MASTER_ADDR") or (slurm_master_addr(env) if resolve else None)
         return addr, _int(env, "MASTER_PORT", 20000 + _int(env, "SLURM_JOB_ID", 0) % 20000)
     if launcher == "plain":
-        return "127.0.0.1", _int(env, "MASTER_PORT", 0) or free_port()
+        return "127.0.0.1", _int(env, "MASTER_PORT", 0) or (free_port() if resolve else None)
     return None, None  # horovodrun --gloo: its rendezvous is Horovod's own
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from horovod_train.engines.single import SingleEngine
+from horovod_train.engines.single import SingleEngine, refuse_a_launcher
 
 
 class LossPerReplica(nn.Module):
@@ -34,6 +34,7 @@ class DataParallelEngine(SingleEngine):
     device_ids: list[int] = []
 
     def setup(self) -> None:
+        refuse_a_launcher(self.name)
         self.device_ids = list(range(torch.cuda.device_count()))
         if self.device_ids:
             self.device = torch.device("cuda", self.device_ids[0])

@@ -5,13 +5,26 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from horovod_train import distributed_env
 from horovod_train.engines.base import Engine
+from horovod_train.errors import UsageError
+
+
+def refuse_a_launcher(engine: str) -> None:
+    """One-process engines under a multi-process launcher would train W copies into one --output_dir."""
+    env = distributed_env.detect(resolve_master=False)
+    if env.world_size > 1:
+        raise UsageError(
+            f"--engine {engine} runs one process but {env.launcher} started {env.world_size}",
+            "start it with plain python, or use --engine horovod or ddp under a launcher",
+        )
 
 
 class SingleEngine(Engine):
     name = "single"
 
     def setup(self) -> None:
+        refuse_a_launcher(self.name)
         if torch.cuda.is_available():
             self.device = torch.device("cuda", 0)
         self.set_cpu_threads()
