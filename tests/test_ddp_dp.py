@@ -51,3 +51,27 @@ def test_ddp_bucket_cap_must_be_positive(tmp_path, capsys):
     assert exit_info.value.code == 2
     assert "--ddp_bucket_cap_mb must be > 0" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_dp_weights_unequal_replica_shares_by_example_count():
+    """What DataParallel does with 5 examples on 2 GPUs (a 3/2 split), done by hand on the CPU: the
+    engine's loss over the per-replica (loss, count) pairs equals the loss of the whole batch."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from horovod_train.config import TrainingArguments
+    from horovod_train.engines.dp import DataParallelEngine, LossPerReplica
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
+    config.update({"intermediate_size": 32, "num_labels": 3, "hidden_dropout_prob": 0.0, "initializer_range": 1.0})
+    model = BertForSequenceClassification(config).eval()
+    batch = {"input_ids": torch.randint(5, 50, (5, 7)), "labels": torch.tensor([0, 1, 2, 2, 1])}
+    replica = LossPerReplica(model)
+    shares = [replica(**{k: v[s] for k, v in batch.items()}) for s in (slice(0, 3), slice(3, 5))]
+    gathered = tuple(torch.cat(parts) for parts in zip(*shares, strict=True))
+    engine = DataParallelEngine(TrainingArguments(engine="dp"))
+    loss = engine.forward_loss(lambda **_: gathered, batch)
+    assert gathered[1].tolist() == [3.0, 2.0]
+    assert loss.item() == pytest.approx(model(**batch).loss.item(), abs=1e-6)
+    assert abs(loss.item() - gathered[0].mean().item()) > 1e-3  # the plain mean would be wrong
