@@ -45,7 +45,9 @@ class Run:
         if self.launcher == "mpirun":
             root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
             forward = [arg for var in MPI_FORWARD if var in os.environ for arg in ("-x", var)]
-            return [_tool("mpirun"), *root, "--oversubscribe", "--bind-to", "none", "-np", n, *forward, *train]
+            # Yield when idle: busy-polling MPI would starve each rank's compute of the cores it shares.
+            mca = ["--mca", "mpi_yield_when_idle", "1"]
+            return [_tool("mpirun"), *root, "--oversubscribe", "--bind-to", "none", *mca, "-np", n, *forward, *train]
         if self.launcher == "torchrun":
             return [_tool("torchrun"), "--standalone", "--nproc_per_node", n, "--no-python", *train]
         return train
