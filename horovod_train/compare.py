@@ -12,6 +12,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,19 +39,25 @@ class Run:
     world_size: int  # processes; single and dp take world_size x the per-rank batch instead
 
     def command(self, train_args: list[str]) -> list[str]:
-        train = [sys.executable, "-m", "horovod_train", "train", "--engine", self.engine, *train_args]
+        return self.launch([sys.executable, "-m", "horovod_train", "train", "--engine", self.engine, *train_args])
+
+    def launch(self, program: list[str], env: Mapping[str, str] | None = None) -> list[str]:
+        """``program`` under this run's launcher. horovodrun and torchrun hand their environment to the
+        ranks; mpirun is told to forward MPI_FORWARD and every HOROVOD_* variable of ``env``."""
         n = str(self.world_size)
         if self.launcher == "horovodrun":
-            return [_tool("horovodrun"), "-np", n, "--gloo", *train]
+            return [_tool("horovodrun"), "-np", n, "--gloo", *program]
         if self.launcher == "mpirun":
+            env = os.environ if env is None else env
             root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
-            forward = [arg for var in MPI_FORWARD if var in os.environ for arg in ("-x", var)]
+            names = [v for v in env if v in MPI_FORWARD or v.startswith("HOROVOD_")]
+            forward = [arg for var in names for arg in ("-x", var)]
             # Yield when idle: busy-polling MPI would starve each rank's compute of the cores it shares.
             mca = ["--mca", "mpi_yield_when_idle", "1"]
-            return [_tool("mpirun"), *root, "--oversubscribe", "--bind-to", "none", *mca, "-np", n, *forward, *train]
+            return [_tool("mpirun"), *root, "--oversubscribe", "--bind-to", "none", *mca, "-np", n, *forward, *program]
         if self.launcher == "torchrun":
-            return [_tool("torchrun"), "--standalone", "--nproc_per_node", n, "--no-python", *train]
-        return train
+            return [_tool("torchrun"), "--standalone", "--nproc_per_node", n, "--no-python", *program]
+        return program
 
 
 def _tool(name: str) -> str:
@@ -125,6 +132,14 @@ def passthrough_args(namespace: argparse.Namespace) -> list[str]:
             if value is not None and f.name not in PER_RUN:
                 args += [f"--{f.name}", str(value)]
     return args
+
+
+def execute(cmd: list[str], log: Path, env: Mapping[str, str] | None = None) -> int:
+    """Run one launch with its output in ``log`` (the command line first); return its exit code."""
+    with log.open("w") as log_file:
+        log_file.write(" ".join(cmd) + "\n")
+        log_file.flush()
+        return subprocess.run(cmd, stdout=log_file, stderr=subprocess.STDOUT, check=False, env=env).returncode
 
 
 def summarize(run: Run, run_dir: Path, returncode: int, log: Path) -> dict[str, Any]:
@@ -216,10 +231,7 @@ def main(namespace: argparse.Namespace) -> int:
         cmd = run.command([*common, "--per_device_train_batch_size", str(per_process), "--output_dir", str(run_dir)])
         print(f"[{i}/{len(runs)}] {run.name}: {run.launcher}, {run.world_size} process(es)", flush=True)
         started = time.perf_counter()
-        with log.open("w") as log_file:
-            log_file.write(" ".join(cmd) + "\n")
-            log_file.flush()
-            returncode = subprocess.run(cmd, stdout=log_file, stderr=subprocess.STDOUT, check=False).returncode
+        returncode = execute(cmd, log)
         rows.append(summarize(run, run_dir, returncode, log))
         status = "ok" if rows[-1]["ok"] else f"FAILED (exit {returncode}), see {log}"
         print(f"      {status} in {time.perf_counter() - started:.1f}s", flush=True)
