@@ -79,6 +79,9 @@ class TrainingArguments:
     resume_from_checkpoint: str | None = field(
         default=None, metadata={"help": "'latest' (in --output_dir) or a checkpoint-<step> directory."}
     )
+    # Elastic Horovod (horovodrun --min-np/--max-np --host-discovery-script).
+    elastic: bool = field(default=False, metadata={"help": "Survive workers leaving and joining (Horovod)."})
+    elastic_commit_steps: int = field(default=10, metadata={"help": "Steps between elastic state commits."})
     # Horovod knobs (ignored by engines that do not have them).
     scale_lr: bool = field(default=False, metadata={"help": "Multiply the learning rate by the world size."})
     compression: str = field(default="none", metadata={"help": "Gradient compression: none or fp16."})
@@ -219,6 +222,12 @@ def validate(config: RunConfig) -> None:
     for name, value in positive.items():
         if value <= 0:
             raise UsageError(f"--{name} must be > 0 (got {value})", f"pass --{name} 1 or more")
+    if t.elastic and t.engine != "horovod":
+        raise UsageError(f"--elastic needs --engine horovod (got {t.engine})", "drop --elastic or use horovod")
+    if t.elastic and t.resume_from_checkpoint:
+        raise UsageError("--elastic cannot resume from a checkpoint yet", "drop one of the two flags")
+    if t.elastic_commit_steps <= 0:
+        raise UsageError(f"--elastic_commit_steps must be > 0 (got {t.elastic_commit_steps})", "pass e.g. 10")
     for name in ("save_steps", "save_total_limit"):
         if getattr(t, name) < 0:
             raise UsageError(f"--{name} must be >= 0 (got {getattr(t, name)})", f"pass --{name} 0 or more")

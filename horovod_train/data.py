@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from datasets import Dataset, DatasetDict, load_from_disk
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, Sampler
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
 from horovod_train import synthetic
@@ -172,12 +172,25 @@ def load_tokenized(path: Path) -> DatasetDict:
 
 
 class ResumableDistributedSampler(DistributedSampler):
-    """A DistributedSampler that can start inside an epoch (resuming a checkpoint mid-epoch)."""
+    """A DistributedSampler that can start inside an epoch (resuming a checkpoint mid-epoch).
+
+    The trainer drives every training sampler through ``begin_epoch`` and ``record_step``, so an
+    engine may substitute its own (Horovod elastic re-shards the rest of an epoch on a resize)."""
 
     skip = 0  # indices of this rank's shard to skip in the current epoch
 
+    def begin_epoch(self, epoch: int, skip_per_rank: int) -> None:
+        self.set_epoch(epoch)
+        self.skip = skip_per_rank
+
+    def record_step(self, samples_per_rank: int) -> None:
+        """Called after each optimizer step; the position is kept by the trainer's step count."""
+
     def __iter__(self):
         return itertools.islice(super().__iter__(), self.skip, None)
+
+    def __len__(self) -> int:
+        return super().__len__() - self.skip
 
 
 def train_loader(
@@ -188,10 +201,12 @@ def train_loader(
     rank: int,
     seed: int,
     num_workers: int = 0,
+    sampler: Sampler | None = None,
 ) -> DataLoader:
     """Rank r takes every world_size-th example of one seeded permutation, so the global batch of
     step k is the same contiguous slice of that permutation for every world size (see README)."""
-    sampler = ResumableDistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+    if sampler is None:
+        sampler = ResumableDistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
     return DataLoader(
         dataset,
         batch_size=batch_size,

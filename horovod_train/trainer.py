@@ -112,8 +112,13 @@ class Trainer:
 
     # ---- evaluation --------------------------------------------------------------------------
     @torch.no_grad()
-    def evaluate(self, model: torch.nn.Module, loader, num_examples: int) -> dict[str, Any]:
+    def evaluate(self, model: torch.nn.Module, dataset, tokenizer) -> dict[str, Any]:
+        """Every example once over all ranks (the shard follows the current world size)."""
         engine = self.engine
+        args = self.args
+        loader = data_lib.eval_loader(
+            dataset, tokenizer, args.per_device_eval_batch_size, engine.world_size, engine.rank
+        )
         net = engine.unwrap(model)
         net.eval()
         rows = [torch.zeros((0, 3), dtype=torch.int64)]
@@ -124,7 +129,7 @@ class Trainer:
             predictions = net(**batch).logits.argmax(dim=-1)
             rows.append(torch.stack([index, predictions.cpu(), labels.cpu()], dim=1))
         gathered = engine.all_gather(torch.cat(rows).to(engine.device))
-        result = exact_accuracy(gathered.cpu(), num_examples)
+        result = exact_accuracy(gathered.cpu(), len(dataset))
         per_rank = engine.all_gather(torch.tensor([result["accuracy"]], dtype=torch.float64, device=engine.device))
         result["accuracy_per_rank"] = per_rank.cpu().tolist()
         net.train()
@@ -178,23 +183,18 @@ class Trainer:
             # After wrapping: Horovod's DistributedOptimizer is a new optimizer with empty state.
             optimizer.load_state_dict(resumed[0]["optimizer"])
 
+        accum, batch_size = args.gradient_accumulation_steps, args.per_device_train_batch_size
+        sampler = engine.train_sampler(tokenized["train"], args.seed)
         train_loader = data_lib.train_loader(
             tokenized["train"],
             tokenizer,
-            args.per_device_train_batch_size,
+            batch_size,
             engine.world_size,
             engine.rank,
             args.seed,
             args.dataloader_num_workers,
+            sampler=sampler,
         )
-        eval_loader = data_lib.eval_loader(
-            tokenized["validation"],
-            tokenizer,
-            args.per_device_eval_batch_size,
-            engine.world_size,
-            engine.rank,
-        )
-        accum = args.gradient_accumulation_steps
         steps_per_epoch = len(train_loader) // accum
         if steps_per_epoch == 0:
             raise UsageError(
@@ -205,83 +205,103 @@ class Trainer:
         num_epochs = math.ceil(total_steps / steps_per_epoch)
         warmup = args.warmup_steps or math.ceil(args.warmup_ratio * total_steps)
         scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
-        global_step, start_epoch, steps_done_in_epoch = 0, 0, 0
+        progress_fields = {"epoch": 0, "steps_in_epoch": 0, "global_step": 0, "history": (), "resizes": ()}
         if resumed:
             training_state, trainer_state = resumed
             scheduler.load_state_dict(training_state["scheduler"])
-            for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr(), strict=True):
-                group["lr"] = lr  # a new scheduler reset it to the first step's value
-            global_step = trainer_state["global_step"]
-            start_epoch, steps_done_in_epoch = trainer_state["epoch"], trainer_state["steps_in_epoch"]
+            progress_fields.update(
+                global_step=trainer_state["global_step"],
+                epoch=trainer_state["epoch"],
+                steps_in_epoch=trainer_state["steps_in_epoch"],
+            )
 
         # Every input has been validated: only now is anything written.
         if engine.is_main and not resumed:
             reset_output_dir(args.output_dir)
             write_json_atomic(self.output_dir / "run_config.json", {**c.to_dict(), **engine.describe()})
-        metrics_file = (self.output_dir / "metrics.jsonl").open("a") if engine.is_main else None
         self.log(
             f"engine={engine.name} world_size={engine.world_size} device={engine.device} "
             f"train={len(tokenized['train'])} validation={len(tokenized['validation'])} "
-            f"global_batch={args.per_device_train_batch_size * accum * engine.world_size} steps={total_steps}"
+            f"global_batch={batch_size * accum * engine.world_size} steps={total_steps}"
         )
+        if resumed:
+            ckpt.set_rng_state(resumed[0]["rng"])
 
         # Under a launcher stderr is a pipe, not a terminal: redraw the bar rarely so logs stay readable.
         interactive = sys.stderr.isatty()
         progress = tqdm(total=total_steps, disable=not engine.is_main or args.disable_tqdm, desc="train",
                         mininterval=0.1 if interactive else 10.0, ascii=not interactive)
-        progress.update(global_step)
-        history: list[dict[str, Any]] = []
-        meter = Meter()
-        if resumed:
-            ckpt.set_rng_state(resumed[0]["rng"])
 
-        def save(epoch: int, steps_in_epoch: int) -> None:
+        def save(state) -> None:
             if engine.is_main and args.save_total_limit > 0:
-                state = ckpt.TrainerState(global_step, epoch, steps_in_epoch, compatibility, c.to_dict())
-                ckpt.save_checkpoint(self.output_dir, engine.unwrap(model), optimizer, scheduler, state,
+                saved = ckpt.TrainerState(state.global_step, state.epoch, state.steps_in_epoch, compatibility,
+                                          c.to_dict())
+                ckpt.save_checkpoint(self.output_dir, engine.unwrap(model), optimizer, scheduler, saved,
                                      keep=args.save_total_limit)
 
-        for epoch in range(start_epoch, num_epochs):
-            train_loader.sampler.set_epoch(epoch)
-            skip = steps_done_in_epoch if epoch == start_epoch else 0
-            train_loader.sampler.skip = skip * accum * args.per_device_train_batch_size
-            batches = iter(train_loader)
-            model.train()
-            done_in_epoch = skip
-            while done_in_epoch < steps_per_epoch and global_step < total_steps:
-                for micro in range(accum):
-                    batch = {k: v.to(engine.device, non_blocking=True) for k, v in next(batches).items()}
-                    with engine.accumulation_context(model, is_last_micro_step=micro == accum - 1):
-                        loss = engine.forward_loss(model, batch)
-                        (loss / accum).backward()
-                    meter.add(loss.item(), batch)
-                engine.clip_and_step(model, optimizer, args.max_grad_norm)
-                scheduler.step()
-                optimizer.zero_grad()
-                global_step += 1
-                done_in_epoch += 1
-                progress.update(1)
-                if global_step % args.logging_steps == 0 or global_step == total_steps:
-                    record = {
-                        "step": global_step,
-                        "epoch": round(global_step / steps_per_epoch, 4),
-                        "learning_rate": scheduler.get_last_lr()[0],
-                        **meter.reduce(engine),
-                    }
-                    meter = Meter()
-                    if metrics_file:
-                        metrics_file.write(json.dumps(record) + "\n")
-                        metrics_file.flush()
+        def loop(state) -> dict[str, Any]:
+            """Re-entrant: an elastic engine calls it again after a resize, from the last commit."""
+            if not state.resizes or state.resizes[-1][1] != engine.world_size:
+                state.resizes = (*state.resizes, (state.global_step, engine.world_size))
+            base_lr = engine.effective_learning_rate(args.learning_rate)
+            scheduler.base_lrs = [base_lr] * len(optimizer.param_groups)
+            sync_learning_rate(scheduler, optimizer, state.global_step)
+            progress.n = state.global_step
+            meter, result = Meter(), None
+            while state.epoch < num_epochs and state.global_step < total_steps:
+                sampler_ = train_loader.sampler
+                sampler_.begin_epoch(state.epoch, state.steps_in_epoch * accum * batch_size)
+                steps_left = len(train_loader) // accum
+                batches = iter(train_loader)
+                model.train()
+                completed = True
+                for _ in range(steps_left):
+                    if state.global_step >= total_steps:
+                        completed = False
+                        break
+                    for micro in range(accum):
+                        batch = {k: v.to(engine.device, non_blocking=True) for k, v in next(batches).items()}
+                        with engine.accumulation_context(model, is_last_micro_step=micro == accum - 1):
+                            loss = engine.forward_loss(model, batch)
+                            (loss / accum).backward()
+                        meter.add(loss.item(), batch)
+                    engine.clip_and_step(model, optimizer, args.max_grad_norm)
+                    scheduler.step()
+                    optimizer.zero_grad()
+                    sampler_.record_step(accum * batch_size)
+                    state.global_step += 1
+                    state.steps_in_epoch += 1
+                    progress.update(1)
+                    if state.global_step % args.logging_steps == 0 or state.global_step == total_steps:
+                        record = {
+                            "step": state.global_step,
+                            "epoch": round(state.epoch + state.steps_in_epoch / max(steps_per_epoch, 1), 4),
+                            "learning_rate": scheduler.get_last_lr()[0],
+                            "world_size": engine.world_size,
+                            **meter.reduce(engine),
+                        }
+                        meter = Meter()
+                        self.append_metrics(record)
                         progress.set_postfix(loss=f"{record['loss']:.4f}")
-                if args.save_steps and global_step % args.save_steps == 0 and done_in_epoch < steps_per_epoch:
-                    save(epoch, done_in_epoch)
-            result = self.evaluate(model, eval_loader, len(tokenized["validation"]))
-            history.append({"epoch": epoch + 1, "step": global_step, "accuracy": result["accuracy"]})
-            save(*((epoch + 1, 0) if done_in_epoch == steps_per_epoch else (epoch, done_in_epoch)))
-            self.log(
-                f"epoch {epoch + 1}/{num_epochs} step {global_step}: eval accuracy {result['accuracy']:.4f}"
-                f" on {result['eval_samples']} examples"
-            )
+                    if args.save_steps and state.global_step % args.save_steps == 0:
+                        save(state)
+                    if args.elastic and state.global_step % args.elastic_commit_steps == 0:
+                        state.commit()
+                result = self.evaluate(model, tokenized["validation"], tokenizer)
+                state.history = (*state.history, {"epoch": state.epoch + 1, "step": state.global_step,
+                                                  "accuracy": result["accuracy"]})
+                self.log(
+                    f"epoch {state.epoch + 1}/{num_epochs} step {state.global_step}: eval accuracy "
+                    f"{result['accuracy']:.4f} on {result['eval_samples']} examples"
+                )
+                if completed:
+                    state.epoch, state.steps_in_epoch = state.epoch + 1, 0
+                save(state)
+                state.commit()
+            return result or self.evaluate(model, tokenized["validation"], tokenizer)
+
+        state = engine.progress_state(model, optimizer, train_loader.sampler, **progress_fields)
+        result = engine.run(loop, state)
         progress.close()
 
         checksums = engine.all_gather(
@@ -292,15 +312,29 @@ class Trainer:
             **result,
             **engine.describe(),
             "epoch": num_epochs,
-            "global_step": global_step,
-            "history": history,
+            "global_step": state.global_step,
+            "history": list(state.history),
+            "world_size_changes": [list(r) for r in state.resizes],
             "param_checksum_per_rank": checksums.cpu().tolist(),
             "peak_memory_mb_per_rank": engine.all_gather(peak_memory).cpu().tolist(),
             "wall_time_s": round(time.perf_counter() - started, 3),
         }
         if engine.is_main:
-            metrics_file.close()
             engine.unwrap(model).save_pretrained(self.output_dir)
             tokenizer.save_pretrained(self.output_dir)
             write_json_atomic(self.output_dir / "eval_results.json", results)
         return results
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        if self.engine.is_main:  # opened per record: after an elastic resize rank 0 may be a new process
+            with (self.output_dir / "metrics.jsonl").open("a") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+def sync_learning_rate(scheduler, optimizer: torch.optim.Optimizer, global_step: int) -> None:
+    """Put the schedule at ``global_step`` (after a resume, an elastic rollback or a change of base LR)."""
+    scheduler.last_epoch = global_step
+    lrs = [base * lam(global_step) for base, lam in zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)]
+    for group, lr in zip(optimizer.param_groups, lrs, strict=True):
+        group["lr"] = lr
+    scheduler._last_lr = lrs

@@ -13,6 +13,7 @@ import os
 import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import torch
@@ -21,6 +22,13 @@ from torch import nn
 from horovod_train.config import TrainingArguments
 
 T = TypeVar("T")
+
+
+class ProgressState(SimpleNamespace):
+    """Training position of a non-elastic run: commits are no-ops (checkpoints are separate)."""
+
+    def commit(self) -> None:
+        pass
 
 
 class Engine(ABC):
@@ -57,6 +65,18 @@ class Engine(ABC):
     @abstractmethod
     def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, torch.optim.Optimizer]:
         """Make model and optimizer data-parallel and identical on every rank."""
+
+    def train_sampler(self, dataset: Any, seed: int) -> Any:
+        """A sampler with begin_epoch/record_step (see data.ResumableDistributedSampler); None: that one."""
+        return None
+
+    def progress_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, sampler: Any, **fields: Any) -> Any:
+        """The training position the loop reads and advances (epoch, global_step, ...)."""
+        return ProgressState(**fields)
+
+    def run(self, loop: Callable[[Any], T], state: Any) -> T:
+        """Run the training loop; an elastic engine re-enters it after a resize."""
+        return loop(state)
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model

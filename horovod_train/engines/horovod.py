@@ -23,12 +23,33 @@ class HorovodEngine(Engine):
 
         self.hvd = hvd
         hvd.init()
-        self.rank, self.local_rank = hvd.rank(), hvd.local_rank()
-        self.world_size, self.local_world_size = hvd.size(), hvd.local_size()
+        self.read_topology()
         if torch.cuda.is_available():
             torch.cuda.set_device(self.local_rank)  # pin by local rank: global ranks exceed a node's GPUs
             self.device = torch.device("cuda", self.local_rank)
         self.set_cpu_threads()
+
+    def read_topology(self) -> None:
+        hvd = self.hvd
+        self.rank, self.local_rank = hvd.rank(), hvd.local_rank()
+        self.world_size, self.local_world_size = hvd.size(), hvd.local_size()
+
+    # ---- elastic Horovod: the loop is re-entered from the last commit after workers leave or join ----
+    def train_sampler(self, dataset: Any, seed: int) -> Any:
+        return make_elastic_sampler(dataset, seed) if self.args.elastic else None
+
+    def progress_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, sampler: Any, **fields: Any) -> Any:
+        if not self.args.elastic:
+            return super().progress_state(model, optimizer, sampler, **fields)
+        # The optimizer is passed first so that its sync (broadcast_optimizer_state, which creates missing
+        # state on joining workers with a dummy step that moves their parameters) runs before the
+        # parameters are broadcast, and the joining workers end with rank 0's parameters exactly.
+        state = self.hvd.elastic.TorchState(opt=optimizer, sampler=sampler, model=model, optimizer=None, **fields)
+        state.register_reset_callbacks([self.read_topology])
+        return state
+
+    def run(self, loop: Any, state: Any) -> Any:
+        return self.hvd.elastic.run(loop)(state) if self.args.elastic else loop(state)
 
     def effective_learning_rate(self, learning_rate: float) -> float:
         if not self.args.scale_lr:
@@ -100,3 +121,20 @@ class HorovodEngine(Engine):
 
     def shutdown(self) -> None:
         self.hvd.shutdown()
+
+
+def make_elastic_sampler(dataset: Any, seed: int) -> Any:
+    """Horovod's ElasticSampler behind the trainer's sampler interface (begin_epoch/record_step). It
+    shards one seeded permutation strided over the ranks like DistributedSampler, counts the samples
+    processed in the epoch, and on a resize re-shards the rest of the epoch over the new world."""
+    from horovod.torch.elastic import ElasticSampler
+
+    class ElasticTrainSampler(ElasticSampler):
+        def begin_epoch(self, epoch: int, skip_per_rank: int) -> None:
+            if self.epoch != epoch:  # a re-entry inside an epoch keeps the committed position
+                self.set_epoch(epoch)
+
+        def record_step(self, samples_per_rank: int) -> None:
+            self.record_batch(0, samples_per_rank)
+
+    return ElasticTrainSampler(dataset, shuffle=True, seed=seed)
