@@ -41,6 +41,8 @@ if ! ls "$WHEEL_DIR"/horovod-*.whl >/dev/null 2>&1; then
         unset HOROVOD_GPU_OPERATIONS HOROVOD_GPU_ALLREDUCE HOROVOD_GPU_BROADCAST
     fi
     export MAKEFLAGS="-j${HOROVOD_BUILD_JOBS:-$(nproc)}"
+    # Build tools in the target environment itself (make setup has them already; a fresh image does not).
+    "$PYTHON" -m pip install -q 'cmake<5' setuptools wheel
     WORK=$(mktemp -d)
     trap 'rm -rf "$WORK"' EXIT
     "$PYTHON" -m pip download -q --no-deps --no-binary :all: -d "$WORK" "horovod==$HOROVOD_VERSION"
