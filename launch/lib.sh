@@ -1,0 +1,256 @@
+# shellcheck shell=bash
+# Shared by the launch/ scripts (sourced, not run): find the checkout and its Python, validate input
+# with one-line errors (exit 2), print the effective command, then run it.
+
+HVT_LAUNCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+HVT_REPO=${HVT_REPO:-$(cd "$HVT_LAUNCH_DIR/.." && pwd)}
+
+# hvt_die PROBLEM FIX: the project's error format (horovod_train/errors.py), exit 2.
+hvt_die() {
+    echo "error: $1; fix: $2" >&2
+    exit 2
+}
+
+# Sets HVT_PY (a Python that imports horovod_train) and puts its bin/ first on PATH, so horovodrun,
+# torchrun and the ranks' `python` all come from the same environment. HVT_PYTHON overrides.
+hvt_find_python() {
+    local py=${HVT_PYTHON:-}
+    if [ -z "$py" ]; then
+        if [ -x "$HVT_REPO/.venv/bin/python" ]; then
+            py=$HVT_REPO/.venv/bin/python
+        else
+            py=$(command -v python3 || true)
+        fi
+    fi
+    if [ -n "${HVT_PYTHON:-}" ] && ! [ -x "$py" ]; then
+        hvt_die "HVT_PYTHON=$py is not an executable" "set HVT_PYTHON to a Python that has horovod_train installed"
+    elif [ -z "$py" ]; then
+        hvt_die "no Python found (no $HVT_REPO/.venv, no python3 on PATH)" \
+            "run 'make setup' in $HVT_REPO or set HVT_PYTHON to a Python that has horovod_train installed"
+    fi
+    if ! "$py" -c 'import horovod_train' 2>/dev/null; then
+        hvt_die "$py cannot import horovod_train" \
+            "run 'make setup' in $HVT_REPO or set HVT_PYTHON to a Python that has horovod_train installed"
+    fi
+    HVT_PY=$py
+    HVT_BIN=$(dirname "$py")
+    PATH="$HVT_BIN:$PATH"
+    export PATH
+}
+
+# hvt_need_command NAME FIX
+hvt_need_command() {
+    command -v "$1" >/dev/null 2>&1 || hvt_die "$1 is not on PATH" "$2"
+}
+
+# hvt_positive_int OPTION VALUE
+hvt_positive_int() {
+    [[ $2 =~ ^[1-9][0-9]*$ ]] || hvt_die "$1 needs a whole number > 0 (got '$2')" "pass e.g. $1 2"
+}
+
+# hvt_number OPTION VALUE: a non-negative number (integer or decimal).
+hvt_number() {
+    [[ $2 =~ ^[0-9]+([.][0-9]+)?$ ]] || hvt_die "$1 needs a number >= 0 (got '$2')" "pass e.g. $1 5"
+}
+
+# hvt_value OPTION ARGC: an option that takes a value must have one.
+hvt_value() {
+    [ "$2" -ge 2 ] || hvt_die "$1 needs a value" "pass $1 VALUE"
+}
+
+# hvt_parent_dir OPTION PATH: a file the job will write must have an existing directory.
+hvt_parent_dir() {
+    local dir
+    dir=$(dirname "$2")
+    [ -d "$dir" ] || hvt_die "$1 $2: directory $dir does not exist" "create it first (mkdir -p $dir)"
+}
+
+# hvt_host_slots HOSTS: validate `host:slots,...`; prints the total number of slots.
+hvt_host_slots() {
+    local total=0 entry
+    local -a entries
+    IFS=, read -r -a entries <<<"$1"
+    [ "${#entries[@]}" -gt 0 ] || hvt_die "-H needs host:slots entries" "pass e.g. -H node1:4,node2:4"
+    for entry in "${entries[@]}"; do
+        [[ $entry =~ ^[A-Za-z0-9._-]+:([1-9][0-9]*)$ ]] ||
+            hvt_die "-H entry '$entry' is not host:slots" "pass e.g. -H node1:4,node2:4"
+        total=$((total + BASH_REMATCH[1]))
+    done
+    echo "$total"
+}
+
+# hvt_hostfile_hosts FILE: validate a hostfile (`host slots=N` lines, blank lines and # comments) and
+# print it as host:slots,... (horovodrun's own --hostfile parser takes no comments or blank lines).
+hvt_hostfile_hosts() {
+    local file=$1 line n=0
+    local -a found=()
+    [ -f "$file" ] || hvt_die "hostfile $file does not exist" "pass an existing file of 'host slots=N' lines"
+    while IFS= read -r line || [ -n "$line" ]; do
+        n=$((n + 1))
+        line=${line%%#*}
+        line=${line#"${line%%[![:space:]]*}"}
+        line=${line%"${line##*[![:space:]]}"}
+        [ -n "$line" ] || continue
+        [[ $line =~ ^([A-Za-z0-9._-]+)[[:space:]]+slots=([1-9][0-9]*)$ ]] ||
+            hvt_die "line $n of hostfile $file ('$line') is not 'host slots=N'" "write one 'host slots=N' per line"
+        found+=("${BASH_REMATCH[1]}:${BASH_REMATCH[2]}")
+    done <"$file"
+    [ "${#found[@]}" -gt 0 ] || hvt_die "hostfile $file lists no hosts" "write one 'host slots=N' per line"
+    (
+        IFS=,
+        echo "${found[*]}"
+    )
+}
+
+# hvt_ranks NP SLOTS: the number of ranks to start. NP if given (at most SLOTS when hosts were given),
+# else the hosts' SLOTS, else one per GPU here, else 2.
+hvt_ranks() {
+    local np=$1 slots=$2
+    if [ "$slots" -gt 0 ]; then
+        np=${np:-$slots}
+        [ "$np" -le "$slots" ] || hvt_die "-np $np is more than the $slots slots of the hosts" "lower -np or add slots"
+    else
+        np=${np:-$(hvt_gpu_count)}
+        [ "$np" -gt 0 ] || np=2
+    fi
+    echo "$np"
+}
+
+# hvt_gpu_count: GPUs visible on this machine (0 without nvidia-smi).
+hvt_gpu_count() {
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true
+    else
+        echo 0
+    fi
+}
+
+# hvt_command ARGS...: the horovod_train command line every rank runs. ARGS are training arguments
+# (`train` is implied), or a subcommand and its arguments (`doctor` prints the rank/host/device map, to
+# check a launch before training); none = train the embedded demo job. Sets HVT_CMD.
+hvt_command() {
+    case ${1:-} in
+    train | doctor) HVT_CMD=("$@") ;;
+    "") HVT_CMD=(train --config "${HVT_DEFAULT_CONFIG:-$HVT_REPO/configs/demo.yaml}") ;;
+    *) HVT_CMD=(train "$@") ;;
+    esac
+}
+
+# hvt_run CMD...: print the effective command (copy-pasteable, after the '+ '), then replace this shell with it.
+hvt_run() {
+    local word line="+"
+    for word in "$@"; do
+        if [[ $word =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then
+            line+=" $word"
+        elif [[ $word != *"'"* ]]; then
+            line+=" '$word'"
+        else
+            line+=" $(printf '%q' "$word")"
+        fi
+    done
+    echo "$line"
+    exec "$@"
+}
+
+# hvt_nic_list OPTION LIST: comma-separated interface names that exist on this machine.
+hvt_nic_list() {
+    local nic
+    local -a nics
+    [[ $2 =~ ^[A-Za-z0-9._@-]+(,[A-Za-z0-9._@-]+)*$ ]] ||
+        hvt_die "$1 '$2' is not a comma-separated list of interface names" "pass e.g. $1 eth0 or $1 ib0,eth0"
+    IFS=, read -r -a nics <<<"$2"
+    for nic in "${nics[@]}"; do
+        if [ -d /sys/class/net ] && ! [ -e "/sys/class/net/$nic" ]; then
+            hvt_die "network interface $nic does not exist on $(hostname)" \
+                "pass interfaces present on every host (list them with 'ip -br link')"
+        fi
+    done
+}
+
+# hvt_horovodrun MODE ARGS...: the horovodrun recipes. MODE is local (-np N on this machine) or
+# multihost (-H host:slots,... or --hostfile FILE; ssh to the other hosts).
+hvt_horovodrun() {
+    local mode=$1 np="" hosts="" hostfile="" controller=--gloo slots=0 script
+    local -a knobs=() placement=()
+    script=launch/horovodrun_$mode.sh
+    shift
+    while [ "$#" -gt 0 ]; do
+        case $1 in
+        --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
+        -np | --num-proc)
+            hvt_value "$1" "$#" && hvt_positive_int "$1" "$2"
+            np=$2
+            shift 2
+            ;;
+        -H | --hosts | --hostfile | --ssh-port | --ssh-identity-file)
+            [ "$mode" = multihost ] || hvt_die "$1 is for several hosts" "use launch/horovodrun_multihost.sh"
+            hvt_value "$1" "$#"
+            case $1 in
+            -H | --hosts) hosts=$2 ;;
+            --hostfile) hostfile=$2 ;;
+            --ssh-port) hvt_positive_int "$1" "$2" && placement+=("$1" "$2") ;;
+            --ssh-identity-file)
+                [ -f "$2" ] || hvt_die "--ssh-identity-file $2 does not exist" "pass the private key ssh should use"
+                placement+=("$1" "$2")
+                ;;
+            esac
+            shift 2
+            ;;
+        --gloo | --mpi)
+            controller=$1
+            shift
+            ;;
+        --network-interfaces | --network-interface)
+            hvt_value "$1" "$#" && hvt_nic_list "$1" "$2"
+            knobs+=(--network-interfaces "$2")
+            shift 2
+            ;;
+        --fusion-threshold-mb | --cache-capacity | --start-timeout)
+            hvt_value "$1" "$#"
+            [[ $2 =~ ^[0-9]+$ ]] || hvt_die "$1 needs a whole number >= 0 (got '$2')" "pass e.g. $1 64"
+            knobs+=("$1" "$2")
+            shift 2
+            ;;
+        --cycle-time-ms)
+            hvt_value "$1" "$#" && hvt_number "$1" "$2"
+            knobs+=("$1" "$2")
+            shift 2
+            ;;
+        --timeline-filename | --autotune-log-file)
+            hvt_value "$1" "$#" && hvt_parent_dir "$1" "$2"
+            knobs+=("$1" "$2")
+            shift 2
+            ;;
+        --timeline-mark-cycles | --autotune | --verbose | --hierarchical-allreduce)
+            knobs+=("$1")
+            shift
+            ;;
+        --)
+            shift
+            break
+            ;;
+        *) hvt_die "unknown launcher option '$1'" "see the usage at the top of $script; training arguments go after --" ;;
+        esac
+    done
+
+    if [ "$mode" = multihost ]; then
+        if [ -n "$hosts" ] && [ -n "$hostfile" ]; then
+            hvt_die "both -H and --hostfile given" "pass one of them"
+        elif [ -n "$hosts" ]; then
+            slots=$(hvt_host_slots "$hosts")
+            placement=(-H "$hosts" "${placement[@]}")
+        elif [ -n "$hostfile" ]; then
+            hosts=$(hvt_hostfile_hosts "$hostfile")
+            slots=$(hvt_host_slots "$hosts")
+            placement=(-H "$hosts" "${placement[@]}")
+        else
+            hvt_die "no hosts given" "pass -H node1:4,node2:4 or --hostfile FILE ('host slots=N' lines)"
+        fi
+    fi
+    np=$(hvt_ranks "$np" "$slots")
+
+    hvt_find_python
+    hvt_need_command horovodrun "run 'make setup' (scripts/build_horovod.sh installs Horovod) or set HVT_PYTHON"
+    hvt_command "$@"
+    hvt_run horovodrun -np "$np" "${placement[@]}" "$controller" "${knobs[@]}" "$HVT_PY" -m horovod_train "${HVT_CMD[@]}"
+}

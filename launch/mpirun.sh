@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Plain mpirun (OpenMPI) with the flags Horovod documents, Horovod's MPI controller in the ranks:
+#   mpirun -np N [-H ...] -bind-to none -map-by slot -x NCCL_DEBUG -x LD_LIBRARY_PATH -x PATH \
+#          -mca pml ob1 -mca btl ^openib python -m horovod_train train ...
+# plus --allow-run-as-root only when run as root, and -x for every HOROVOD_*, NCCL_*, HF_*,
+# TRANSFORMERS_* and OMP_NUM_THREADS variable set here, so HOROVOD_* settings reach every rank.
+#
+# Usage: launch/mpirun.sh [-np N] [-H host:slots,... | --hostfile FILE] [--ssh-port PORT]
+#          [--ssh-identity-file KEY] [--network-interfaces eth0[,ib0]] [--oversubscribe] [-x VAR]...
+#          [Horovod knobs] [-- training args]
+#   Horovod knobs become HOROVOD_* variables: --fusion-threshold-mb MB (HOROVOD_FUSION_THRESHOLD),
+#     --cycle-time-ms MS (HOROVOD_CYCLE_TIME), --cache-capacity N (HOROVOD_CACHE_CAPACITY),
+#     --timeline-filename FILE (HOROVOD_TIMELINE), --timeline-mark-cycles, --autotune (HOROVOD_AUTOTUNE),
+#     --autotune-log-file FILE (HOROVOD_AUTOTUNE_LOG).
+#   --network-interfaces: btl_tcp_if_include and oob_tcp_if_include for MPI, NCCL_SOCKET_IFNAME for NCCL.
+#   -np defaults to the slots of -H/--hostfile, else one per GPU here, else 2.
+#   Training args: anything `python -m horovod_train train` takes; none = configs/demo.yaml;
+#     `doctor --engine horovod` instead prints the rank -> local rank -> host -> device map.
+# Example: HOROVOD_HIERARCHICAL_ALLREDUCE=1 launch/mpirun.sh -np 8 -H node1:4,node2:4 -- --config configs/demo.yaml
+set -euo pipefail
+# shellcheck source=launch/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+np="" slots=0
+placement=() extra=() exports=()
+while [ "$#" -gt 0 ]; do
+    case $1 in
+    --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
+    -np | -n | --np)
+        hvt_value "$1" "$#" && hvt_positive_int "$1" "$2"
+        np=$2
+        shift 2
+        ;;
+    -H | --host | --hosts)
+        hvt_value "$1" "$#"
+        [ "$slots" -eq 0 ] || hvt_die "both -H and --hostfile given" "pass one of them"
+        slots=$(hvt_host_slots "$2")
+        placement+=(-H "$2")
+        shift 2
+        ;;
+    --hostfile)
+        hvt_value "$1" "$#"
+        [ "$slots" -eq 0 ] || hvt_die "both -H and --hostfile given" "pass one of them"
+        slots=$(hvt_host_slots "$(hvt_hostfile_hosts "$2")")
+        placement+=(--hostfile "$2")
+        shift 2
+        ;;
+    --ssh-port)
+        hvt_value "$1" "$#" && hvt_positive_int "$1" "$2"
+        ssh_port=$2
+        shift 2
+        ;;
+    --ssh-identity-file)
+        hvt_value "$1" "$#"
+        [ -f "$2" ] || hvt_die "--ssh-identity-file $2 does not exist" "pass the private key ssh should use"
+        ssh_key=$2
+        shift 2
+        ;;
+    --network-interfaces | --network-interface)
+        hvt_value "$1" "$#" && hvt_nic_list "$1" "$2"
+        extra+=(-mca btl_tcp_if_include "$2" -mca oob_tcp_if_include "$2")
+        export NCCL_SOCKET_IFNAME=$2
+        shift 2
+        ;;
+    --oversubscribe)
+        extra+=(--oversubscribe)
+        shift
+        ;;
+    -x)
+        hvt_value "$1" "$#"
+        [[ $2 =~ ^[A-Za-z_][A-Za-z0-9_]*(=.*)?$ ]] || hvt_die "-x $2 is not VAR or VAR=value" "pass e.g. -x MY_VAR"
+        exports+=(-x "$2")
+        shift 2
+        ;;
+    --fusion-threshold-mb)
+        hvt_value "$1" "$#"
+        [[ $2 =~ ^[0-9]+$ ]] || hvt_die "$1 needs a whole number >= 0 (got '$2')" "pass e.g. $1 64"
+        export HOROVOD_FUSION_THRESHOLD=$(($2 * 1024 * 1024))
+        shift 2
+        ;;
+    --cycle-time-ms)
+        hvt_value "$1" "$#" && hvt_number "$1" "$2"
+        export HOROVOD_CYCLE_TIME=$2
+        shift 2
+        ;;
+    --cache-capacity)
+        hvt_value "$1" "$#"
+        [[ $2 =~ ^[0-9]+$ ]] || hvt_die "$1 needs a whole number >= 0 (got '$2')" "pass e.g. $1 1024"
+        export HOROVOD_CACHE_CAPACITY=$2
+        shift 2
+        ;;
+    --timeline-filename)
+        hvt_value "$1" "$#" && hvt_parent_dir "$1" "$2"
+        export HOROVOD_TIMELINE=$2
+        shift 2
+        ;;
+    --timeline-mark-cycles)
+        export HOROVOD_TIMELINE_MARK_CYCLES=1
+        shift
+        ;;
+    --autotune)
+        export HOROVOD_AUTOTUNE=1
+        shift
+        ;;
+    --autotune-log-file)
+        hvt_value "$1" "$#" && hvt_parent_dir "$1" "$2"
+        export HOROVOD_AUTOTUNE_LOG=$2
+        shift 2
+        ;;
+    --)
+        shift
+        break
+        ;;
+    *) hvt_die "unknown launcher option '$1'" "see the usage at the top of launch/mpirun.sh; training arguments go after --" ;;
+    esac
+done
+
+np=$(hvt_ranks "$np" "$slots")
+if [ -n "${ssh_port:-}${ssh_key:-}" ]; then
+    extra+=(-mca plm_rsh_args "${ssh_port:+-p $ssh_port}${ssh_port:+${ssh_key:+ }}${ssh_key:+-i $ssh_key}")
+fi
+
+hvt_find_python
+hvt_need_command mpirun "load an MPI ('module load openmpi') or run scripts/install_mpi.sh"
+mpirun --version 2>/dev/null | grep -q 'Open MPI' ||
+    hvt_die "mpirun on PATH is not Open MPI ($(command -v mpirun))" "put Open MPI first on PATH (this script uses its flags)"
+
+# The documented set; NCCL_DEBUG defaults to WARN so that `-x NCCL_DEBUG` always has a value.
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+exports+=(-x NCCL_DEBUG -x PATH)
+[ -z "${LD_LIBRARY_PATH+set}" ] || exports+=(-x LD_LIBRARY_PATH)
+while IFS= read -r name; do
+    exports+=(-x "$name")
+done < <(compgen -e | grep -E '^(HOROVOD_|NCCL_|HF_|TRANSFORMERS_|PYTHON|OMP_NUM_THREADS$)' | grep -v '^NCCL_DEBUG$' | sort)
+
+root=()
+[ "$(id -u)" -ne 0 ] || root=(--allow-run-as-root)
+hvt_command "$@"
+hvt_run mpirun "${root[@]}" -np "$np" "${placement[@]}" -bind-to none -map-by slot \
+    -mca pml ob1 -mca btl ^openib "${extra[@]}" "${exports[@]}" "$HVT_PY" -m horovod_train "${HVT_CMD[@]}"
