@@ -61,8 +61,6 @@ CASES = {
     "dp-accum": (None, "dp", B, 2),
 }
 
-pytestmark = pytest.mark.slow
-
 
 def train(out: Path, cache_dir: Path, launcher, engine: str, batch: int, accum: int) -> Path:
     args = [*JOB, "--engine", engine, "--per_device_train_batch_size", str(batch)]
@@ -87,6 +85,7 @@ def baseline(tmp_path_factory, cache_dir) -> Path:
     return train(tmp_path_factory.mktemp("single"), cache_dir, None, "single", 2 * B, 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_engine_matches_single_process(case, baseline, tmp_path, cache_dir, record_property):
     params = train(tmp_path / case, cache_dir, *CASES[case])
