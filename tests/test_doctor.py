@@ -7,6 +7,7 @@ import socket
 import subprocess
 
 import pytest
+import torch
 from conftest import BIN, REPO, assert_ok, base_env, horovodrun, mpirun, run, torchrun
 
 from horovod_train.distributed_env import free_port
@@ -27,7 +28,8 @@ def check_report(stdout: str, launcher: str, world_size: int, engine: str) -> No
     assert f"launcher: {launcher}, world size {world_size}, joined with engine {engine}" in stdout
     rows = [m.groups() for m in ROW.finditer(stdout)]
     host = socket.gethostname()
-    assert rows == [(str(r), str(r), host, "cpu") for r in range(world_size)], stdout
+    devices = [f"cuda:{r}" if torch.cuda.is_available() else "cpu" for r in range(world_size)]
+    assert rows == [(str(r), str(r), host, devices[r]) for r in range(world_size)], stdout
     for fact in ("horovod 0.28.1", "[X] PyTorch", "controllers:       [X] MPI  [X] Gloo", "[X] gloo"):
         assert fact in stdout, fact
 
