@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from horovod_train import compare, doctor
+from horovod_train import bench, compare, doctor
 from horovod_train.config import add_run_arguments, parse_run_config
 from horovod_train.errors import UsageError, exit_with
 
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_arguments(compare_parser)
     doctor_parser = commands.add_parser("doctor", help="print the rank/host/device map and Horovod's build")
     doctor.add_arguments(doctor_parser)
+    bench.add_arguments(commands.add_parser("bench", help="all-reduce, training and GPU benchmarks"))
     return parser
 
 
@@ -61,7 +62,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "compare": compare.main, "doctor": doctor.main}
+COMMANDS = {"train": cmd_train, "compare": compare.main, "doctor": doctor.main, "bench": bench.main}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -89,6 +89,16 @@ class TrainingArguments:
     gradient_predivide_factor: float = 1.0
     # DDP knobs (ignored by the other engines).
     ddp_bucket_cap_mb: int = field(default=25, metadata={"help": "DDP gradient bucket size in MiB."})
+    # Speed (docs/performance.md). Defaults keep fp32 results bit-identical.
+    bf16: bool = field(default=False, metadata={"help": "bfloat16 autocast (CPU or GPU)."})
+    fp16: bool = field(default=False, metadata={"help": "float16 autocast with a GradScaler (CUDA only)."})
+    tf32: bool = field(default=False, metadata={"help": "TF32 matmuls for float32 on CUDA."})
+    torch_compile: bool = field(default=False, metadata={"help": "torch.compile the model (in place)."})
+    group_by_length: bool = field(default=False, metadata={"help": "Batch examples of similar length (less padding)."})
+    # Not --timeline: horovodrun's parser would reject it as an ambiguous prefix of its own --timeline-* options.
+    horovod_timeline: str | None = field(default=None, metadata={"help": "Horovod timeline (HOROVOD_TIMELINE)."})
+    autotune: bool = field(default=False, metadata={"help": "Horovod autotuning (HOROVOD_AUTOTUNE=1)."})
+    autotune_log: str | None = field(default=None, metadata={"help": "Horovod autotune log (HOROVOD_AUTOTUNE_LOG)."})
 
 
 @dataclass
@@ -248,3 +258,9 @@ def validate(config: RunConfig) -> None:
         raise UsageError("--gradient_predivide_factor only applies to --op average", "drop it or use average")
     if t.dropout is not None and not 0.0 <= t.dropout < 1.0:
         raise UsageError(f"--dropout must be in [0, 1) (got {t.dropout})", "pass e.g. --dropout 0.1")
+    if t.bf16 and t.fp16:
+        raise UsageError("--bf16 and --fp16 are both set", "choose one of them")
+    if t.autotune_log and not t.autotune:
+        raise UsageError("--autotune_log without --autotune", "add --autotune or drop --autotune_log")
+    if t.group_by_length and t.elastic:
+        raise UsageError("--group_by_length does not work with --elastic", "drop one of the two flags")

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import os
+from collections.abc import Sequence, Sized
 from pathlib import Path
 
 import pyarrow as pa
+import torch
 from datasets import Dataset, DatasetDict, load_from_disk
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
@@ -193,6 +196,59 @@ class ResumableDistributedSampler(DistributedSampler):
         return super().__len__() - self.skip
 
 
+class LengthGroupedSampler(ResumableDistributedSampler):
+    """DistributedSampler's sharding of an order in which each global batch holds examples of similar length.
+
+    Each epoch (seeded by seed + epoch, the same on every rank): a permutation of the dataset, padded to a
+    multiple of the world size by repeating its start exactly as DistributedSampler pads; cut into
+    megabatches of ``megabatch_batches`` global batches, each sorted longest first; cut into global
+    batches of ``batch_size`` x world size, whose order is shuffled (a last, partial one stays last).
+    Rank r takes every world_size-th index, so a rank's k-th batch is its share of global batch k and
+    the ranks' shards of an epoch partition the padded dataset, as with DistributedSampler."""
+
+    def __init__(
+        self,
+        dataset: Sized,
+        lengths: Sequence[int],
+        batch_size: int,
+        num_replicas: int,
+        rank: int,
+        seed: int,
+        megabatch_batches: int = 50,
+    ) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed)
+        if len(lengths) != len(dataset):
+            raise ValueError(f"{len(lengths)} lengths for {len(dataset)} examples")
+        self.lengths = list(lengths)
+        self.global_batch = batch_size * num_replicas
+        self.megabatch = self.global_batch * megabatch_batches
+
+    def global_order(self) -> list[int]:
+        generator = torch.Generator()
+        generator.manual_seed(self.seed + self.epoch)
+        order = torch.randperm(len(self.lengths), generator=generator).tolist()
+        padding = self.total_size - len(order)
+        order += (order * math.ceil(padding / len(order)))[:padding]
+        grouped: list[int] = []
+        for start in range(0, len(order), self.megabatch):
+            grouped += sorted(order[start : start + self.megabatch], key=self.lengths.__getitem__, reverse=True)
+        batches = [grouped[i : i + self.global_batch] for i in range(0, len(grouped), self.global_batch)]
+        partial = batches.pop() if len(batches[-1]) < self.global_batch else None
+        shuffled = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+        return [i for batch in shuffled + ([partial] if partial else []) for i in batch]
+
+    def __iter__(self):
+        return itertools.islice(iter(self.global_order()[self.rank :: self.num_replicas]), self.skip, None)
+
+
+def example_lengths(dataset: Dataset) -> list[int]:
+    return [len(ids) for ids in dataset["input_ids"]]
+
+
+def _one_thread(worker_id: int) -> None:
+    torch.set_num_threads(1)  # a loader worker must not compete with its rank for the rank's cores
+
+
 def train_loader(
     dataset: Dataset,
     tokenizer: PreTrainedTokenizerBase,
@@ -202,9 +258,15 @@ def train_loader(
     seed: int,
     num_workers: int = 0,
     sampler: Sampler | None = None,
+    group_by_length: bool = False,
+    pin_memory: bool = False,
 ) -> DataLoader:
     """Rank r takes every world_size-th example of one seeded permutation, so the global batch of
-    step k is the same contiguous slice of that permutation for every world size (see README)."""
+    step k is the same contiguous slice of that permutation for every world size (see README).
+    ``group_by_length`` reorders that permutation so a global batch holds examples of similar length."""
+    if sampler is None and group_by_length:
+        lengths = example_lengths(dataset)
+        sampler = LengthGroupedSampler(dataset, lengths, batch_size, num_replicas=world_size, rank=rank, seed=seed)
     if sampler is None:
         sampler = ResumableDistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
     return DataLoader(
@@ -214,6 +276,9 @@ def train_loader(
         num_workers=num_workers,
         collate_fn=DataCollatorWithPadding(tokenizer),
         drop_last=False,
+        pin_memory=pin_memory,
+        worker_init_fn=_one_thread if num_workers else None,
+        persistent_workers=num_workers > 0,
     )
 
 

@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
+from horovod_train import amp
 from horovod_train import checkpoint as ckpt
 from horovod_train import data as data_lib
 from horovod_train import model as model_lib
@@ -80,6 +81,9 @@ class Trainer:
         self.args = config.training
         self.output_dir = Path(self.args.output_dir)
         self.cache_dir = Path(config.model.cache_dir) if config.model.cache_dir else data_lib.default_cache_dir()
+        self.precision = amp.Precision.from_args(self.args, engine.device)  # fp32: no autocast, no scaler
+        if self.args.tf32 and engine.device.type == "cuda":
+            amp.enable_tf32()
 
     def log(self, message: str) -> None:
         if self.engine.is_main:
@@ -126,7 +130,8 @@ class Trainer:
             index = batch.pop("example_index")
             batch = {k: v.to(engine.device, non_blocking=True) for k, v in batch.items()}
             labels = batch.pop("labels")
-            predictions = net(**batch).logits.argmax(dim=-1)
+            with self.precision.autocast():
+                predictions = net(**batch).logits.argmax(dim=-1)
             rows.append(torch.stack([index, predictions.cpu(), labels.cpu()], dim=1))
         gathered = engine.all_gather(torch.cat(rows).to(engine.device))
         result = exact_accuracy(gathered.cpu(), len(dataset))
@@ -170,6 +175,8 @@ class Trainer:
             dropout=args.dropout,
             cache_dir=c.model.cache_dir,
         )
+        if args.torch_compile:
+            model.compile()  # in place: state_dict keys and save_pretrained are unchanged
         optimizer = self.build_optimizer(model)
         compatibility = {
             "model_name_or_path": c.model.model_name_or_path,
@@ -194,6 +201,8 @@ class Trainer:
             args.seed,
             args.dataloader_num_workers,
             sampler=sampler,
+            group_by_length=args.group_by_length,
+            pin_memory=engine.device.type == "cuda",
         )
         steps_per_epoch = len(train_loader) // accum
         if steps_per_epoch == 0:
@@ -209,6 +218,7 @@ class Trainer:
         if resumed:
             training_state, trainer_state = resumed
             scheduler.load_state_dict(training_state["scheduler"])
+            self.precision.load_state_dict(training_state)
             progress_fields.update(
                 global_step=trainer_state["global_step"],
                 epoch=trainer_state["epoch"],
@@ -237,7 +247,7 @@ class Trainer:
                 saved = ckpt.TrainerState(state.global_step, state.epoch, state.steps_in_epoch, compatibility,
                                           c.to_dict())
                 ckpt.save_checkpoint(self.output_dir, engine.unwrap(model), optimizer, scheduler, saved,
-                                     keep=args.save_total_limit)
+                                     keep=args.save_total_limit, extra_state=self.precision.state_dict())
 
         def loop(state) -> dict[str, Any]:
             """Re-entrant: an elastic engine calls it again after a resize, from the last commit."""
@@ -262,10 +272,11 @@ class Trainer:
                     for micro in range(accum):
                         batch = {k: v.to(engine.device, non_blocking=True) for k, v in next(batches).items()}
                         with engine.accumulation_context(model, is_last_micro_step=micro == accum - 1):
-                            loss = engine.forward_loss(model, batch)
-                            (loss / accum).backward()
+                            with self.precision.autocast():
+                                loss = engine.forward_loss(model, batch)
+                            self.precision.backward(loss / accum)
                         meter.add(loss.item(), batch)
-                    engine.clip_and_step(model, optimizer, args.max_grad_norm)
+                    engine.clip_and_step(model, optimizer, args.max_grad_norm, self.precision.scaler)
                     scheduler.step()
                     optimizer.zero_grad()
                     sampler_.record_step(accum * batch_size)

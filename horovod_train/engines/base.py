@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from horovod_train import amp
 from horovod_train.config import TrainingArguments
 
 T = TypeVar("T")
@@ -88,10 +89,14 @@ class Engine(ABC):
         """Context for a micro-step's forward and backward (DDP skips its all-reduce in it)."""
         return contextlib.nullcontext()
 
-    def clip_and_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> None:
+    def clip_and_step(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float, scaler: Any = None
+    ) -> None:
+        """Unscale (fp16's GradScaler), clip the gradient norm, step. Without a scaler: clip and step."""
+        amp.unscale(optimizer, scaler)
         if max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-        optimizer.step()
+        amp.optimizer_step(optimizer, scaler)
 
     @abstractmethod
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from horovod_train import amp, horovod_env
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
 
@@ -22,6 +23,7 @@ class HorovodEngine(Engine):
         import horovod.torch as hvd
 
         self.hvd = hvd
+        self.horovod_env = horovod_env.apply(self.args, cuda=torch.cuda.is_available())  # read by hvd.init
         hvd.init()
         self.read_topology()
         if torch.cuda.is_available():
@@ -84,15 +86,21 @@ class HorovodEngine(Engine):
         # once). A resumed state is broadcast by the trainer and loaded on every rank alike.
         return model, optimizer
 
-    def clip_and_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> None:
-        if max_grad_norm <= 0:
+    def clip_and_step(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float, scaler: Any = None
+    ) -> None:
+        if self.device.type == "cpu":
+            horovod_env.wait_politely(self.hvd, optimizer)
+        if max_grad_norm <= 0 and scaler is None:
             optimizer.step()
             return
-        # Clip the averaged gradient, not each rank's local one: wait for the all-reduce first.
+        # Unscale and clip the averaged gradient, not each rank's local one: wait for the all-reduce first.
         optimizer.synchronize()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        amp.unscale(optimizer, scaler)
+        if max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
         with optimizer.skip_synchronize():
-            optimizer.step()
+            amp.optimizer_step(optimizer, scaler)
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.hvd.allreduce(tensor, op=self.hvd.Sum, name=None)
@@ -117,6 +125,7 @@ class HorovodEngine(Engine):
             "nccl_built": bool(hvd.nccl_built()),
             "compression": self.args.compression,
             "op": self.args.op,
+            "horovod_env": getattr(self, "horovod_env", {}),
         }
 
     def shutdown(self) -> None:

@@ -1,0 +1,28 @@
+"""`horovod-train bench ...`: all-reduce, training-throughput and GPU benchmarks (see docs/performance.md)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+# subcommand -> (module, help)
+BENCHMARKS = {
+    "allreduce": ("allreduce", "Horovod vs torch.distributed all-reduce (run it under a launcher)"),
+    "allreduce-sweep": ("sweep", "launch `bench allreduce` per controller, fusion threshold and cycle time"),
+    "train": ("train", "samples/s per engine and world size, scaling efficiency, Horovod/DDP ratio"),
+    "gpu": ("gpu", "BERT-base training throughput and MFU on one GPU: plain vs Horovod np=1"),
+}
+
+
+def _module(name: str):
+    return importlib.import_module(f"{__name__}.{BENCHMARKS[name][0]}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    benchmarks = parser.add_subparsers(dest="benchmark", required=True, parser_class=type(parser))
+    for name, (_, help_text) in BENCHMARKS.items():
+        _module(name).add_arguments(benchmarks.add_parser(name, help=help_text, description=help_text))
+
+
+def main(args: argparse.Namespace) -> int:
+    return _module(args.benchmark).main(args)

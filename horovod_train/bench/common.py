@@ -1,0 +1,101 @@
+"""What the benchmarks share: byte sizes, bandwidths as nccl-tests defines them, the BERT shapes they
+measure, and their CSV/JSON/PNG outputs."""
+
+from __future__ import annotations
+
+import csv
+import re
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from horovod_train.errors import UsageError
+from horovod_train.io import write_json_atomic
+
+UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 2**10,
+    "KB": 2**10,
+    "KIB": 2**10,
+    "M": 2**20,
+    "MB": 2**20,
+    "MIB": 2**20,
+    "G": 2**30,
+    "GB": 2**30,
+    "GIB": 2**30,
+}  # binary, as nccl-tests' -b/-e sizes
+GB = 1e9  # bandwidths in GB/s (10^9 bytes), as nccl-tests prints them
+
+# bert-base-cased's architecture, built locally (no download): about 108M parameters in ~200 tensors.
+BERT_BASE_CASED = dict(
+    vocab_size=28996,
+    hidden_size=768,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    intermediate_size=3072,
+    max_position_embeddings=512,
+    type_vocab_size=2,
+)
+MODELS = ("tiny-bert", "bert-base-cased")
+
+
+def parse_bytes(text: str) -> int:
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match[2].upper() if match else None
+    if not match or unit not in UNITS:
+        raise UsageError(f"cannot read {text!r} as a size in bytes", "write e.g. 4KB, 64MB or 1GB")
+    return int(float(match[1]) * UNITS[unit])
+
+
+def format_bytes(n: float) -> str:
+    for unit, size in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if n >= size:
+            return f"{n / size:.4g}{unit}"
+    return f"{n:.0f}B"
+
+
+def algbw(nbytes: float, seconds: float) -> float:
+    """Algorithm bandwidth in GB/s: the bytes of the (summed) buffer over the time of the operation."""
+    return nbytes / seconds / GB
+
+
+def busbw(alg: float, world_size: int) -> float:
+    """nccl-tests' bus bandwidth of all-reduce, 2(n-1)/n x algbw: comparable with the link's peak."""
+    return alg * 2 * (world_size - 1) / world_size
+
+
+def bert_config(name: str, num_labels: int = 3) -> Any:
+    from transformers import BertConfig
+
+    from horovod_train.model import TINY_BERT_CONFIG, TINY_VOCAB_SIZE
+
+    if name == "tiny-bert":
+        return BertConfig(vocab_size=TINY_VOCAB_SIZE, num_labels=num_labels, **TINY_BERT_CONFIG)
+    if name == "bert-base-cased":
+        return BertConfig(num_labels=num_labels, **BERT_BASE_CASED)
+    raise UsageError(f"unknown benchmark model {name!r}", f"use {' or '.join(MODELS)}")
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def write_rows(out_dir: Path, stem: str, columns: Sequence[str], rows: list[dict[str, Any]], **meta: Any) -> None:
+    """``stem``.csv (the columns, one row each) and ``stem``.json (every field of every row, plus meta)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with (out_dir / f"{stem}.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    write_json_atomic(out_dir / f"{stem}.json", {**meta, "columns": list(columns), "rows": rows})
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -1,0 +1,271 @@
+"""`horovod-train bench gpu`: BERT-base fine-tuning throughput and MFU on one GPU, plain vs Horovod np=1.
+
+NOT RUN ON A GPU in this project's sessions so far (no GPU machine was available): the command is
+written for one CUDA GPU and exercised on CPU only in its tiny mode (``--tiny``, automatic without CUDA).
+
+Both engines train in this one process, the same way the trainer does (engine.forward_loss under the
+precision's autocast, Precision.backward, Engine.clip_and_step with the GradScaler, if any): the single
+engine with no wrapper, and the Horovod engine with hvd.DistributedOptimizer at hvd.size() == 1. Timing
+windows alternate between them (--repeats) and medians are reported. The data are random token ids
+with an MNLI-like length distribution (log-normal around --mean_length tokens, clipped to
+[--min_length, --max_length]), padded per batch to a multiple of 8, optionally grouped by length as
+--group_by_length does in training. Model FLOPs utilisation = 6 x parameters x (non-padding) tokens/s
+/ --peak_tflops; the H200's dense bf16 peak is about 989 TFLOP/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from horovod_train.amp import Precision, enable_tf32
+from horovod_train.bench import common
+from horovod_train.config import TrainingArguments
+from horovod_train.engines.base import Engine
+from horovod_train.errors import UsageError
+from horovod_train.tables import format_table
+
+ENGINES = ("single", "horovod")
+H200_BF16_DENSE_TFLOPS = 989.0
+COLUMNS = [
+    "engine",
+    "model",
+    "device",
+    "precision",
+    "batch_size",
+    "repeats",
+    "samples_per_second",
+    "tokens_per_second",
+    "padded_tokens_per_second",
+    "step_ms",
+    "mfu",
+    "peak_memory_mb",
+    "vs_single",
+]
+# (tiny, full) defaults of the size-dependent arguments
+SIZES = {"batch_size": (8, 128), "steps": (3, 50), "warmup_steps": (1, 10), "max_length": (64, 128)}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output_dir", default="runs/bench/gpu")
+    parser.add_argument("--model", default="bert-base-cased", choices=common.MODELS)
+    parser.add_argument("--tiny", action="store_true", help="tiny-bert, few small steps (automatic without CUDA)")
+    parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "fp16"])
+    parser.add_argument("--batch_size", type=int, default=None, help="examples per step (default 128; tiny 8)")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per window (default 50; tiny 3)")
+    parser.add_argument("--warmup_steps", type=int, default=None, help="untimed steps first (default 10; tiny 1)")
+    parser.add_argument("--repeats", type=int, default=3, help="timing windows per engine, interleaved")
+    parser.add_argument("--mean_length", type=float, default=40.0, help="mean tokens per example (MNLI: ~40)")
+    parser.add_argument("--min_length", type=int, default=8)
+    parser.add_argument("--max_length", type=int, default=None, help="truncation (default 128; tiny 64)")
+    parser.add_argument("--group_by_length", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--torch_compile", action="store_true", help="model.compile() before training")
+    parser.add_argument("--peak_tflops", type=float, default=H200_BF16_DENSE_TFLOPS, help="for MFU (H200 bf16)")
+    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
+    parser.add_argument("--seed", type=int, default=42)
+
+
+def resolve(args: argparse.Namespace) -> None:
+    args.tiny = args.tiny or not torch.cuda.is_available()
+    if args.tiny:
+        args.model = "tiny-bert"
+    for name, (tiny, full) in SIZES.items():
+        if getattr(args, name) is None:
+            setattr(args, name, tiny if args.tiny else full)
+    positive = {k: getattr(args, k) for k in ("batch_size", "steps", "repeats", "min_length", "peak_tflops")}
+    bad = [f"--{k} {v}" for k, v in positive.items() if v <= 0]
+    if bad or args.warmup_steps < 0 or not args.min_length <= args.mean_length <= args.max_length:
+        raise UsageError(
+            f"bad benchmark sizes ({', '.join(bad) or 'lengths'})",
+            "use positive sizes and --min_length <= --mean_length <= --max_length",
+        )
+
+
+def sample_lengths(n: int, args: argparse.Namespace, generator: torch.Generator) -> list[int]:
+    """Log-normal lengths with mean --mean_length (sigma 0.45, MNLI-like), clipped to [min, max]."""
+    sigma = 0.45
+    mu = math.log(args.mean_length) - sigma**2 / 2
+    draws = torch.exp(mu + sigma * torch.randn(n, generator=generator))
+    return draws.round().clamp(args.min_length, args.max_length).int().tolist()
+
+
+def make_batches(args: argparse.Namespace, vocab_size: int, pin: bool) -> list[dict[str, torch.Tensor]]:
+    """A pool of random batches (pinned when on CUDA), each padded to its longest example (x8)."""
+    generator = torch.Generator().manual_seed(args.seed)
+    n_batches = max(8, min(64, args.steps))
+    lengths = sample_lengths(n_batches * args.batch_size, args, generator)
+    if args.group_by_length:  # as LengthGroupedSampler: sort inside megabatches of 50 batches
+        mega = 50 * args.batch_size
+        lengths = [n for i in range(0, len(lengths), mega) for n in sorted(lengths[i : i + mega], reverse=True)]
+    batches = []
+    for b in torch.randperm(n_batches, generator=generator).tolist():
+        chunk = lengths[b * args.batch_size : (b + 1) * args.batch_size]
+        width = 8 * math.ceil(max(chunk) / 8)
+        mask = (torch.arange(width)[None, :] < torch.tensor(chunk)[:, None]).long()
+        ids = torch.randint(1000, vocab_size, (len(chunk), width), generator=generator) * mask
+        batch = {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "labels": torch.randint(0, 3, (len(chunk),), generator=generator),
+        }
+        batches.append({k: v.pin_memory() if pin else v for k, v in batch.items()})
+    return batches
+
+
+class Contender:
+    """One engine's model, optimizer and precision, stepped the way the trainer steps."""
+
+    def __init__(self, engine: Engine, args: argparse.Namespace, precision: str) -> None:
+        from transformers import BertForSequenceClassification
+
+        self.engine = engine
+        torch.manual_seed(args.seed)
+        model = BertForSequenceClassification(common.bert_config(args.model))
+        self.params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        if args.torch_compile:
+            model.compile()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
+        self.model, self.optimizer = engine.wrap(model, optimizer)
+        self.precision = Precision(precision, engine.device)
+
+    def step(self, batch: dict[str, torch.Tensor]) -> None:
+        engine = self.engine
+        batch = {k: v.to(engine.device, non_blocking=True) for k, v in batch.items()}
+        with self.precision.autocast():
+            loss = engine.forward_loss(self.model, batch)
+        self.precision.backward(loss)
+        engine.clip_and_step(self.model, self.optimizer, 1.0, self.precision.scaler)
+        self.optimizer.zero_grad()
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def window(contender: Contender, batches: list[dict[str, torch.Tensor]], steps: int, first: int) -> dict[str, float]:
+    device = contender.engine.device
+    synchronize(device)
+    started = time.perf_counter()
+    samples = tokens = padded = 0
+    for i in range(steps):
+        batch = batches[(first + i) % len(batches)]
+        contender.step(batch)
+        samples += batch["labels"].numel()
+        tokens += int(batch["attention_mask"].sum())
+        padded += batch["attention_mask"].numel()
+    synchronize(device)
+    seconds = time.perf_counter() - started
+    return {"seconds": seconds, "samples": samples, "tokens": tokens, "padded_tokens": padded, "steps": steps}
+
+
+def setup_engine(name: str, training: TrainingArguments) -> Engine:
+    from horovod_train.engines import create_engine
+
+    training.engine = name
+    engine = create_engine(training)
+    engine.setup()
+    return engine
+
+
+def main(args: argparse.Namespace) -> int:
+    resolve(args)
+    cuda = torch.cuda.is_available()
+    if cuda:
+        enable_tf32()
+    training = TrainingArguments(bf16=args.precision == "bf16", fp16=args.precision == "fp16", max_grad_norm=1.0)
+    engines = {name: setup_engine(name, training) for name in args.engines}
+    try:
+        contenders = {name: Contender(engine, args, args.precision) for name, engine in engines.items()}
+        batches = make_batches(args, common.bert_config(args.model).vocab_size, pin=cuda)
+        for c in contenders.values():
+            window(c, batches, args.warmup_steps, 0)
+        raw = [
+            {"engine": name, "repeat": rep, **window(c, batches, args.steps, rep * args.steps)}
+            for rep in range(args.repeats)
+            for name, c in contenders.items()
+        ]
+        rows = summarize(raw, contenders, args, cuda)
+    finally:
+        for engine in engines.values():
+            engine.shutdown()
+    out = Path(args.output_dir)
+    device = torch.cuda.get_device_name(0) if cuda else "cpu"
+    common.write_rows(out, "gpu", COLUMNS, rows, raw=raw, tiny=args.tiny, device=device, args=vars(args))
+    plot(rows, out / "gpu.png")
+    print("\n".join(format_table(*table(rows))))
+    if args.tiny:
+        print("tiny mode (no CUDA or --tiny): a smoke test of the command, not a GPU measurement")
+    for r in rows:
+        if r["engine"] != "single" and r["vs_single"] == r["vs_single"]:
+            print(f"==> {r['engine']} np=1 / plain samples/s: {r['vs_single']:.3f}x")
+    print(f"wrote {out}/: gpu.csv, gpu.json, gpu.png")
+    return 0
+
+
+def summarize(raw: list[dict], contenders: dict[str, Contender], args: argparse.Namespace, cuda: bool) -> list[dict]:
+    """Per engine, the rates of its median window (by samples/s), so they all describe one window."""
+    rows = []
+    for name, c in contenders.items():
+        runs = sorted((r for r in raw if r["engine"] == name), key=lambda r: r["samples"] / r["seconds"])
+        w = runs[(len(runs) - 1) // 2]
+        tokens = w["tokens"] / w["seconds"]
+        rows.append(
+            {
+                "engine": name,
+                "model": args.model,
+                "device": str(c.engine.device),
+                "precision": args.precision,
+                "batch_size": args.batch_size,
+                "repeats": len(runs),
+                "samples_per_second": w["samples"] / w["seconds"],
+                "tokens_per_second": tokens,
+                "padded_tokens_per_second": w["padded_tokens"] / w["seconds"],
+                "step_ms": 1e3 * w["seconds"] / w["steps"],
+                "mfu": 6 * c.params * tokens / (args.peak_tflops * 1e12),
+                "peak_memory_mb": torch.cuda.max_memory_allocated(c.engine.device) / 2**20 if cuda else float("nan"),
+                "parameters": c.params,
+            }
+        )
+    base = next((r["samples_per_second"] for r in rows if r["engine"] == "single"), float("nan"))
+    for r in rows:
+        r["vs_single"] = r["samples_per_second"] / base
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    header = ["engine", "model", "precision", "batch", "samples/s", "tokens/s", "step ms", "MFU", "vs single"]
+    body = [
+        [
+            r["engine"],
+            r["model"],
+            r["precision"],
+            str(r["batch_size"]),
+            f"{r['samples_per_second']:.1f}",
+            f"{r['tokens_per_second']:.0f}",
+            f"{r['step_ms']:.2f}",
+            f"{100 * r['mfu']:.2f}%",
+            f"{r['vs_single']:.3f}",
+        ]
+        for r in rows
+    ]
+    return header, body
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    plt = common.pyplot()
+    fig, ax = plt.subplots(figsize=(7, 0.6 * len(rows) + 1.6))
+    bars = ax.barh([r["engine"] for r in rows], [r["samples_per_second"] for r in rows], color="tab:blue")
+    ax.bar_label(bars, labels=[f"{r['samples_per_second']:.0f}/s, MFU {100 * r['mfu']:.1f}%" for r in rows])
+    ax.set_xlabel("training samples/s")
+    ax.set_title(f"{rows[0]['model']} {rows[0]['precision']}, batch {rows[0]['batch_size']} on {rows[0]['device']}")
+    ax.margins(x=0.35)
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

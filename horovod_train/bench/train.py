@@ -1,0 +1,224 @@
+"""`horovod-train bench train`: samples/s per engine and world size on one job, through compare's launches.
+
+Every run trains the same job with the same per-rank batch (weak scaling): world size W reads W x b
+examples per step. Scaling efficiency is samples/s / (W x samples/s of the single engine at W = 1).
+Runs are interleaved (A B C A B C ...) over --repeats passes and the median of each is reported, so a
+load spike on a shared machine hits every engine alike. samples/s is compare's: the median over the
+run's logging intervals (start-up and evaluation fall outside most of them); wall time is the whole
+`train` command, start-up and evaluation included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from horovod_train import compare
+from horovod_train.bench import common
+from horovod_train.config import parse_run_config
+from horovod_train.errors import UsageError
+from horovod_train.io import check_output_dir, reset_output_dir
+from horovod_train.tables import format_table
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
+DEFAULT_MAX_STEPS = 300
+COLUMNS = [
+    "name",
+    "engine",
+    "launcher",
+    "world_size",
+    "repeats",
+    "samples_per_second",
+    "samples_per_second_min",
+    "samples_per_second_max",
+    "tokens_per_second",
+    "wall_time_s",
+    "scaling_efficiency",
+    "validation_accuracy",
+]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    compare.add_arguments(parser)
+    parser.add_argument(
+        "--world_sizes",
+        nargs="+",
+        type=int,
+        default=None,
+        help="world sizes to run (default: 1 and the machine's: GPUs, or 2 on CPU)",
+    )
+    parser.add_argument("--repeats", type=int, default=1, help="interleaved passes over every run (medians kept)")
+
+
+def plan(world_sizes: list[int], wanted: list[str] | None) -> list[compare.Run]:
+    """Every supported multi-process run at each world size, plus the single-engine baseline at 1."""
+    runs = [compare.Run("single", "single", "python", 1)]
+    for world in world_sizes:
+        runs += [r for r in compare.supported_runs(world) if r.launcher not in ("python",)]
+    selected = compare.select_runs(runs, wanted)
+    if not any(r.engine == "single" for r in selected):
+        selected.insert(0, runs[0])  # the baseline of the scaling efficiency
+    return selected
+
+
+def run_name(run: compare.Run) -> str:
+    return f"{run.name}-np{run.world_size}"
+
+
+def aggregate(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows: dict[str, dict[str, Any]] = {}
+    for r in raw:
+        rows.setdefault(
+            r["key"],
+            {
+                "name": r["name"],
+                "engine": r["engine"],
+                "launcher": r["launcher"],
+                "world_size": r["world_size"],
+                "samples": [],
+                "tokens": [],
+                "wall": [],
+                "acc": [],
+            },
+        )
+        if r["ok"]:
+            row = rows[r["key"]]
+            row["samples"].append(r["samples_per_second"])
+            row["tokens"].append(r["tokens_per_second"])
+            row["wall"].append(r["wall_time_s"])
+            row["acc"].append(r["validation_accuracy"])
+    out = []
+    for row in rows.values():
+        samples = row.pop("samples")
+        out.append(
+            {
+                **row,
+                "repeats": len(samples),
+                "samples_per_second": common.median(samples),
+                "samples_per_second_min": min(samples, default=float("nan")),
+                "samples_per_second_max": max(samples, default=float("nan")),
+                "tokens_per_second": common.median(row.pop("tokens")),
+                "wall_time_s": common.median(row.pop("wall")),
+                "validation_accuracy": common.median(row.pop("acc")),
+            }
+        )
+    base = next((r["samples_per_second"] for r in out if r["engine"] == "single" and r["world_size"] == 1), None)
+    for r in out:
+        r["scaling_efficiency"] = r["samples_per_second"] / (r["world_size"] * base) if base else float("nan")
+    return out
+
+
+def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Horovod/DDP samples/s (and wall-time) ratios at every world size with both."""
+    found = []
+    for world in sorted({r["world_size"] for r in rows}):
+        at = [r for r in rows if r["world_size"] == world and r["repeats"]]
+        ddp = next((r for r in at if r["engine"] == "ddp"), None)
+        for hvd in (r for r in at if r["engine"] == "horovod"):
+            if ddp:
+                found.append(
+                    {
+                        "world_size": world,
+                        "horovod": hvd["name"],
+                        "ddp": ddp["name"],
+                        "samples_per_second_ratio": hvd["samples_per_second"] / ddp["samples_per_second"],
+                        "wall_time_ratio": ddp["wall_time_s"] / hvd["wall_time_s"],
+                    }
+                )
+    return found
+
+
+def main(namespace: argparse.Namespace) -> int:
+    if namespace.engine is not None:
+        raise UsageError("bench train runs every engine itself, so --engine does not apply", "select with --engines")
+    if namespace.repeats < 1:
+        raise UsageError(f"--repeats must be >= 1 (got {namespace.repeats})", "pass --repeats 1 or more")
+    if namespace.config is None and DEFAULT_CONFIG.is_file():
+        namespace.config = str(DEFAULT_CONFIG)  # the embedded job
+    namespace.max_steps = namespace.max_steps or DEFAULT_MAX_STEPS
+    namespace.output_dir = namespace.output_dir or "runs/bench/train"
+    config = parse_run_config(namespace=namespace)
+    world_sizes = namespace.world_sizes or sorted({1, compare.machine_world_size()})
+    if min(world_sizes) < 1:
+        raise UsageError(f"--world_sizes must be >= 1 (got {world_sizes})", "pass e.g. --world_sizes 1 2")
+    runs = plan(world_sizes, namespace.engines)
+    out = Path(config.training.output_dir)
+    check_output_dir(str(out), config.training.overwrite_output_dir)
+    reset_output_dir(str(out))
+    (out / "logs").mkdir()
+    batch = str(config.training.per_device_train_batch_size)
+    common_args = compare.passthrough_args(namespace)
+    raw = []
+    for rep in range(namespace.repeats):
+        for i, run in enumerate(runs, 1):
+            key = run_name(run)
+            run_dir, log = out / f"{key}-r{rep}", out / "logs" / f"{key}-r{rep}.log"
+            cmd = run.command([*common_args, "--per_device_train_batch_size", batch, "--output_dir", str(run_dir)])
+            print(f"[{rep + 1}/{namespace.repeats} {i}/{len(runs)}] {key}", end=" ", flush=True)
+            started = time.perf_counter()
+            row = compare.summarize(run, run_dir, compare.execute(cmd, log), log)
+            raw.append({**row, "key": key, "repeat": rep})
+            rate = f"{row['samples_per_second']:.1f} samples/s" if row["ok"] else f"FAILED, see {log}"
+            print(f"{rate} ({time.perf_counter() - started:.0f}s)", flush=True)
+    rows = aggregate(raw)
+    found = ratios(rows)
+    common.write_rows(
+        out,
+        "bench_train",
+        COLUMNS,
+        rows,
+        ratios=found,
+        raw=raw,
+        train_args=common_args,
+        per_device_train_batch_size=int(batch),
+    )
+    print("\n".join(format_table(*table(rows))))
+    if any(r["repeats"] for r in rows):
+        plot(rows, out / "bench_train.png")
+    for r in found:
+        print(
+            f"==> Horovod/DDP samples/s at np={r['world_size']}: {r['samples_per_second_ratio']:.3f}x "
+            f"({r['horovod']} vs {r['ddp']}; wall-time speed ratio {r['wall_time_ratio']:.3f}x, "
+            f"medians of {namespace.repeats})"
+        )
+    print(f"wrote {out}/: bench_train.csv, bench_train.json, bench_train.png, one directory and log per run")
+    return 0 if all(r["ok"] for r in raw) else 1
+
+
+def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    header = ["run", "launcher", "world", "samples/s (median)", "min..max", "tokens/s", "wall s", "efficiency"]
+    body = [
+        [
+            r["name"],
+            r["launcher"],
+            str(r["world_size"]),
+            f"{r['samples_per_second']:.1f}",
+            f"{r['samples_per_second_min']:.1f}..{r['samples_per_second_max']:.1f}",
+            f"{r['tokens_per_second']:.0f}",
+            f"{r['wall_time_s']:.1f}",
+            f"{r['scaling_efficiency']:.2f}",
+        ]
+        for r in rows
+    ]
+    return header, body
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    plt = common.pyplot()
+    ok = [r for r in rows if r["repeats"]]
+    names = [f"{r['name']} np={r['world_size']}" for r in ok]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * len(ok) + 1.8), sharey=True)
+    samples = axes[0].barh(names, [r["samples_per_second"] for r in ok], color="tab:blue")
+    axes[0].bar_label(samples, fmt="%.0f", padding=2, fontsize=8)
+    axes[0].set_title("samples/s (median)")
+    efficiency = axes[1].barh(names, [r["scaling_efficiency"] for r in ok], color="tab:green")
+    axes[1].bar_label(efficiency, fmt="%.2f", padding=2, fontsize=8)
+    axes[1].set_title("scaling efficiency vs single, np=1")
+    for ax in axes:
+        ax.margins(x=0.2)
+    axes[0].invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

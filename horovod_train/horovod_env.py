@@ -1,0 +1,49 @@
+"""Horovod's knobs that live in the environment, and a gentler wait for its all-reduces on CPUs.
+
+Horovod reads HOROVOD_TIMELINE, HOROVOD_AUTOTUNE, HOROVOD_CYCLE_TIME, ... once, in ``hvd.init``, so the
+engine sets them just before it. ``--horovod_timeline`` and ``--autotune`` work the same under any launcher
+(horovodrun's ``--timeline-filename`` and ``--autotune`` set the same variables). On CPUs, defaults
+measured on the embedded job (docs/performance.md) are added where the user has not set the variable.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+# Measured on the embedded job, 2 ranks on 2 cores (docs/performance.md). Only where unset.
+CPU_DEFAULTS: dict[str, str] = {}
+POLL_INTERVAL_S = 1e-4
+
+
+def apply(args: Any, cuda: bool) -> dict[str, str]:
+    """Set the variables the run's arguments ask for, then the CPU defaults the user has not set."""
+    wanted: dict[str, str] = {}
+    if args.horovod_timeline:
+        timeline = Path(args.horovod_timeline).resolve()
+        timeline.parent.mkdir(parents=True, exist_ok=True)
+        wanted["HOROVOD_TIMELINE"] = str(timeline)  # written by rank 0 only
+    if args.autotune:
+        wanted["HOROVOD_AUTOTUNE"] = "1"
+        if args.autotune_log:
+            log = Path(args.autotune_log).resolve()
+            log.parent.mkdir(parents=True, exist_ok=True)
+            wanted["HOROVOD_AUTOTUNE_LOG"] = str(log)
+    if not cuda:
+        wanted.update({k: v for k, v in CPU_DEFAULTS.items() if k not in os.environ})
+    os.environ.update(wanted)
+    return wanted
+
+
+def wait_politely(hvd: Any, optimizer: Any) -> None:
+    """Sleep-poll the optimizer's pending all-reduces before it synchronizes.
+
+    ``hvd.synchronize`` spins (``std::this_thread::yield``) until a handle completes; on a CPU whose
+    cores the ranks share, the spinning thread takes cycles from Horovod's background thread, which is
+    the one doing the all-reduce. After this returns, ``synchronize`` finds every handle done."""
+    for handle, _ in list(getattr(optimizer, "_handles", {}).values()):
+        if isinstance(handle, int):
+            while not hvd.poll(handle):
+                time.sleep(POLL_INTERVAL_S)
