@@ -39,7 +39,7 @@ def quiet_libraries() -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from horovod_train.engines import create_engine
-    from horovod_train.io import check_output_dir
+    from horovod_train.io import check_output_dir, joins_running_job
     from horovod_train.trainer import Trainer
 
     config = parse_run_config(namespace=args)
@@ -47,7 +47,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     engine = create_engine(config.training)
     training = config.training
     # Resuming continues the run already in --output_dir.
-    check_output_dir(training.output_dir, training.overwrite_output_dir or bool(training.resume_from_checkpoint))
+    if not (training.elastic and joins_running_job(training.output_dir)):
+        check_output_dir(training.output_dir, training.overwrite_output_dir or bool(training.resume_from_checkpoint))
     with engine.running():
         results = Trainer(config, engine).train()
         if engine.is_main:

@@ -82,6 +82,9 @@ class TrainingArguments:
     # Elastic Horovod (horovodrun --min-np/--max-np --host-discovery-script).
     elastic: bool = field(default=False, metadata={"help": "Survive workers leaving and joining (Horovod)."})
     elastic_commit_steps: int = field(default=10, metadata={"help": "Steps between elastic state commits."})
+    audit_samples: bool = field(
+        default=False, metadata={"help": "Record which examples each epoch trained on (one all-gather a step)."}
+    )
     # Horovod knobs (ignored by engines that do not have them).
     scale_lr: bool = field(default=False, metadata={"help": "Multiply the learning rate by the world size."})
     compression: str = field(default="none", metadata={"help": "Gradient compression: none or fp16."})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import math
@@ -24,7 +25,7 @@ from horovod_train import model as model_lib
 from horovod_train.config import RunConfig
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
-from horovod_train.io import reset_output_dir, write_json_atomic
+from horovod_train.io import joins_running_job, launch_id, reset_output_dir, write_json_atomic
 from horovod_train.memory import peak_memory_mb
 from horovod_train.metrics import exact_accuracy
 
@@ -191,9 +192,12 @@ class Trainer:
             optimizer.load_state_dict(resumed[0]["optimizer"])
 
         accum, batch_size = args.gradient_accumulation_steps, args.per_device_train_batch_size
-        sampler = engine.train_sampler(tokenized["train"], args.seed)
+        train_set = tokenized["train"]
+        if args.audit_samples:
+            train_set = train_set.add_column("example_index", list(range(len(train_set))))
+        sampler = engine.train_sampler(train_set, args.seed)
         train_loader = data_lib.train_loader(
-            tokenized["train"],
+            train_set,
             tokenizer,
             batch_size,
             engine.world_size,
@@ -212,9 +216,14 @@ class Trainer:
             )
         total_steps = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * steps_per_epoch)
         num_epochs = math.ceil(total_steps / steps_per_epoch)
-        warmup = args.warmup_steps or math.ceil(args.warmup_ratio * total_steps)
-        scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
-        progress_fields = {"epoch": 0, "steps_in_epoch": 0, "global_step": 0, "history": (), "resizes": ()}
+
+        def make_scheduler(total: int):
+            warmup = args.warmup_steps or math.ceil(args.warmup_ratio * total)
+            return get_linear_schedule_with_warmup(optimizer, warmup, total)
+
+        scheduler = make_scheduler(total_steps)
+        progress_fields = {"epoch": 0, "steps_in_epoch": 0, "global_step": 0, "history": (), "resizes": (),
+                           "epoch_examples": (), "samples_in_epoch": 0, "total_steps": total_steps}
         if resumed:
             training_state, trainer_state = resumed
             scheduler.load_state_dict(training_state["scheduler"])
@@ -226,9 +235,10 @@ class Trainer:
             )
 
         # Every input has been validated: only now is anything written.
-        if engine.is_main and not resumed:
+        if engine.is_main and not resumed and not (args.elastic and joins_running_job(args.output_dir)):
             reset_output_dir(args.output_dir)
-            write_json_atomic(self.output_dir / "run_config.json", {**c.to_dict(), **engine.describe()})
+            write_json_atomic(self.output_dir / "run_config.json",
+                              {**c.to_dict(), **engine.describe(), "launch_id": launch_id()})
         self.log(
             f"engine={engine.name} world_size={engine.world_size} device={engine.device} "
             f"train={len(tokenized['train'])} validation={len(tokenized['validation'])} "
@@ -249,16 +259,33 @@ class Trainer:
                 ckpt.save_checkpoint(self.output_dir, engine.unwrap(model), optimizer, scheduler, saved,
                                      keep=args.save_total_limit, extra_state=self.precision.state_dict())
 
+        def epochs_done(state) -> float:
+            return state.epoch + min(1.0, state.samples_in_epoch / len(train_set))
+
+        def finished(state) -> bool:
+            if args.elastic and args.max_steps <= 0:
+                # Steps per epoch change with the world size: an elastic run ends by epochs, not steps.
+                return epochs_done(state) >= args.num_train_epochs
+            return state.global_step >= state.total_steps
+
+        def schedule_position(state) -> int:
+            if args.elastic and args.max_steps <= 0:  # the LR follows the data seen, whatever the world size
+                return round(state.total_steps * epochs_done(state) / args.num_train_epochs)
+            return state.global_step
+
         def loop(state) -> dict[str, Any]:
             """Re-entrant: an elastic engine calls it again after a resize, from the last commit."""
+            nonlocal scheduler
+            if args.elastic:  # the schedule's length is rank 0's (a joining worker computed its own)
+                scheduler = make_scheduler(state.total_steps)
             if not state.resizes or state.resizes[-1][1] != engine.world_size:
                 state.resizes = (*state.resizes, (state.global_step, engine.world_size))
             base_lr = engine.effective_learning_rate(args.learning_rate)
             scheduler.base_lrs = [base_lr] * len(optimizer.param_groups)
-            sync_learning_rate(scheduler, optimizer, state.global_step)
+            sync_learning_rate(scheduler, optimizer, schedule_position(state))
             progress.n = state.global_step
             meter, result = Meter(), None
-            while state.epoch < num_epochs and state.global_step < total_steps:
+            while state.epoch < num_epochs and not finished(state):
                 sampler_ = train_loader.sampler
                 sampler_.begin_epoch(state.epoch, state.steps_in_epoch * accum * batch_size)
                 steps_left = len(train_loader) // accum
@@ -266,24 +293,32 @@ class Trainer:
                 model.train()
                 completed = True
                 for _ in range(steps_left):
-                    if state.global_step >= total_steps:
+                    if finished(state):
                         completed = False
                         break
                     for micro in range(accum):
-                        batch = {k: v.to(engine.device, non_blocking=True) for k, v in next(batches).items()}
+                        batch = next(batches)
+                        if args.audit_samples:
+                            seen = engine.all_gather(batch.pop("example_index").to(engine.device))
+                            state.epoch_examples = (*state.epoch_examples, *seen.cpu().tolist())
+                        batch = {k: v.to(engine.device, non_blocking=True) for k, v in batch.items()}
                         with engine.accumulation_context(model, is_last_micro_step=micro == accum - 1):
                             with self.precision.autocast():
                                 loss = engine.forward_loss(model, batch)
                             self.precision.backward(loss / accum)
                         meter.add(loss.item(), batch)
                     engine.clip_and_step(model, optimizer, args.max_grad_norm, self.precision.scaler)
-                    scheduler.step()
+                    if args.elastic:
+                        state.samples_in_epoch += accum * batch_size * engine.world_size
+                        sync_learning_rate(scheduler, optimizer, schedule_position(state))
+                    else:
+                        scheduler.step()
                     optimizer.zero_grad()
                     sampler_.record_step(accum * batch_size)
                     state.global_step += 1
                     state.steps_in_epoch += 1
                     progress.update(1)
-                    if state.global_step % args.logging_steps == 0 or state.global_step == total_steps:
+                    if state.global_step % args.logging_steps == 0 or finished(state):
                         record = {
                             "step": state.global_step,
                             "epoch": round(state.epoch + state.steps_in_epoch / max(steps_per_epoch, 1), 4),
@@ -299,14 +334,17 @@ class Trainer:
                     if args.elastic and state.global_step % args.elastic_commit_steps == 0:
                         state.commit()
                 result = self.evaluate(model, tokenized["validation"], tokenizer)
-                state.history = (*state.history, {"epoch": state.epoch + 1, "step": state.global_step,
-                                                  "accuracy": result["accuracy"]})
+                entry = {"epoch": state.epoch + 1, "step": state.global_step, "accuracy": result["accuracy"]}
+                if args.audit_samples and completed:
+                    entry["samples"] = audit_epoch(state.epoch_examples, len(train_set))
+                    state.epoch_examples = ()
+                state.history = (*state.history, entry)
                 self.log(
                     f"epoch {state.epoch + 1}/{num_epochs} step {state.global_step}: eval accuracy "
                     f"{result['accuracy']:.4f} on {result['eval_samples']} examples"
                 )
                 if completed:
-                    state.epoch, state.steps_in_epoch = state.epoch + 1, 0
+                    state.epoch, state.steps_in_epoch, state.samples_in_epoch = state.epoch + 1, 0, 0
                 save(state)
                 state.commit()
             return result or self.evaluate(model, tokenized["validation"], tokenizer)
@@ -340,6 +378,17 @@ class Trainer:
         if self.engine.is_main:  # opened per record: after an elastic resize rank 0 may be a new process
             with (self.output_dir / "metrics.jsonl").open("a") as f:
                 f.write(json.dumps(record) + "\n")
+
+
+def audit_epoch(examples: tuple[int, ...], dataset_size: int) -> dict[str, int]:
+    """How an epoch covered the training set: examples never seen and extra repetitions."""
+    counts = collections.Counter(examples)
+    return {
+        "dataset": dataset_size,
+        "trained_on": len(examples),
+        "skipped": dataset_size - len(counts),
+        "repeated": sum(n - 1 for n in counts.values()),
+    }
 
 
 def sync_learning_rate(scheduler, optimizer: torch.optim.Optimizer, global_step: int) -> None:

@@ -31,7 +31,7 @@ JOB = [
 RANK_VARIABLE = {"horovod": "HOROVOD_RANK", "ddp": "RANK"}
 
 
-def find_rank_process(output_dir: Path, rank_variable: str, rank: int) -> int | None:
+def find_rank_process(output_dir: Path, rank_variable: str, rank: int | str) -> int | None:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue

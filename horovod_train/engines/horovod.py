@@ -72,7 +72,8 @@ class HorovodEngine(Engine):
                 f"--op adasum needs a power-of-two world size (got {self.world_size})",
                 "launch 1, 2, 4, 8, ... ranks or use --op average",
             )
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        if not self.args.elastic:  # elastic: TorchState.sync broadcasts them when the loop (re)starts
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         optimizer = hvd.DistributedOptimizer(
             optimizer,
             named_parameters=model.named_parameters(),
@@ -112,6 +113,11 @@ class HorovodEngine(Engine):
         # An explicit name: Horovod defaults it to type(obj).__name__, which differs between the root
         # (the object) and the receivers (None), and the mismatched names hang the collective.
         return self.hvd.broadcast_object(obj, root_rank=0, name="horovod_train.broadcast_object")
+
+    def local_main_first(self, work: Any) -> Any:
+        # A worker that joins an elastic job runs this setup alone, so it must not wait in a collective
+        # for the others: every rank does the work, cached and written atomically.
+        return work() if self.args.elastic else super().local_main_first(work)
 
     def barrier(self) -> None:
         self.hvd.barrier()

@@ -1,0 +1,112 @@
+"""Elastic Horovod: a worker killed mid-epoch leaves the job running on the survivor; a host added
+mid-run grows the job back. Two local "hosts" (localhost and 127.0.0.1) stand for two machines."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import BIN, REPO, SMALL_JOB, base_env, read_results, train_cmd
+from test_faults import find_rank_process, wait_for
+
+pytestmark = pytest.mark.slow
+
+JOB = [
+    *SMALL_JOB,
+    "--synthetic_num_examples",
+    "3000",
+    "--num_train_epochs",
+    "2",
+    "--elastic",
+    "--elastic_commit_steps",
+    "5",
+    "--audit_samples",
+    "--logging_steps",
+    "10",
+]
+
+
+def start_elastic(tmp_path: Path, cache_dir: Path, hosts: list[str], np: int, out: Path) -> subprocess.Popen:
+    hosts_file = tmp_path / "hosts.txt"
+    hosts_file.write_text("".join(f"{h}\n" for h in hosts))
+    env = {**base_env(cache_dir), "HVT_HOSTS_FILE": str(hosts_file)}
+    cmd = [
+        str(BIN / "horovodrun"),
+        "-np",
+        str(np),
+        "--min-np",
+        "1",
+        "--max-np",
+        "2",
+        "--host-discovery-script",
+        str(REPO / "launch" / "discover_hosts.sh"),
+        # Named interfaces: otherwise horovodrun waits for 2 hosts to find common ones, even at -np 1.
+        "--network-interfaces",
+        "lo",
+        *train_cmd(*JOB, "--output_dir", str(out)),
+    ]
+    return subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+
+
+def last_logged_step(out: Path) -> int:
+    metrics = out / "metrics.jsonl"
+    lines = metrics.read_text().splitlines() if metrics.exists() else []
+    return int(lines[-1].split('"step": ')[1].split(",")[0]) if lines else 0
+
+
+def finish(job: subprocess.Popen, timeout: float) -> str:
+    try:
+        output, _ = job.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        output, _ = job.communicate()
+        pytest.fail(f"elastic job did not finish in {timeout}s:\n{output[-4000:]}")
+    return output
+
+
+def check_epochs_covered_every_example(results: dict) -> None:
+    for entry in results["history"]:
+        audit = entry["samples"]
+        assert audit["skipped"] == 0, entry
+        # Only the sampler's end-of-epoch padding repeats (fewer examples than ranks).
+        assert audit["repeated"] < 2, entry
+
+
+def test_killed_worker_leaves_the_job_running_on_the_survivor(tmp_path, cache_dir):
+    out = tmp_path / "run"
+    job = start_elastic(tmp_path, cache_dir, ["localhost:1", "127.0.0.1:1"], 2, out)
+    try:
+        wait_for(lambda: last_logged_step(out) >= 30, 240, "30 steps on 2 workers")
+        victim = wait_for(lambda: find_rank_process(out, "HOROVOD_HOSTNAME", "127.0.0.1"), 30, "the 127.0.0.1 worker")
+        os.kill(victim, signal.SIGKILL)
+        (tmp_path / "hosts.txt").write_text("localhost:1\n")
+    finally:
+        output = finish(job, 400)
+    assert job.returncode == 0, output[-4000:]
+    results = read_results(out)
+    sizes = [size for _, size in results["world_size_changes"]]
+    print(f"world size over the run: {results['world_size_changes']}; epochs: {results['history']}")
+    assert sizes == [2, 1] and results["world_size"] == 1
+    check_epochs_covered_every_example(results)
+
+
+def test_added_host_grows_the_job_back(tmp_path, cache_dir):
+    out = tmp_path / "run"
+    job = start_elastic(tmp_path, cache_dir, ["localhost:1"], 1, out)
+    try:
+        wait_for(lambda: last_logged_step(out) >= 20, 240, "20 steps on 1 worker")
+        (tmp_path / "hosts.txt").write_text("localhost:1\n127.0.0.1:1\n")
+    finally:
+        output = finish(job, 400)
+    assert job.returncode == 0, output[-4000:]
+    results = read_results(out)
+    sizes = [size for _, size in results["world_size_changes"]]
+    print(f"world size over the run: {results['world_size_changes']}; epochs: {results['history']}")
+    assert sizes == [1, 2] and results["world_size"] == 2
+    assert results["param_checksum_per_rank"][0] == results["param_checksum_per_rank"][1]
+    check_epochs_covered_every_example(results)
