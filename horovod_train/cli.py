@@ -35,6 +35,7 @@ def quiet_libraries() -> None:
 
     datasets.disable_progress_bars()
     transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()  # "Loading weights" / "Writing model shards" bars
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -92,6 +92,7 @@ class TrainingArguments:
     gradient_predivide_factor: float = 1.0
     # DDP knobs (ignored by the other engines).
     ddp_bucket_cap_mb: int = field(default=25, metadata={"help": "DDP gradient bucket size in MiB."})
+    ddp_backend: str = field(default="auto", metadata={"help": "auto (NCCL on GPUs, else Gloo), nccl or gloo."})
     # Speed (docs/performance.md). Defaults keep fp32 results bit-identical.
     bf16: bool = field(default=False, metadata={"help": "bfloat16 autocast (CPU or GPU)."})
     fp16: bool = field(default=False, metadata={"help": "float16 autocast with a GradScaler (CUDA only)."})
@@ -253,6 +254,8 @@ def validate(config: RunConfig) -> None:
             f"--validation_split_percentage must be in 1..99 (got {d.validation_split_percentage})",
             "pass e.g. 10",
         )
+    if t.ddp_backend not in ("auto", "nccl", "gloo"):
+        raise UsageError(f"unknown --ddp_backend {t.ddp_backend!r}", "use auto, nccl or gloo")
     if t.compression not in ("none", "fp16"):
         raise UsageError(f"unknown --compression {t.compression!r}", "use none or fp16")
     if t.op not in ("average", "adasum"):

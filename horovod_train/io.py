@@ -55,8 +55,12 @@ def check_output_dir(output_dir: str, overwrite: bool) -> None:
     existing = path
     while not existing.exists():
         existing = existing.parent
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"--output_dir {output_dir} is not writable", "choose a directory you can write to")
+    if not existing.is_dir():
+        raise UsageError(f"--output_dir {output_dir} lies inside the file {existing}", "choose a directory path")
+    try:  # a real probe: root passes os.access() checks on read-only mounts
+        tempfile.TemporaryFile(dir=existing).close()
+    except OSError:
+        raise UsageError(f"--output_dir {output_dir} is not writable", "choose a directory you can write to") from None
 
 
 def reset_output_dir(output_dir: str) -> Path:

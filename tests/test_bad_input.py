@@ -48,7 +48,30 @@ CASES = {
     ),
     "empty dataset": lambda tmp: (["--train_file", csv_file(tmp, good_frame().head(0))], "no examples"),
     "batch size 0": lambda tmp: (["--per_device_train_batch_size", "0"], "must be > 0"),
+    "malformed yaml": lambda tmp: (["--config", str(_write(tmp / "c.yaml", "learning_rate: [1e-4\n"))], "malformed"),
+    "output dir inside a file": lambda tmp: (["--output_dir", str(_write(tmp / "f", "x") / "out")], "inside the file"),
+    "output dir not writable": lambda tmp: (["--output_dir", "/proc/horovod-train-out"], "not writable"),
+    "missing checkpoint": lambda tmp: (["--resume_from_checkpoint", str(tmp / "checkpoint-9")], "does not exist"),
+    "nccl without cuda": lambda tmp: (["--engine", "ddp", "--ddp_backend", "nccl"], "needs CUDA"),
+    "tokenizer/model mismatch": lambda tmp: (
+        ["--model_name_or_path", str(_small_vocab_model(tmp)), "--tokenizer_name", "bert-base-cased-absent"],
+        "cannot load tokenizer",
+    ),
+    "elastic without horovod": lambda tmp: (["--engine", "ddp", "--elastic"], "--elastic needs --engine horovod"),
+    "text in a number field": lambda tmp: (["--learning_rate", "fast"], "invalid float value"),
 }
+
+
+def _small_vocab_model(tmp: Path) -> Path:
+    """A saved BERT whose embedding table (50 rows) is smaller than the tiny tokenizer's vocabulary."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    target = tmp / "small-vocab-model"
+    config = BertConfig(
+        vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, num_labels=3
+    )
+    BertForSequenceClassification(config).save_pretrained(target)
+    return target
 
 
 def _write(path: Path, text: str) -> Path:
@@ -70,10 +93,57 @@ def test_bad_input_is_refused_and_nothing_is_written(case, tmp_path, cache_dir):
     out = tmp_path / "out"
     before = snapshot(tmp_path)
     # --engine single keeps these fast; a later --engine in args wins.
-    proc = run(train_cmd("--engine", "single", *args, "--output_dir", str(out)), cache_dir, timeout=120)
+    proc = run(train_cmd("--engine", "single", "--output_dir", str(out), *args), cache_dir, timeout=120)
     assert_refused(proc, expected)
     assert not out.exists()
     assert snapshot(tmp_path) == before
+
+
+def test_model_smaller_than_its_tokenizer_is_refused(tmp_path, cache_dir):
+    model = _small_vocab_model(tmp_path)
+    before = snapshot(tmp_path)
+    proc = run(
+        train_cmd(
+            "--engine",
+            "single",
+            "--model_name_or_path",
+            str(model),
+            "--tokenizer_name",
+            "tiny-bert",
+            "--synthetic_num_examples",
+            "300",
+            "--output_dir",
+            str(tmp_path / "out"),
+        ),
+        cache_dir,
+    )
+    assert_refused(proc, "embeds only 50")
+    assert snapshot(tmp_path) == before
+
+
+LAUNCH_CASES = {
+    "hostfile with a bad line": (
+        ["launch/horovodrun_multihost.sh", "--hostfile", "{hostfile}", "-np", "2"],
+        "is not 'host slots=N'",
+    ),
+    "-np above the hosts' slots": (["launch/horovodrun_multihost.sh", "-H", "a:1,b:1", "-np", "4"], "more than"),
+    "fusion threshold not a number": (
+        ["launch/horovodrun_local.sh", "-np", "2", "--fusion-threshold-mb", "lots"],
+        "--fusion-threshold-mb",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(LAUNCH_CASES))
+def test_bad_launch_input_is_refused_before_launching(case, tmp_path, cache_dir):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node1 slots=2\nnode2 slots=two\n")
+    argv, expected = LAUNCH_CASES[case]
+    argv = [a.format(hostfile=hostfile) for a in argv]
+    before = snapshot(tmp_path)
+    proc = run(["bash", *argv, "--", "--output_dir", str(tmp_path / "out")], cache_dir, timeout=60)
+    assert_refused(proc, expected)
+    assert snapshot(tmp_path) == before and not (tmp_path / "out").exists()
 
 
 def test_earlier_run_is_not_overwritten_without_the_flag(tmp_path, cache_dir):

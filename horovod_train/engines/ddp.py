@@ -39,7 +39,10 @@ class DDPEngine(Engine):
         self.launcher = env.launcher
         self.local_rank, self.local_world_size = env.local_rank, env.local_world_size
         options: dict[str, Any] = {}
-        if torch.cuda.is_available():
+        if self.args.ddp_backend == "nccl" and not torch.cuda.is_available():
+            raise UsageError("--ddp_backend nccl needs CUDA GPUs but this machine has none",
+                             "use --ddp_backend gloo (or auto) on CPUs")
+        if torch.cuda.is_available() and self.args.ddp_backend != "gloo":
             if env.local_rank >= torch.cuda.device_count():
                 raise UsageError(
                     f"local rank {env.local_rank} but only {torch.cuda.device_count()} GPU(s) on this node",
