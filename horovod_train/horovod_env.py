@@ -16,6 +16,10 @@ from typing import Any
 # Measured on the embedded job, 2 ranks on 2 cores (docs/performance.md). Only where unset.
 CPU_DEFAULTS: dict[str, str] = {}
 POLL_INTERVAL_S = 1e-4
+# A rank that stops submitting tensors (a hang, not a crash: launchers end a job whose rank died) makes
+# the others warn after 60 s and shut the job down after 5 minutes, instead of waiting forever.
+# Long enough for the setup's one-sided work (local rank 0 tokenizing while the others wait).
+FAILURE_DEFAULTS = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "60", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "300"}
 
 
 def apply(args: Any, cuda: bool) -> dict[str, str]:
@@ -31,8 +35,8 @@ def apply(args: Any, cuda: bool) -> dict[str, str]:
             log = Path(args.autotune_log).resolve()
             log.parent.mkdir(parents=True, exist_ok=True)
             wanted["HOROVOD_AUTOTUNE_LOG"] = str(log)
-    if not cuda:
-        wanted.update({k: v for k, v in CPU_DEFAULTS.items() if k not in os.environ})
+    defaults = {**FAILURE_DEFAULTS, **({} if cuda else CPU_DEFAULTS)}
+    wanted.update({k: v for k, v in defaults.items() if k not in os.environ})
     os.environ.update(wanted)
     return wanted
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SMALL_JOB, assert_ok, horovodrun, run, train_cmd
+from conftest import SMALL_JOB, assert_ok, horovodrun, run, torchrun, train_cmd
 from safetensors.torch import load_file
 
 from horovod_train import checkpoint as ckpt
@@ -25,15 +25,25 @@ def max_abs_diff(a: Path, b: Path) -> float:
     return max(float((left[k] - right[k]).abs().max()) for k in left)
 
 
-def launch(np: int, *args: str) -> list[str]:
-    return horovodrun(np, *args) if np > 1 else train_cmd("--engine", "single", *args)
+def launch(engine: str, *args: str) -> list[str]:
+    if engine == "horovod":
+        return horovodrun(2, *args)
+    if engine == "ddp":
+        return torchrun(2, "--engine", "ddp", *args)
+    return train_cmd("--engine", "single", *args)
 
 
-@pytest.mark.parametrize(("np", "max_steps", "save_steps", "resume_step"), [(1, 50, 10, 20), (2, 30, 5, 10)])
-def test_resume_mid_epoch_ends_with_the_same_parameters(tmp_path, cache_dir, np, max_steps, save_steps, resume_step):
+@pytest.mark.parametrize(
+    ("engine", "max_steps", "save_steps", "resume_step"),
+    [("single", 50, 10, 20), ("horovod", 30, 5, 10), ("ddp", 30, 5, 10)],
+)
+def test_resume_mid_epoch_ends_with_the_same_parameters(
+    tmp_path, cache_dir, engine, max_steps, save_steps, resume_step
+):
+    np = 1 if engine == "single" else 2
     full = tmp_path / "full"
     args = [*JOB, "--max_steps", str(max_steps), "--save_steps", str(save_steps)]
-    assert_ok(run(launch(np, *args, "--output_dir", str(full)), cache_dir))
+    assert_ok(run(launch(engine, *args, "--output_dir", str(full)), cache_dir))
     state = json.loads((full / f"checkpoint-{resume_step}" / ckpt.TRAINER_FILE).read_text())
     assert state["epoch"] == 0 and 0 < state["steps_in_epoch"] < 34 // np, "the resume point must be mid-epoch"
 
@@ -41,11 +51,11 @@ def test_resume_mid_epoch_ends_with_the_same_parameters(tmp_path, cache_dir, np,
     resumed = tmp_path / "resumed"
     resumed.mkdir()
     shutil.copytree(full / f"checkpoint-{resume_step}", resumed / f"checkpoint-{resume_step}")
-    proc = run(launch(np, *args, "--output_dir", str(resumed), "--resume_from_checkpoint", "latest"), cache_dir)
+    proc = run(launch(engine, *args, "--output_dir", str(resumed), "--resume_from_checkpoint", "latest"), cache_dir)
     assert_ok(proc)
     assert f"resumed from step {resume_step}" in proc.stdout
     diff = max_abs_diff(full, resumed)
-    print(f"np={np}: max-abs parameter difference after resume = {diff:.3e}")
+    print(f"{engine} np={np}: max-abs parameter difference after resume = {diff:.3e}")
     assert diff <= 1e-6, f"resumed run differs from the uninterrupted one by {diff:.3e}"
 
 
