@@ -69,6 +69,16 @@ def finish(job: subprocess.Popen, timeout: float) -> str:
     return output
 
 
+def completed_run(job: subprocess.Popen, out: Path) -> tuple[dict, list[int]]:
+    """Wait for the job; return its results and the world sizes it went through."""
+    output = finish(job, 400)
+    assert job.returncode == 0, output[-4000:]
+    results = read_results(out)
+    print(f"world size over the run: {results['world_size_changes']}; epochs: {results['history']}")
+    check_epochs_covered_every_example(results)
+    return results, [size for _, size in results["world_size_changes"]]
+
+
 def check_epochs_covered_every_example(results: dict) -> None:
     for entry in results["history"]:
         audit = entry["samples"]
@@ -85,14 +95,11 @@ def test_killed_worker_leaves_the_job_running_on_the_survivor(tmp_path, cache_di
         victim = wait_for(lambda: find_rank_process(out, "HOROVOD_HOSTNAME", "127.0.0.1"), 30, "the 127.0.0.1 worker")
         os.kill(victim, signal.SIGKILL)
         (tmp_path / "hosts.txt").write_text("localhost:1\n")
-    finally:
-        output = finish(job, 400)
-    assert job.returncode == 0, output[-4000:]
-    results = read_results(out)
-    sizes = [size for _, size in results["world_size_changes"]]
-    print(f"world size over the run: {results['world_size_changes']}; epochs: {results['history']}")
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        raise
+    results, sizes = completed_run(job, out)
     assert sizes == [2, 1] and results["world_size"] == 1
-    check_epochs_covered_every_example(results)
 
 
 def test_added_host_grows_the_job_back(tmp_path, cache_dir):
@@ -101,12 +108,9 @@ def test_added_host_grows_the_job_back(tmp_path, cache_dir):
     try:
         wait_for(lambda: last_logged_step(out) >= 20, 240, "20 steps on 1 worker")
         (tmp_path / "hosts.txt").write_text("localhost:1\n127.0.0.1:1\n")
-    finally:
-        output = finish(job, 400)
-    assert job.returncode == 0, output[-4000:]
-    results = read_results(out)
-    sizes = [size for _, size in results["world_size_changes"]]
-    print(f"world size over the run: {results['world_size_changes']}; epochs: {results['history']}")
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        raise
+    results, sizes = completed_run(job, out)
     assert sizes == [1, 2] and results["world_size"] == 2
     assert results["param_checksum_per_rank"][0] == results["param_checksum_per_rank"][1]
-    check_epochs_covered_every_example(results)
