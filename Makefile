@@ -4,20 +4,26 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 NP ?= 2
+# Horovod's controller for `make demo`: mpi (horovodrun runs mpirun; the fastest on CPU: shared-memory
+# transport, about 1.05x DDP on the demo against gloo's 0.75x, see docs/performance.md) or gloo.
+CONTROLLER ?= mpi
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test lint clean bench
 
 setup:
 	@bash scripts/setup.sh
 
 demo: setup
-	@$(VENV)/bin/horovodrun -np $(NP) --gloo $(PY) -m horovod_train train --config configs/demo.yaml \
+	@$(VENV)/bin/horovodrun -np $(NP) --$(CONTROLLER) $(PY) -m horovod_train train --config configs/demo.yaml \
 		--overwrite_output_dir
 
 test: setup
 	@$(VENV)/bin/ruff check horovod_train tests
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
+
+bench: setup  # samples/s per engine and world size on the demo job, Horovod/DDP ratio (a few minutes)
+	@$(PY) -m horovod_train bench train --repeats 3 --output_dir runs/bench/train --overwrite_output_dir
 
 lint: setup
 	@$(VENV)/bin/ruff check horovod_train tests

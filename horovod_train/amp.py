@@ -26,9 +26,9 @@ def precision_of(bf16: bool, fp16: bool) -> str:
 
 
 def enable_tf32() -> None:
-    """TF32 tensor cores for float32 matmuls and convolutions (CUDA, Ampere and later)."""
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
+    """TF32 tensor cores for float32 matmuls (CUDA, Ampere and later; cuDNN convolutions use TF32 by
+    default). Call it only on CUDA: the setting is process-wide."""
+    torch.set_float32_matmul_precision("high")
 
 
 class Precision:

@@ -103,6 +103,9 @@ class TrainingArguments:
     horovod_timeline: str | None = field(default=None, metadata={"help": "Horovod timeline (HOROVOD_TIMELINE)."})
     autotune: bool = field(default=False, metadata={"help": "Horovod autotuning (HOROVOD_AUTOTUNE=1)."})
     autotune_log: str | None = field(default=None, metadata={"help": "Horovod autotune log (HOROVOD_AUTOTUNE_LOG)."})
+    horovod_groups: int | None = field(
+        default=None, metadata={"help": "hvd.DistributedOptimizer gradient groups (0: per tensor; default 1 on CPU)."}
+    )
 
 
 @dataclass
@@ -266,6 +269,8 @@ def validate(config: RunConfig) -> None:
         raise UsageError(f"--dropout must be in [0, 1) (got {t.dropout})", "pass e.g. --dropout 0.1")
     if t.bf16 and t.fp16:
         raise UsageError("--bf16 and --fp16 are both set", "choose one of them")
+    if t.horovod_groups is not None and t.horovod_groups < 0:
+        raise UsageError(f"--horovod_groups must be >= 0 (got {t.horovod_groups})", "pass 0 (per tensor), 1, 2, ...")
     if t.autotune_log and not t.autotune:
         raise UsageError("--autotune_log without --autotune", "add --autotune or drop --autotune_log")
     if t.group_by_length and t.elastic:

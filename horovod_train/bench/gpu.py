@@ -37,6 +37,7 @@ COLUMNS = [
     "model",
     "device",
     "precision",
+    "attention",
     "batch_size",
     "repeats",
     "samples_per_second",
@@ -221,6 +222,7 @@ def summarize(raw: list[dict], contenders: dict[str, Contender], args: argparse.
                 "model": args.model,
                 "device": str(c.engine.device),
                 "precision": args.precision,
+                "attention": c.engine.unwrap(c.model).config._attn_implementation,  # sdpa: transformers 5's default
                 "batch_size": args.batch_size,
                 "repeats": len(runs),
                 "samples_per_second": w["samples"] / w["seconds"],

@@ -81,6 +81,7 @@ class HorovodEngine(Engine):
             backward_passes_per_step=self.args.gradient_accumulation_steps,
             op=op,
             gradient_predivide_factor=self.args.gradient_predivide_factor,
+            groups=horovod_env.optimizer_groups(self.args, cuda=self.device.type == "cuda"),
         )
         # No hvd.broadcast_optimizer_state: the wrapper starts with empty state on every rank, where
         # Horovod would create it with a dummy step (Adam's step count becomes 1, weight decay is applied
