@@ -241,14 +241,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frameworks", nargs="+", default=list(FRAMEWORKS), choices=FRAMEWORKS)
     parser.add_argument("--iters", type=int, default=50, help="most timed iterations per case")
     parser.add_argument("--min_iters", type=int, default=3, help="fewest timed iterations per case")
-    parser.add_argument("--budget", default="512MB", help="bytes reduced per case, which sets its iterations")
+    parser.add_argument(
+        "--budget", default=None, help="bytes reduced per case, which sets its iterations (512MB on CPU, 16GB on GPU)"
+    )
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations per case")
     parser.add_argument("--label", default="", help="tag every row (the sweep names its runs with it)")
 
 
 def validate(args: argparse.Namespace, cuda: bool) -> list[Case]:
     args.max_bytes = args.max_bytes or ("256MB" if cuda else "64MB")
-    args.budget_bytes = common.parse_bytes(args.budget)
+    args.budget_bytes = common.parse_bytes(args.budget or ("16GB" if cuda else "512MB"))
     lo, hi = common.parse_bytes(args.min_bytes), common.parse_bytes(args.max_bytes)
     if lo < 4 or hi < lo or args.step_factor < 2:
         raise UsageError(
