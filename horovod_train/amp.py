@@ -20,8 +20,7 @@ SCALER_KEY = "grad_scaler"  # in a checkpoint's training state
 
 
 def precision_of(bf16: bool, fp16: bool) -> str:
-    if bf16 and fp16:
-        raise UsageError("--bf16 and --fp16 are both set", "choose one of them")
+    """The mode of --bf16/--fp16 (config.validate refuses both)."""
     return "bf16" if bf16 else "fp16" if fp16 else "fp32"
 
 

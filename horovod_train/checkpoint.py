@@ -1,7 +1,7 @@
 """Checkpoints that survive crashes and load without unpickling arbitrary objects.
 
 A checkpoint is a directory ``checkpoint-<step>`` holding the model (safetensors), the optimizer and
-scheduler state and the RNG states (``torch.save``, read back with ``weights_only=True``), a
+the RNG states (``torch.save``, read back with ``weights_only=True``), a
 ``trainer_state.json`` (global step, epoch, position inside the epoch, run configuration) and a
 ``manifest.json`` with the SHA-256 of every file. It is written to a temporary directory, every file
 fsynced, then renamed into place, so a crash mid-write leaves the previous checkpoint valid; a
@@ -16,7 +16,7 @@ import os
 import random
 import re
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -25,24 +25,33 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from horovod_train.errors import UsageError
-from horovod_train.io import atomic_directory
+from horovod_train.files import atomic_directory
+from horovod_train.position import TrainingPosition
 
 PREFIX = "checkpoint-"
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "training_state.pt"
 TRAINER_FILE = "trainer_state.json"
 MANIFEST = "manifest.json"
-# Fields of the run that a checkpoint must agree with to be loaded into it.
-COMPATIBILITY_FIELDS = ("model_name_or_path", "num_labels", "vocab_size", "architecture")
 
 
-@dataclass
-class TrainerState:
-    global_step: int
-    epoch: int
-    steps_in_epoch: int  # optimizer steps already taken inside ``epoch``
-    compatibility: dict[str, Any]
-    config: dict[str, Any]
+@dataclass(frozen=True)
+class Compatibility:
+    """What a checkpoint must agree with to be loaded into a run."""
+
+    model_name_or_path: str
+    num_labels: int
+    vocab_size: int
+    architecture: str
+
+    def check(self, saved: dict[str, Any], path: Path) -> None:
+        for name in (f.name for f in fields(self)):
+            if saved.get(name) != getattr(self, name):
+                raise UsageError(
+                    f"checkpoint {path} was saved with {name}={saved.get(name)!r} but this run has "
+                    f"{name}={getattr(self, name)!r}",
+                    "resume with the same model and labels, or start a new --output_dir",
+                )
 
 
 def rng_state() -> dict[str, Any]:
@@ -93,21 +102,22 @@ def save_checkpoint(
     output_dir: Path,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-    state: TrainerState,
+    position: TrainingPosition,
+    compatibility: Compatibility,
+    config: dict[str, Any],
     keep: int | None,
     extra_state: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``checkpoint-<step>`` atomically (call on rank 0 only) and prune to the last ``keep``."""
-    target = output_dir / f"{PREFIX}{state.global_step}"
+    target = output_dir / f"{PREFIX}{position.global_step}"
     if target.exists():
         shutil.rmtree(target)
     with atomic_directory(target) as tmp:
         tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
         save_file(tensors, tmp / MODEL_FILE)
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                    "rng": rng_state(), **(extra_state or {})}, tmp / STATE_FILE)
-        (tmp / TRAINER_FILE).write_text(json.dumps(asdict(state), indent=2, sort_keys=True) + "\n")
+        torch.save({"optimizer": optimizer.state_dict(), "rng": rng_state(), **(extra_state or {})}, tmp / STATE_FILE)
+        trainer_state = {**position.to_dict(), "compatibility": asdict(compatibility), "config": config}
+        (tmp / TRAINER_FILE).write_text(json.dumps(trainer_state, indent=2, sort_keys=True) + "\n")
         manifest = {name: _sha256(tmp / name) for name in (MODEL_FILE, STATE_FILE, TRAINER_FILE)}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         _fsync_tree(tmp)
@@ -152,16 +162,6 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
             raise UsageError(f"checkpoint {path} is corrupted ({name} does not match its checksum)",
                              "resume from an earlier checkpoint")
     return json.loads((path / TRAINER_FILE).read_text())
-
-
-def check_compatible(saved: dict[str, Any], current: dict[str, Any], path: Path) -> None:
-    for name in COMPATIBILITY_FIELDS:
-        if saved.get(name) != current.get(name):
-            raise UsageError(
-                f"checkpoint {path} was saved with {name}={saved.get(name)!r} but this run has "
-                f"{name}={current.get(name)!r}",
-                "resume with the same model and labels, or start a new --output_dir",
-            )
 
 
 def load_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:

@@ -7,18 +7,13 @@ import os
 import sys
 
 from horovod_train import bench, compare, doctor
-from horovod_train.config import add_run_arguments, parse_run_config
+from horovod_train.config import Parser, add_run_arguments, parse_run_config
 from horovod_train.errors import UsageError, exit_with
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line and exit 2, not argparse's usage dump
-        raise UsageError(message, f"see `{self.prog} --help`")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="horovod-train", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = Parser(prog="horovod-train", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     train = commands.add_parser("train", help="fine-tune a sequence-classification model")
     add_run_arguments(train)
     compare_parser = commands.add_parser("compare", help="run one job under every engine and tabulate them")
@@ -26,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     doctor_parser = commands.add_parser("doctor", help="print the rank/host/device map and Horovod's build")
     doctor.add_arguments(doctor_parser)
     bench.add_arguments(commands.add_parser("bench", help="all-reduce, training and GPU benchmarks"))
+    for command in (train, compare_parser):
+        command.add_argument("--debug", action="store_true", help="Show tracebacks for bad input.")
     return parser
 
 
@@ -40,15 +37,14 @@ def quiet_libraries() -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from horovod_train.engines import create_engine
-    from horovod_train.io import check_output_dir, joins_running_job
+    from horovod_train.files import check_output_dir
     from horovod_train.trainer import Trainer
 
     config = parse_run_config(namespace=args)
     quiet_libraries()
-    engine = create_engine(config.training)
+    engine = create_engine(config)
     training = config.training
-    # Resuming continues the run already in --output_dir.
-    if not (training.elastic and joins_running_job(training.output_dir)):
+    if not engine.joins_running_job(training.output_dir):  # resuming continues the run already there
         check_output_dir(training.output_dir, training.overwrite_output_dir or bool(training.resume_from_checkpoint))
     with engine.running():
         results = Trainer(config, engine).train()

@@ -4,99 +4,18 @@ launcher, with the same global batch; then a table, compare.json and a bar chart
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
-import os
-import shutil
-import statistics
-import subprocess
-import sys
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from horovod_train.config import SECTIONS, add_run_arguments, parse_run_config
+from horovod_train import launchers
+from horovod_train.config import add_run_arguments, parse_run_config
 from horovod_train.errors import UsageError
-from horovod_train.io import check_output_dir, reset_output_dir, write_json_atomic
+from horovod_train.files import check_output_dir, reset_output_dir, write_json_atomic
 from horovod_train.tables import format_table
 
-BIN = Path(sys.executable).parent
 DEFAULT_OUTPUT_DIR = "runs/compare"
-# Set per run by compare itself, so not passed through from the command line.
-PER_RUN = {"output_dir", "overwrite_output_dir", "engine", "per_device_train_batch_size"}
-# Forwarded to the ranks by mpirun (which starts them with its own environment on remote hosts).
-MPI_FORWARD = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "OMP_NUM_THREADS", "HOROVOD_TRAIN_CACHE", "HF_HOME")
 COLUMNS = ["engine", "launcher", "world", "samples/s", "tokens/s", "train loss", "val acc", "peak MiB/rank"]
-
-
-@dataclass(frozen=True)
-class Run:
-    name: str  # e.g. horovod-gloo
-    engine: str  # the --engine it trains with
-    launcher: str  # as shown in the table
-    world_size: int  # processes; single and dp take world_size x the per-rank batch instead
-
-    def command(self, train_args: list[str]) -> list[str]:
-        return self.launch([sys.executable, "-m", "horovod_train", "train", "--engine", self.engine, *train_args])
-
-    def launch(self, program: list[str], env: Mapping[str, str] | None = None) -> list[str]:
-        """``program`` under this run's launcher. horovodrun and torchrun hand their environment to the
-        ranks; mpirun is told to forward MPI_FORWARD and every HOROVOD_* variable of ``env``."""
-        n = str(self.world_size)
-        if self.launcher == "horovodrun":
-            return [_tool("horovodrun"), "-np", n, "--gloo", *program]
-        if self.launcher == "mpirun":
-            env = os.environ if env is None else env
-            root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
-            names = [v for v in env if v in MPI_FORWARD or v.startswith("HOROVOD_")]
-            forward = [arg for var in names for arg in ("-x", var)]
-            # Yield when idle: busy-polling MPI would starve each rank's compute of the cores it shares.
-            mca = ["--mca", "mpi_yield_when_idle", "1"]
-            return [_tool("mpirun"), *root, "--oversubscribe", "--bind-to", "none", *mca, "-np", n, *forward, *program]
-        if self.launcher == "torchrun":
-            return [_tool("torchrun"), "--standalone", "--nproc_per_node", n, "--no-python", *program]
-        return program
-
-
-def _tool(name: str) -> str:
-    local = BIN / name
-    return str(local) if local.is_file() else (shutil.which(name) or name)
-
-
-def _has_tool(name: str) -> bool:
-    return (BIN / name).is_file() or shutil.which(name) is not None
-
-
-def machine_world_size() -> int:
-    """Ranks per multi-process run: one per GPU, or 2 on a CPU-only machine."""
-    import torch
-
-    return torch.cuda.device_count() or 2
-
-
-def supported_runs(world: int) -> list[Run]:
-    """Every engine/launcher pair this machine can run."""
-    import torch
-    import torch.distributed as dist
-
-    gpus = torch.cuda.device_count()
-    runs: list[Run] = []
-    try:
-        import horovod.torch as hvd
-
-        if hvd.gloo_built() and _has_tool("horovodrun"):
-            runs.append(Run("horovod-gloo", "horovod", "horovodrun", world))
-        if hvd.mpi_built() and _has_tool("mpirun"):
-            runs.append(Run("horovod-mpi", "horovod", "mpirun", world))
-    except (ImportError, OSError):
-        pass
-    backend_ok = dist.is_nccl_available() if gpus else dist.is_gloo_available()
-    if dist.is_available() and backend_ok and _has_tool("torchrun"):
-        runs.append(Run(f"ddp-{'nccl' if gpus else 'gloo'}", "ddp", "torchrun", world))
-    runs += [Run("single", "single", "python", 1), Run("dp", "dp", "python", 1)]
-    return runs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -107,60 +26,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="runs to compare, by run or engine name, comma or space separated (default: all supported)",
     )
     parser.set_defaults(engines=None)
-
-
-def select_runs(runs: list[Run], wanted: list[str] | None) -> list[Run]:
-    if not wanted:
-        return runs
-    tokens = [t for item in wanted for t in item.split(",") if t]
-    known = {r.name for r in runs} | {r.engine for r in runs}
-    unknown = [t for t in tokens if t not in known]
-    if unknown or not tokens:
-        raise UsageError(
-            f"--engines {' '.join(unknown or wanted)} is not supported on this machine",
-            f"choose from {', '.join(r.name for r in runs)}",
-        )
-    return [r for r in runs if r.name in tokens or r.engine in tokens]
-
-
-def passthrough_args(namespace: argparse.Namespace) -> list[str]:
-    """The training arguments given on the command line, as arguments for each run's `train`."""
-    args = ["--config", namespace.config] if namespace.config else []
-    for section in SECTIONS.values():
-        for f in dataclasses.fields(section):
-            value = getattr(namespace, f.name, None)
-            if value is not None and f.name not in PER_RUN:
-                args += [f"--{f.name}", str(value)]
-    return args
-
-
-def execute(cmd: list[str], log: Path, env: Mapping[str, str] | None = None) -> int:
-    """Run one launch with its output in ``log`` (the command line first); return its exit code."""
-    with log.open("w") as log_file:
-        log_file.write(" ".join(cmd) + "\n")
-        log_file.flush()
-        return subprocess.run(cmd, stdout=log_file, stderr=subprocess.STDOUT, check=False, env=env).returncode
-
-
-def summarize(run: Run, run_dir: Path, returncode: int, log: Path) -> dict[str, Any]:
-    row: dict[str, Any] = {**dataclasses.asdict(run), "ok": False, "log": str(log)}
-    results_file = run_dir / "eval_results.json"
-    if returncode != 0 or not results_file.is_file():
-        return {**row, "error": f"exit code {returncode}"}
-    results = json.loads(results_file.read_text())
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
-    return {
-        **row,
-        "ok": True,
-        "world_size": results["world_size"],
-        # Medians over the logging intervals: the first interval includes start-up, later ones evaluation.
-        "samples_per_second": statistics.median(r["samples_per_second"] for r in records),
-        "tokens_per_second": statistics.median(r["tokens_per_second"] for r in records),
-        "final_train_loss": records[-1]["loss"],
-        "validation_accuracy": results["accuracy"],
-        "peak_memory_mb_per_rank": results["peak_memory_mb_per_rank"],
-        "wall_time_s": results["wall_time_s"],
-    }
 
 
 def table_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
@@ -214,15 +79,15 @@ def main(namespace: argparse.Namespace) -> int:
         raise UsageError("compare runs every engine itself, so --engine does not apply", "select runs with --engines")
     namespace.output_dir = namespace.output_dir or DEFAULT_OUTPUT_DIR
     config = parse_run_config(namespace=namespace)
-    world = machine_world_size()
-    runs = select_runs(supported_runs(world), namespace.engines)
+    world = launchers.machine_world_size()
+    runs = launchers.select_runs(launchers.supported_runs(world), namespace.engines)
     out = Path(config.training.output_dir)
     check_output_dir(str(out), config.training.overwrite_output_dir)
     reset_output_dir(str(out))
     (out / "logs").mkdir()
 
     batch = config.training.per_device_train_batch_size
-    common = passthrough_args(namespace)
+    common = launchers.passthrough_args(namespace)
     rows = []
     for i, run in enumerate(runs, 1):
         # The same global batch everywhere: W ranks of b, or one process (single, dp) of W x b.
@@ -231,8 +96,8 @@ def main(namespace: argparse.Namespace) -> int:
         cmd = run.command([*common, "--per_device_train_batch_size", str(per_process), "--output_dir", str(run_dir)])
         print(f"[{i}/{len(runs)}] {run.name}: {run.launcher}, {run.world_size} process(es)", flush=True)
         started = time.perf_counter()
-        returncode = execute(cmd, log)
-        rows.append(summarize(run, run_dir, returncode, log))
+        returncode = launchers.execute(cmd, log)
+        rows.append(launchers.summarize(run, run_dir, returncode, log))
         status = "ok" if rows[-1]["ok"] else f"FAILED (exit {returncode}), see {log}"
         print(f"      {status} in {time.perf_counter() - started:.1f}s", flush=True)
 

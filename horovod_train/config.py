@@ -1,5 +1,9 @@
 """Run configuration: dataclasses in the style of transformers' run_glue.py, a CLI built from them,
-and an optional YAML/JSON ``--config`` whose keys are the same names (the CLI overrides it)."""
+and an optional YAML/JSON ``--config`` whose keys are the same names (the CLI overrides it).
+
+Each dataclass is a section of ``--help``. The engine-only sections (Horovod, DDP) are read by their
+engine alone; the flags keep one flat namespace, so a config file needs no section headers.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,15 @@ import argparse
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from horovod_train.errors import UsageError
+
+PACKAGED_CONFIGS = "configs"  # horovod_train/configs/<name>.yaml, found by name after any install
 
 
 @dataclass
@@ -55,7 +62,7 @@ class DataArguments:
 class TrainingArguments:
     output_dir: str = "runs/train"
     overwrite_output_dir: bool = False
-    engine: str = field(default="horovod", metadata={"help": "Data-parallel engine (see `engines`)."})
+    engine: str = field(default="horovod", metadata={"help": "Data-parallel engine: horovod, ddp, dp or single."})
     per_device_train_batch_size: int = 32
     per_device_eval_batch_size: int = 64
     learning_rate: float = 5e-5
@@ -72,33 +79,31 @@ class TrainingArguments:
     dropout: float | None = field(default=None, metadata={"help": "Override the model's dropout (0 = off)."})
     dataloader_num_workers: int = 0
     disable_tqdm: bool = False
-    debug: bool = field(default=False, metadata={"help": "Show tracebacks for bad input."})
     # Checkpoints.
     save_steps: int = field(default=0, metadata={"help": "Checkpoint every N steps (0: only at epoch ends)."})
     save_total_limit: int = field(default=2, metadata={"help": "Checkpoints kept (0: write none)."})
     resume_from_checkpoint: str | None = field(
         default=None, metadata={"help": "'latest' (in --output_dir) or a checkpoint-<step> directory."}
     )
-    # Elastic Horovod (horovodrun --min-np/--max-np --host-discovery-script).
-    elastic: bool = field(default=False, metadata={"help": "Survive workers leaving and joining (Horovod)."})
-    elastic_commit_steps: int = field(default=10, metadata={"help": "Steps between elastic state commits."})
     audit_samples: bool = field(
         default=False, metadata={"help": "Record which examples each epoch trained on (one all-gather a step)."}
     )
-    # Horovod knobs (ignored by engines that do not have them).
-    scale_lr: bool = field(default=False, metadata={"help": "Multiply the learning rate by the world size."})
-    compression: str = field(default="none", metadata={"help": "Gradient compression: none or fp16."})
-    op: str = field(default="average", metadata={"help": "Gradient reduction: average or adasum."})
-    gradient_predivide_factor: float = 1.0
-    # DDP knobs (ignored by the other engines).
-    ddp_bucket_cap_mb: int = field(default=25, metadata={"help": "DDP gradient bucket size in MiB."})
-    ddp_backend: str = field(default="auto", metadata={"help": "auto (NCCL on GPUs, else Gloo), nccl or gloo."})
     # Speed (docs/performance.md). Defaults keep fp32 results bit-identical.
     bf16: bool = field(default=False, metadata={"help": "bfloat16 autocast (CPU or GPU)."})
     fp16: bool = field(default=False, metadata={"help": "float16 autocast with a GradScaler (CUDA only)."})
     tf32: bool = field(default=False, metadata={"help": "TF32 matmuls for float32 on CUDA."})
     torch_compile: bool = field(default=False, metadata={"help": "torch.compile the model (in place)."})
     group_by_length: bool = field(default=False, metadata={"help": "Batch examples of similar length (less padding)."})
+
+
+@dataclass
+class HorovodArguments:
+    """Read by --engine horovod only."""
+
+    scale_lr: bool = field(default=False, metadata={"help": "Multiply the learning rate by the world size."})
+    compression: str = field(default="none", metadata={"help": "Gradient compression: none or fp16."})
+    op: str = field(default="average", metadata={"help": "Gradient reduction: average or adasum."})
+    gradient_predivide_factor: float = 1.0
     # Not --timeline: horovodrun's parser would reject it as an ambiguous prefix of its own --timeline-* options.
     horovod_timeline: str | None = field(default=None, metadata={"help": "Horovod timeline (HOROVOD_TIMELINE)."})
     autotune: bool = field(default=False, metadata={"help": "Horovod autotuning (HOROVOD_AUTOTUNE=1)."})
@@ -106,19 +111,42 @@ class TrainingArguments:
     horovod_groups: int | None = field(
         default=None, metadata={"help": "hvd.DistributedOptimizer gradient groups (0: per tensor; default 1 on CPU)."}
     )
+    # Elastic Horovod (horovodrun --min-np/--max-np --host-discovery-script).
+    elastic: bool = field(default=False, metadata={"help": "Survive workers leaving and joining (Horovod)."})
+    elastic_commit_steps: int = field(default=10, metadata={"help": "Steps between elastic state commits."})
+
+
+@dataclass
+class DDPArguments:
+    """Read by --engine ddp only."""
+
+    ddp_bucket_cap_mb: int = field(default=25, metadata={"help": "DDP gradient bucket size in MiB."})
+    ddp_backend: str = field(default="auto", metadata={"help": "auto (NCCL on GPUs, else Gloo), nccl or gloo."})
 
 
 @dataclass
 class RunConfig:
-    model: ModelArguments
-    data: DataArguments
-    training: TrainingArguments
+    model: ModelArguments = field(default_factory=ModelArguments)
+    data: DataArguments = field(default_factory=DataArguments)
+    training: TrainingArguments = field(default_factory=TrainingArguments)
+    horovod: HorovodArguments = field(default_factory=HorovodArguments)
+    ddp: DDPArguments = field(default_factory=DDPArguments)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self.model), **dataclasses.asdict(self.data), **dataclasses.asdict(self.training)}
+        """Every argument by its flag name (the sections share one namespace)."""
+        return {k: v for f in dataclasses.fields(self) for k, v in dataclasses.asdict(getattr(self, f.name)).items()}
 
 
-SECTIONS = {"model": ModelArguments, "data": DataArguments, "training": TrainingArguments}
+SECTIONS = {f.name: f.default_factory for f in dataclasses.fields(RunConfig)}
+SECTION_TITLES = {"model": "model", "data": "data", "training": "training", "horovod": "--engine horovod",
+                  "ddp": "--engine ddp"}  # fmt: skip
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the project's error style: one line and exit 2, not a usage dump."""
+
+    def error(self, message: str) -> None:
+        raise UsageError(message, f"see `{self.prog} --help`")
 
 
 def _all_fields() -> dict[str, dataclasses.Field]:
@@ -153,35 +181,45 @@ def _field_type(f: dataclasses.Field) -> tuple[type, bool]:
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="YAML or JSON file whose keys are the argument names below.")
-    for name, f in _all_fields().items():
-        kind, optional = _field_type(f)
-        help_text = f.metadata.get("help", "")
-        if kind is bool:
-            parser.add_argument(f"--{name}", type=_str_to_bool, nargs="?", const=True, help=help_text)
-        else:
-            parser.add_argument(f"--{name}", type=_optional(kind) if optional else kind, help=help_text)
+    parser.add_argument("--config", help="YAML or JSON file (or a packaged config name: demo) of the arguments below.")
+    for section, cls in SECTIONS.items():
+        group = parser.add_argument_group(f"{SECTION_TITLES[section]} arguments")
+        for f in dataclasses.fields(cls):
+            kind, optional = _field_type(f)
+            help_text = f.metadata.get("help", "")
+            if kind is bool:
+                group.add_argument(f"--{f.name}", type=_str_to_bool, nargs="?", const=True, help=help_text)
+            else:
+                group.add_argument(f"--{f.name}", type=_optional(kind) if optional else kind, help=help_text)
     parser.set_defaults(**{name: None for name in _all_fields()})
 
 
-def load_config_file(path: str) -> dict[str, Any]:
-    config_path = Path(path)
-    if not config_path.is_file():
-        raise UsageError(f"config file {path} does not exist", "pass an existing YAML/JSON file to --config")
-    text = config_path.read_text()
+def config_path(spec: str) -> Path:
+    """A config file by path, else by the name of one shipped in the package (``demo``)."""
+    path = Path(spec)
+    if path.is_file():
+        return path
+    packaged = resources.files("horovod_train") / PACKAGED_CONFIGS / f"{spec}.yaml"
+    if packaged.is_file():
+        return Path(str(packaged))
+    raise UsageError(f"config file {spec} does not exist", "pass an existing YAML/JSON file (or 'demo') to --config")
+
+
+def load_config_file(spec: str) -> dict[str, Any]:
+    config_file = config_path(spec)
+    text = config_file.read_text()
     try:
-        data = json.loads(text) if config_path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if config_file.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         first_line = str(exc).splitlines()[0]
-        raise UsageError(f"config file {path} is malformed ({first_line})", "fix its syntax") from None
+        raise UsageError(f"config file {spec} is malformed ({first_line})", "fix its syntax") from None
     data = data or {}
     if not isinstance(data, dict):
-        raise UsageError(f"config file {path} is not a mapping of argument names", "write `name: value` lines")
-    known = _all_fields()
-    unknown = sorted(set(data) - set(known))
+        raise UsageError(f"config file {spec} is not a mapping of argument names", "write `name: value` lines")
+    unknown = sorted(set(data) - set(_all_fields()))
     if unknown:
         raise UsageError(
-            f"unknown key(s) in {path}: {', '.join(unknown)}",
+            f"unknown key(s) in {spec}: {', '.join(unknown)}",
             "use argument names from `horovod-train train --help`",
         )
     return data
@@ -205,13 +243,15 @@ def _coerce(name: str, value: Any) -> Any:
         ) from None
 
 
+def train_parser(prog: str = "horovod-train train") -> Parser:
+    parser = Parser(prog=prog, description="Fine-tune a sequence-classification model data-parallel.")
+    add_run_arguments(parser)
+    return parser
+
+
 def parse_run_config(argv: list[str] | None = None, namespace: argparse.Namespace | None = None) -> RunConfig:
     """Defaults < --config file < command line."""
-    if namespace is None:
-        from horovod_train.cli import build_parser
-
-        namespace = build_parser().parse_args(["train", *(argv or [])])
-    args = namespace
+    args = train_parser().parse_args(argv or []) if namespace is None else namespace
     values: dict[str, Any] = {}
     if args.config:
         values.update({k: _coerce(k, v) for k, v in load_config_file(args.config).items()})
@@ -226,6 +266,14 @@ def parse_run_config(argv: list[str] | None = None, namespace: argparse.Namespac
 
 
 def validate(config: RunConfig) -> None:
+    _validate_sizes(config)
+    _validate_training(config.training)
+    _validate_horovod(config.horovod, config.training)
+    if config.ddp.ddp_backend not in ("auto", "nccl", "gloo"):
+        raise UsageError(f"unknown --ddp_backend {config.ddp.ddp_backend!r}", "use auto, nccl or gloo")
+
+
+def _validate_sizes(config: RunConfig) -> None:
     t, d = config.training, config.data
     positive = {
         "per_device_train_batch_size": t.per_device_train_batch_size,
@@ -239,12 +287,14 @@ def validate(config: RunConfig) -> None:
     for name, value in positive.items():
         if value <= 0:
             raise UsageError(f"--{name} must be > 0 (got {value})", f"pass --{name} 1 or more")
-    if t.elastic and t.engine != "horovod":
-        raise UsageError(f"--elastic needs --engine horovod (got {t.engine})", "drop --elastic or use horovod")
-    if t.elastic and t.resume_from_checkpoint:
-        raise UsageError("--elastic cannot resume from a checkpoint yet", "drop one of the two flags")
-    if t.elastic_commit_steps <= 0:
-        raise UsageError(f"--elastic_commit_steps must be > 0 (got {t.elastic_commit_steps})", "pass e.g. 10")
+    if not 0 < d.validation_split_percentage < 100:
+        raise UsageError(
+            f"--validation_split_percentage must be in 1..99 (got {d.validation_split_percentage})",
+            "pass e.g. 10",
+        )
+
+
+def _validate_training(t: TrainingArguments) -> None:
     for name in ("save_steps", "save_total_limit"):
         if getattr(t, name) < 0:
             raise UsageError(f"--{name} must be >= 0 (got {getattr(t, name)})", f"pass --{name} 0 or more")
@@ -252,26 +302,30 @@ def validate(config: RunConfig) -> None:
         raise UsageError(f"--learning_rate must be > 0 (got {t.learning_rate})", "pass e.g. --learning_rate 5e-5")
     if t.max_steps <= 0 and t.num_train_epochs <= 0:
         raise UsageError("nothing to train: --num_train_epochs <= 0 and no --max_steps", "set one of them > 0")
-    if not 0 < d.validation_split_percentage < 100:
-        raise UsageError(
-            f"--validation_split_percentage must be in 1..99 (got {d.validation_split_percentage})",
-            "pass e.g. 10",
-        )
-    if t.ddp_backend not in ("auto", "nccl", "gloo"):
-        raise UsageError(f"unknown --ddp_backend {t.ddp_backend!r}", "use auto, nccl or gloo")
-    if t.compression not in ("none", "fp16"):
-        raise UsageError(f"unknown --compression {t.compression!r}", "use none or fp16")
-    if t.op not in ("average", "adasum"):
-        raise UsageError(f"unknown --op {t.op!r}", "use average or adasum")
-    if t.op == "adasum" and t.gradient_predivide_factor != 1.0:
-        raise UsageError("--gradient_predivide_factor only applies to --op average", "drop it or use average")
     if t.dropout is not None and not 0.0 <= t.dropout < 1.0:
         raise UsageError(f"--dropout must be in [0, 1) (got {t.dropout})", "pass e.g. --dropout 0.1")
     if t.bf16 and t.fp16:
         raise UsageError("--bf16 and --fp16 are both set", "choose one of them")
-    if t.horovod_groups is not None and t.horovod_groups < 0:
-        raise UsageError(f"--horovod_groups must be >= 0 (got {t.horovod_groups})", "pass 0 (per tensor), 1, 2, ...")
-    if t.autotune_log and not t.autotune:
+
+
+def _validate_horovod(h: HorovodArguments, t: TrainingArguments) -> None:
+    if h.compression not in ("none", "fp16"):
+        raise UsageError(f"unknown --compression {h.compression!r}", "use none or fp16")
+    if h.op not in ("average", "adasum"):
+        raise UsageError(f"unknown --op {h.op!r}", "use average or adasum")
+    if h.op == "adasum" and h.gradient_predivide_factor != 1.0:
+        raise UsageError("--gradient_predivide_factor only applies to --op average", "drop it or use average")
+    if h.horovod_groups is not None and h.horovod_groups < 0:
+        raise UsageError(f"--horovod_groups must be >= 0 (got {h.horovod_groups})", "pass 0 (per tensor), 1, 2, ...")
+    if h.autotune_log and not h.autotune:
         raise UsageError("--autotune_log without --autotune", "add --autotune or drop --autotune_log")
-    if t.group_by_length and t.elastic:
+    if h.elastic_commit_steps <= 0:
+        raise UsageError(f"--elastic_commit_steps must be > 0 (got {h.elastic_commit_steps})", "pass e.g. 10")
+    if not h.elastic:
+        return
+    if t.engine != "horovod":
+        raise UsageError(f"--elastic needs --engine horovod (got {t.engine})", "drop --elastic or use horovod")
+    if t.resume_from_checkpoint:
+        raise UsageError("--elastic cannot resume from a checkpoint yet", "drop one of the two flags")
+    if t.group_by_length:
         raise UsageError("--group_by_length does not work with --elastic", "drop one of the two flags")

@@ -18,7 +18,7 @@ from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 from horovod_train import synthetic
 from horovod_train.config import DataArguments
 from horovod_train.errors import UsageError
-from horovod_train.io import atomic_directory
+from horovod_train.files import atomic_directory
 
 TEXT_COLUMNS = ("premise", "hypothesis")
 LABEL_COLUMN = "label"

@@ -7,7 +7,7 @@ import importlib.util
 from pathlib import Path
 
 from horovod_train import distributed_env
-from horovod_train.config import TrainingArguments
+from horovod_train.config import RunConfig, TrainingArguments
 from horovod_train.errors import UsageError
 from horovod_train.tables import format_table
 
@@ -82,7 +82,7 @@ def main(args: argparse.Namespace) -> int:
     name = pick_engine(env.launcher, env.world_size) if args.engine == "auto" else args.engine
     if name == "dp":
         raise UsageError("doctor joins a job with one process per rank", "use --engine horovod, ddp or single")
-    engine = create_engine(TrainingArguments(engine=name))
+    engine = create_engine(RunConfig(training=TrainingArguments(engine=name)))
     with engine.running():
         row = {
             "rank": engine.rank,

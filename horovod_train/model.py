@@ -19,7 +19,7 @@ from transformers import (
 )
 
 from horovod_train.errors import UsageError
-from horovod_train.io import atomic_directory
+from horovod_train.files import atomic_directory
 
 TINY_BERT = "tiny-bert"
 TINY_BERT_CONFIG = dict(
@@ -68,6 +68,15 @@ def load_tokenizer(name_or_path: str, cache_dir: str | None = None) -> PreTraine
             f"cannot load tokenizer {name_or_path!r} ({str(exc).splitlines()[0][:160]})",
             "pass a local model directory, 'tiny-bert', or a hub name with network access",
         ) from None
+
+
+def param_checksum(model: torch.nn.Module) -> int:
+    """A 63-bit digest of every parameter's bytes: equal across ranks only if bit-identical."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return int.from_bytes(h.digest()[:8], "little") >> 1
 
 
 def build_model(

@@ -1,78 +1,42 @@
-"""The training loop. It knows nothing of Horovod or DDP: every collective goes through the engine."""
+"""The training loop. It knows nothing of Horovod or DDP: every collective goes through the engine, and
+the engine's policy says when the run is finished, where the learning rate stands and what follows a
+step. Read ``Trainer.train`` first: setup, then epochs of steps, then the write-out.
+"""
 
 from __future__ import annotations
 
-import collections
-import hashlib
+import dataclasses
 import json
 import math
 import random
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from transformers import get_linear_schedule_with_warmup
 
-from horovod_train import amp
+from horovod_train import amp, synthetic
 from horovod_train import checkpoint as ckpt
 from horovod_train import data as data_lib
 from horovod_train import model as model_lib
 from horovod_train.config import RunConfig
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
-from horovod_train.io import joins_running_job, launch_id, reset_output_dir, write_json_atomic
+from horovod_train.files import reset_output_dir, write_json_atomic
 from horovod_train.memory import peak_memory_mb
-from horovod_train.metrics import exact_accuracy
-
-LABEL_NAMES_3 = ["entailment", "neutral", "contradiction"]
+from horovod_train.metrics import Meter, audit_epoch, exact_accuracy
+from horovod_train.position import TrainingPosition
+from horovod_train.schedule import LinearSchedule
 
 
 def set_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def param_checksum(model: torch.nn.Module) -> int:
-    """A 63-bit digest of every parameter's bytes: equal across ranks only if bit-identical."""
-    h = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return int.from_bytes(h.digest()[:8], "little") >> 1
-
-
-@dataclass
-class Meter:
-    """Sums since the last log line, reduced over ranks when logged."""
-
-    loss_sum: float = 0.0
-    micro_batches: int = 0
-    samples: int = 0
-    tokens: int = 0
-    started: float = field(default_factory=time.perf_counter)
-
-    def add(self, loss: float, batch: dict[str, torch.Tensor]) -> None:
-        self.loss_sum += loss
-        self.micro_batches += 1
-        self.samples += batch["labels"].shape[0]
-        self.tokens += int(batch["attention_mask"].sum())
-
-    def reduce(self, engine: Engine) -> dict[str, float]:
-        sums = engine.all_reduce_sum(
-            torch.tensor([self.loss_sum, self.micro_batches, self.samples, self.tokens], dtype=torch.float64)
-        ).tolist()
-        elapsed = max(time.perf_counter() - self.started, 1e-9)
-        return {
-            "loss": sums[0] / max(sums[1], 1),
-            "samples_per_second": sums[2] / elapsed,
-            "tokens_per_second": sums[3] / elapsed,
-        }
 
 
 class Trainer:
@@ -86,11 +50,49 @@ class Trainer:
         if self.args.tf32 and engine.device.type == "cuda":
             amp.enable_tf32()
 
+    def train(self) -> dict[str, Any]:
+        started = time.perf_counter()
+        self.setup()
+        result = self.policy.run(self.train_epochs, self.position)
+        return self.finish(result, time.perf_counter() - started)
+
     def log(self, message: str) -> None:
         if self.engine.is_main:
             tqdm.write(message)
 
     # ---- setup -------------------------------------------------------------------------------
+    def setup(self) -> None:
+        args, engine = self.args, self.engine
+        set_seed(args.seed)
+        self.tokenizer, self.tokenized = self.prepare_data()
+        model = self.build_model()
+        optimizer = self.build_optimizer(model)
+        resumed = self.load_checkpoint(model) if args.resume_from_checkpoint else None
+        self.model, self.optimizer = engine.wrap(model, optimizer)
+        self.build_train_loader()
+        self.position = self.start_position(resumed)
+        self.policy = engine.policy(self.model, self.optimizer, self.train_loader.sampler, len(self.train_set))
+        if resumed:
+            # After wrapping: Horovod's DistributedOptimizer is a new optimizer with empty state.
+            self.optimizer.load_state_dict(resumed["optimizer"])
+            self.precision.load_state_dict(resumed)
+        # Every input has been validated: only now is anything written.
+        if engine.is_main and not resumed and not engine.joins_running_job(args.output_dir):
+            reset_output_dir(args.output_dir)
+            write_json_atomic(self.output_dir / "run_config.json", {**self.config.to_dict(), **engine.describe()})
+        self.log(
+            f"engine={engine.name} world_size={engine.world_size} device={engine.device} "
+            f"train={len(self.train_set)} validation={len(self.tokenized['validation'])} "
+            f"global_batch={args.per_device_train_batch_size * args.gradient_accumulation_steps * engine.world_size} "
+            f"steps={self.position.total_steps}"
+        )
+        if resumed:
+            ckpt.set_rng_state(resumed["rng"])
+        # Under a launcher stderr is a pipe, not a terminal: redraw the bar rarely so logs stay readable.
+        interactive = sys.stderr.isatty()
+        self.progress = tqdm(total=self.position.total_steps, disable=not engine.is_main or args.disable_tqdm,
+                             desc="train", mininterval=0.1 if interactive else 10.0, ascii=not interactive)
+
     def prepare_data(self):
         c, engine = self.config, self.engine
         raw = data_lib.load_raw_datasets(c.data, self.args.seed, c.model.cache_dir)
@@ -105,6 +107,26 @@ class Trainer:
         engine.local_main_first(lambda: data_lib.tokenize_to_disk(raw, tokenizer, c.data.max_seq_length, cached))
         return tokenizer, data_lib.load_tokenized(cached)
 
+    def build_model(self) -> torch.nn.Module:
+        c = self.config
+        num_labels = c.data.num_labels
+        label_names = list(synthetic.LABEL_NAMES) if num_labels == 3 else [f"LABEL_{i}" for i in range(num_labels)]
+        model = model_lib.build_model(
+            c.model.model_name_or_path,
+            num_labels,
+            label_names,
+            len(self.tokenizer),
+            self.args.seed,
+            dropout=self.args.dropout,
+            cache_dir=c.model.cache_dir,
+        )
+        if self.args.torch_compile:
+            model.compile()  # in place: state_dict keys and save_pretrained are unchanged
+        self.compatibility = ckpt.Compatibility(
+            c.model.model_name_or_path, num_labels, len(self.tokenizer), type(model).__name__
+        )
+        return model
+
     def build_optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer:
         no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight")
         params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -115,16 +137,162 @@ class Trainer:
         lr = self.engine.effective_learning_rate(self.args.learning_rate)
         return torch.optim.AdamW(groups, lr=lr, eps=self.args.adam_epsilon)
 
-    # ---- evaluation --------------------------------------------------------------------------
-    @torch.no_grad()
-    def evaluate(self, model: torch.nn.Module, dataset, tokenizer) -> dict[str, Any]:
-        """Every example once over all ranks (the shard follows the current world size)."""
-        engine = self.engine
-        args = self.args
-        loader = data_lib.eval_loader(
-            dataset, tokenizer, args.per_device_eval_batch_size, engine.world_size, engine.rank
+    def build_train_loader(self) -> None:
+        args, engine = self.args, self.engine
+        self.train_set = self.tokenized["train"]
+        if args.audit_samples:
+            self.train_set = self.train_set.add_column("example_index", list(range(len(self.train_set))))
+        self.train_loader = data_lib.train_loader(
+            self.train_set,
+            self.tokenizer,
+            args.per_device_train_batch_size,
+            engine.world_size,
+            engine.rank,
+            args.seed,
+            args.dataloader_num_workers,
+            sampler=engine.train_sampler(self.train_set, args.seed),
+            group_by_length=args.group_by_length,
+            pin_memory=engine.device.type == "cuda",
         )
-        net = engine.unwrap(model)
+
+    def start_position(self, resumed: dict[str, Any] | None) -> TrainingPosition:
+        """Plan the run's length from this world's steps per epoch, and start where a checkpoint left off."""
+        accum = self.args.gradient_accumulation_steps
+        self.steps_per_epoch = len(self.train_loader) // accum
+        if self.steps_per_epoch == 0:
+            raise UsageError(
+                f"one optimizer step needs {accum} micro-batches per rank but a rank has {len(self.train_loader)}",
+                "lower --gradient_accumulation_steps or --per_device_train_batch_size, or add data",
+            )
+        max_steps, epochs = self.args.max_steps, self.args.num_train_epochs
+        total_steps = max_steps if max_steps > 0 else math.ceil(epochs * self.steps_per_epoch)
+        self.num_epochs = math.ceil(total_steps / self.steps_per_epoch)
+        position = TrainingPosition.from_dict(resumed["trainer_state"]) if resumed else TrainingPosition()
+        position.total_steps = total_steps
+        return position
+
+    def load_checkpoint(self, model: torch.nn.Module) -> dict[str, Any]:
+        """Rank 0 reads and verifies the checkpoint and broadcasts it; every rank raises the same error."""
+        payload: Any = None
+        if self.engine.is_main:
+            try:
+                path = ckpt.resolve_checkpoint(self.args.resume_from_checkpoint, self.output_dir)
+                payload = ckpt.load_checkpoint(path)
+                self.compatibility.check(payload[2]["compatibility"], path)
+            except UsageError as error:
+                payload = error
+        payload = self.engine.broadcast_object(payload)
+        if isinstance(payload, UsageError):
+            raise payload
+        tensors, training_state, trainer_state = payload
+        model.load_state_dict(tensors)
+        self.log(f"resumed from step {trainer_state['global_step']} (epoch {trainer_state['epoch']})")
+        return {**training_state, "trainer_state": trainer_state}
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def train_epochs(self, position: TrainingPosition) -> dict[str, Any]:
+        """Re-entrant: a policy whose world can change calls it again, from its last commit, after a resize."""
+        self.enter(position)
+        result = None
+        while position.epoch < self.num_epochs and not self.policy.finished(position):
+            completed = self.train_epoch(position)
+            result = self.end_epoch(position, completed)
+        return result or self.evaluate()
+
+    def enter(self, position: TrainingPosition) -> None:
+        """(Re)start from ``position`` in the current world: its size, its learning rate, the bar."""
+        self.position = position
+        position.record_world_size(self.engine.world_size)
+        base_lr = self.engine.effective_learning_rate(self.args.learning_rate)
+        self.schedule = LinearSchedule.create(
+            base_lr, position.total_steps, self.args.warmup_steps, self.args.warmup_ratio
+        )
+        self.schedule.apply(self.optimizer, self.policy.schedule_step(position))
+        self.progress.n = position.global_step
+        self.meter = Meter()
+
+    def train_epoch(self, position: TrainingPosition) -> bool:
+        """Optimizer steps to the end of the epoch; False if the run finished inside it."""
+        accum, batch_size = self.args.gradient_accumulation_steps, self.args.per_device_train_batch_size
+        self.train_loader.sampler.begin_epoch(position.epoch, position.steps_in_epoch * accum * batch_size)
+        batches = iter(self.train_loader)
+        self.model.train()
+        for _ in range(len(self.train_loader) // accum):
+            if self.policy.finished(position):
+                return False
+            self.train_step(batches, position)
+        return True
+
+    def train_step(self, batches: Iterator[dict[str, torch.Tensor]], position: TrainingPosition) -> None:
+        """One optimizer step: accumulate micro-batches, step, move the position and the learning rate."""
+        args, engine, model = self.args, self.engine, self.model
+        accum = args.gradient_accumulation_steps
+        for micro in range(accum):
+            batch = self.next_batch(batches, position)
+            with engine.accumulation_context(model, is_last_micro_step=micro == accum - 1):
+                with self.precision.autocast():
+                    loss = engine.forward_loss(model, batch)
+                self.precision.backward(loss / accum)
+            self.meter.add(loss.item(), batch)
+        engine.clip_and_step(model, self.optimizer, args.max_grad_norm, self.precision.scaler)
+        self.optimizer.zero_grad()
+        per_rank = accum * args.per_device_train_batch_size
+        self.train_loader.sampler.record_step(per_rank)
+        position.advance(per_rank * engine.world_size)
+        lr = self.schedule.apply(self.optimizer, self.policy.schedule_step(position))
+        self.progress.update(1)
+        if position.global_step % args.logging_steps == 0 or self.policy.finished(position):
+            self.log_metrics(position, lr)
+        if args.save_steps and position.global_step % args.save_steps == 0:
+            self.save_checkpoint(position)
+        self.policy.after_step(position)
+
+    def next_batch(self, batches: Iterator[dict[str, torch.Tensor]], position: TrainingPosition):
+        batch = next(batches)
+        if self.args.audit_samples:
+            seen = self.engine.all_gather(batch.pop("example_index").to(self.engine.device))
+            position.epoch_examples.extend(seen.cpu().tolist())
+        return {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
+
+    def log_metrics(self, position: TrainingPosition, learning_rate: float) -> None:
+        record = {
+            "step": position.global_step,
+            "epoch": round(position.epoch + position.steps_in_epoch / max(self.steps_per_epoch, 1), 4),
+            "learning_rate": learning_rate,
+            "world_size": self.engine.world_size,
+            **self.meter.reduce(self.engine),
+        }
+        self.meter = Meter()
+        if self.engine.is_main:  # opened per record: after a resize rank 0 may be a new process
+            with (self.output_dir / "metrics.jsonl").open("a") as f:
+                f.write(json.dumps(record) + "\n")
+        self.progress.set_postfix(loss=f"{record['loss']:.4f}")
+
+    def end_epoch(self, position: TrainingPosition, completed: bool) -> dict[str, Any]:
+        """Evaluate, record the epoch, checkpoint; then the policy's epoch-end action."""
+        result = self.evaluate()
+        entry = {"epoch": position.epoch + 1, "step": position.global_step, "accuracy": result["accuracy"]}
+        if self.args.audit_samples and completed:
+            entry["samples"] = audit_epoch(position.epoch_examples, len(self.train_set))
+        position.history.append(entry)
+        self.log(
+            f"epoch {position.epoch + 1}/{self.num_epochs} step {position.global_step}: eval accuracy "
+            f"{result['accuracy']:.4f} on {result['eval_samples']} examples"
+        )
+        if completed:
+            position.next_epoch()
+        self.save_checkpoint(position)
+        self.policy.after_epoch(position)
+        return result
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, Any]:
+        """Every example once over all ranks (the shard follows the current world size)."""
+        engine, dataset = self.engine, self.tokenized["validation"]
+        loader = data_lib.eval_loader(
+            dataset, self.tokenizer, self.args.per_device_eval_batch_size, engine.world_size, engine.rank
+        )
+        net = engine.unwrap(self.model)
         net.eval()
         rows = [torch.zeros((0, 3), dtype=torch.int64)]
         for batch in loader:
@@ -141,260 +309,41 @@ class Trainer:
         net.train()
         return result
 
-    # ---- checkpoints ---------------------------------------------------------------------------
-    def load_checkpoint(self, model: torch.nn.Module, compatibility: dict[str, Any]):
-        """Rank 0 reads and verifies the checkpoint and broadcasts it; every rank raises the same error."""
-        payload: Any = None
-        if self.engine.is_main:
-            try:
-                path = ckpt.resolve_checkpoint(self.args.resume_from_checkpoint, self.output_dir)
-                payload = ckpt.load_checkpoint(path)
-                ckpt.check_compatible(payload[2]["compatibility"], compatibility, path)
-            except UsageError as error:
-                payload = error
-        payload = self.engine.broadcast_object(payload)
-        if isinstance(payload, UsageError):
-            raise payload
-        tensors, training_state, trainer_state = payload
-        model.load_state_dict(tensors)
-        self.log(f"resumed from step {trainer_state['global_step']} (epoch {trainer_state['epoch']})")
-        return training_state, trainer_state
-
-    # ---- the loop ----------------------------------------------------------------------------
-    def train(self) -> dict[str, Any]:
-        args, engine, c = self.args, self.engine, self.config
-        started = time.perf_counter()
-        set_seed(args.seed)
-        tokenizer, tokenized = self.prepare_data()
-        label_names = LABEL_NAMES_3 if c.data.num_labels == 3 else [f"LABEL_{i}" for i in range(c.data.num_labels)]
-        model = model_lib.build_model(
-            c.model.model_name_or_path,
-            c.data.num_labels,
-            label_names,
-            len(tokenizer),
-            args.seed,
-            dropout=args.dropout,
-            cache_dir=c.model.cache_dir,
-        )
-        if args.torch_compile:
-            model.compile()  # in place: state_dict keys and save_pretrained are unchanged
-        optimizer = self.build_optimizer(model)
-        compatibility = {
-            "model_name_or_path": c.model.model_name_or_path,
-            "num_labels": c.data.num_labels,
-            "vocab_size": len(tokenizer),
-            "architecture": type(model).__name__,
-        }
-        resumed = self.load_checkpoint(model, compatibility) if args.resume_from_checkpoint else None
-        model, optimizer = engine.wrap(model, optimizer)
-        if resumed:
-            # After wrapping: Horovod's DistributedOptimizer is a new optimizer with empty state.
-            optimizer.load_state_dict(resumed[0]["optimizer"])
-
-        accum, batch_size = args.gradient_accumulation_steps, args.per_device_train_batch_size
-        train_set = tokenized["train"]
-        if args.audit_samples:
-            train_set = train_set.add_column("example_index", list(range(len(train_set))))
-        sampler = engine.train_sampler(train_set, args.seed)
-        train_loader = data_lib.train_loader(
-            train_set,
-            tokenizer,
-            batch_size,
-            engine.world_size,
-            engine.rank,
-            args.seed,
-            args.dataloader_num_workers,
-            sampler=sampler,
-            group_by_length=args.group_by_length,
-            pin_memory=engine.device.type == "cuda",
-        )
-        steps_per_epoch = len(train_loader) // accum
-        if steps_per_epoch == 0:
-            raise UsageError(
-                f"one optimizer step needs {accum} micro-batches per rank but a rank has {len(train_loader)}",
-                "lower --gradient_accumulation_steps or --per_device_train_batch_size, or add data",
-            )
-        total_steps = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * steps_per_epoch)
-        num_epochs = math.ceil(total_steps / steps_per_epoch)
-
-        def make_scheduler(total: int):
-            warmup = args.warmup_steps or math.ceil(args.warmup_ratio * total)
-            return get_linear_schedule_with_warmup(optimizer, warmup, total)
-
-        scheduler = make_scheduler(total_steps)
-        progress_fields = {"epoch": 0, "steps_in_epoch": 0, "global_step": 0, "history": (), "resizes": (),
-                           "epoch_examples": (), "samples_in_epoch": 0, "total_steps": total_steps}
-        if resumed:
-            training_state, trainer_state = resumed
-            scheduler.load_state_dict(training_state["scheduler"])
-            self.precision.load_state_dict(training_state)
-            progress_fields.update(
-                global_step=trainer_state["global_step"],
-                epoch=trainer_state["epoch"],
-                steps_in_epoch=trainer_state["steps_in_epoch"],
+    def save_checkpoint(self, position: TrainingPosition) -> None:
+        if self.engine.is_main and self.args.save_total_limit > 0:
+            ckpt.save_checkpoint(
+                self.output_dir,
+                self.engine.unwrap(self.model),
+                self.optimizer,
+                position,
+                self.compatibility,
+                self.config.to_dict(),
+                keep=self.args.save_total_limit,
+                # The schedule is a function of the position; its parameters are kept for the record.
+                extra_state={"scheduler": dataclasses.asdict(self.schedule), **self.precision.state_dict()},
             )
 
-        # Every input has been validated: only now is anything written.
-        if engine.is_main and not resumed and not (args.elastic and joins_running_job(args.output_dir)):
-            reset_output_dir(args.output_dir)
-            write_json_atomic(self.output_dir / "run_config.json",
-                              {**c.to_dict(), **engine.describe(), "launch_id": launch_id()})
-        self.log(
-            f"engine={engine.name} world_size={engine.world_size} device={engine.device} "
-            f"train={len(tokenized['train'])} validation={len(tokenized['validation'])} "
-            f"global_batch={batch_size * accum * engine.world_size} steps={total_steps}"
-        )
-        if resumed:
-            ckpt.set_rng_state(resumed[0]["rng"])
-
-        # Under a launcher stderr is a pipe, not a terminal: redraw the bar rarely so logs stay readable.
-        interactive = sys.stderr.isatty()
-        progress = tqdm(total=total_steps, disable=not engine.is_main or args.disable_tqdm, desc="train",
-                        mininterval=0.1 if interactive else 10.0, ascii=not interactive)
-
-        def save(state) -> None:
-            if engine.is_main and args.save_total_limit > 0:
-                saved = ckpt.TrainerState(state.global_step, state.epoch, state.steps_in_epoch, compatibility,
-                                          c.to_dict())
-                ckpt.save_checkpoint(self.output_dir, engine.unwrap(model), optimizer, scheduler, saved,
-                                     keep=args.save_total_limit, extra_state=self.precision.state_dict())
-
-        def epochs_done(state) -> float:
-            return state.epoch + min(1.0, state.samples_in_epoch / len(train_set))
-
-        def finished(state) -> bool:
-            if args.elastic and args.max_steps <= 0:
-                # Steps per epoch change with the world size: an elastic run ends by epochs, not steps.
-                return epochs_done(state) >= args.num_train_epochs
-            return state.global_step >= state.total_steps
-
-        def schedule_position(state) -> int:
-            if args.elastic and args.max_steps <= 0:  # the LR follows the data seen, whatever the world size
-                return round(state.total_steps * epochs_done(state) / args.num_train_epochs)
-            return state.global_step
-
-        def loop(state) -> dict[str, Any]:
-            """Re-entrant: an elastic engine calls it again after a resize, from the last commit."""
-            nonlocal scheduler
-            if args.elastic:  # the schedule's length is rank 0's (a joining worker computed its own)
-                scheduler = make_scheduler(state.total_steps)
-            if not state.resizes or state.resizes[-1][1] != engine.world_size:
-                state.resizes = (*state.resizes, (state.global_step, engine.world_size))
-            base_lr = engine.effective_learning_rate(args.learning_rate)
-            scheduler.base_lrs = [base_lr] * len(optimizer.param_groups)
-            sync_learning_rate(scheduler, optimizer, schedule_position(state))
-            progress.n = state.global_step
-            meter, result = Meter(), None
-            while state.epoch < num_epochs and not finished(state):
-                sampler_ = train_loader.sampler
-                sampler_.begin_epoch(state.epoch, state.steps_in_epoch * accum * batch_size)
-                steps_left = len(train_loader) // accum
-                batches = iter(train_loader)
-                model.train()
-                completed = True
-                for _ in range(steps_left):
-                    if finished(state):
-                        completed = False
-                        break
-                    for micro in range(accum):
-                        batch = next(batches)
-                        if args.audit_samples:
-                            seen = engine.all_gather(batch.pop("example_index").to(engine.device))
-                            state.epoch_examples = (*state.epoch_examples, *seen.cpu().tolist())
-                        batch = {k: v.to(engine.device, non_blocking=True) for k, v in batch.items()}
-                        with engine.accumulation_context(model, is_last_micro_step=micro == accum - 1):
-                            with self.precision.autocast():
-                                loss = engine.forward_loss(model, batch)
-                            self.precision.backward(loss / accum)
-                        meter.add(loss.item(), batch)
-                    engine.clip_and_step(model, optimizer, args.max_grad_norm, self.precision.scaler)
-                    if args.elastic:
-                        state.samples_in_epoch += accum * batch_size * engine.world_size
-                        sync_learning_rate(scheduler, optimizer, schedule_position(state))
-                    else:
-                        scheduler.step()
-                    optimizer.zero_grad()
-                    sampler_.record_step(accum * batch_size)
-                    state.global_step += 1
-                    state.steps_in_epoch += 1
-                    progress.update(1)
-                    if state.global_step % args.logging_steps == 0 or finished(state):
-                        record = {
-                            "step": state.global_step,
-                            "epoch": round(state.epoch + state.steps_in_epoch / max(steps_per_epoch, 1), 4),
-                            "learning_rate": scheduler.get_last_lr()[0],
-                            "world_size": engine.world_size,
-                            **meter.reduce(engine),
-                        }
-                        meter = Meter()
-                        self.append_metrics(record)
-                        progress.set_postfix(loss=f"{record['loss']:.4f}")
-                    if args.save_steps and state.global_step % args.save_steps == 0:
-                        save(state)
-                    if args.elastic and state.global_step % args.elastic_commit_steps == 0:
-                        state.commit()
-                result = self.evaluate(model, tokenized["validation"], tokenizer)
-                entry = {"epoch": state.epoch + 1, "step": state.global_step, "accuracy": result["accuracy"]}
-                if args.audit_samples and completed:
-                    entry["samples"] = audit_epoch(state.epoch_examples, len(train_set))
-                    state.epoch_examples = ()
-                state.history = (*state.history, entry)
-                self.log(
-                    f"epoch {state.epoch + 1}/{num_epochs} step {state.global_step}: eval accuracy "
-                    f"{result['accuracy']:.4f} on {result['eval_samples']} examples"
-                )
-                if completed:
-                    state.epoch, state.steps_in_epoch, state.samples_in_epoch = state.epoch + 1, 0, 0
-                save(state)
-                state.commit()
-            return result or self.evaluate(model, tokenized["validation"], tokenizer)
-
-        state = engine.progress_state(model, optimizer, train_loader.sampler, **progress_fields)
-        result = engine.run(loop, state)
-        progress.close()
-
-        checksums = engine.all_gather(
-            torch.tensor([param_checksum(engine.unwrap(model))], dtype=torch.int64, device=engine.device)
-        )
+    # ---- the write-out -----------------------------------------------------------------------
+    def finish(self, result: dict[str, Any], wall_time_s: float) -> dict[str, Any]:
+        """Every rank's checksum and peak memory in the results; rank 0 writes model, tokenizer, results."""
+        engine, position = self.engine, self.position
+        self.progress.close()
+        model = engine.unwrap(self.model)
+        checksum = torch.tensor([model_lib.param_checksum(model)], dtype=torch.int64, device=engine.device)
         peak_memory = torch.tensor([peak_memory_mb(engine.device)], dtype=torch.float64, device=engine.device)
         results = {
             **result,
             **engine.describe(),
-            "epoch": num_epochs,
-            "global_step": state.global_step,
-            "history": list(state.history),
-            "world_size_changes": [list(r) for r in state.resizes],
-            "param_checksum_per_rank": checksums.cpu().tolist(),
+            "epoch": self.num_epochs,
+            "global_step": position.global_step,
+            "history": position.history,
+            "world_size_changes": position.world_sizes,
+            "param_checksum_per_rank": engine.all_gather(checksum).cpu().tolist(),
             "peak_memory_mb_per_rank": engine.all_gather(peak_memory).cpu().tolist(),
-            "wall_time_s": round(time.perf_counter() - started, 3),
+            "wall_time_s": round(wall_time_s, 3),
         }
         if engine.is_main:
-            engine.unwrap(model).save_pretrained(self.output_dir)
-            tokenizer.save_pretrained(self.output_dir)
+            model.save_pretrained(self.output_dir)
+            self.tokenizer.save_pretrained(self.output_dir)
             write_json_atomic(self.output_dir / "eval_results.json", results)
         return results
-
-    def append_metrics(self, record: dict[str, Any]) -> None:
-        if self.engine.is_main:  # opened per record: after an elastic resize rank 0 may be a new process
-            with (self.output_dir / "metrics.jsonl").open("a") as f:
-                f.write(json.dumps(record) + "\n")
-
-
-def audit_epoch(examples: tuple[int, ...], dataset_size: int) -> dict[str, int]:
-    """How an epoch covered the training set: examples never seen and extra repetitions."""
-    counts = collections.Counter(examples)
-    return {
-        "dataset": dataset_size,
-        "trained_on": len(examples),
-        "skipped": dataset_size - len(counts),
-        "repeated": sum(n - 1 for n in counts.values()),
-    }
-
-
-def sync_learning_rate(scheduler, optimizer: torch.optim.Optimizer, global_step: int) -> None:
-    """Put the schedule at ``global_step`` (after a resume, an elastic rollback or a change of base LR)."""
-    scheduler.last_epoch = global_step
-    lrs = [base * lam(global_step) for base, lam in zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)]
-    for group, lr in zip(optimizer.param_groups, lrs, strict=True):
-        group["lr"] = lr
-    scheduler._last_lr = lrs

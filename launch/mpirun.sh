@@ -133,8 +133,13 @@ while IFS= read -r name; do
     exports+=(-x "$name")
 done < <(compgen -e | grep -E '^(HOROVOD_|NCCL_|HF_|TRANSFORMERS_|PYTHON|OMP_NUM_THREADS$)' | grep -v '^NCCL_DEBUG$' | sort)
 
+# Horovod's documented flags, one list shared with horovod_train.launchers (compare and bench).
+documented=()
+while read -r -a words; do
+    [ "${#words[@]}" -eq 0 ] || [[ ${words[0]} == \#* ]] || documented+=("${words[@]}")
+done <"$HVT_REPO/horovod_train/mpirun_flags.txt"
 root=()
 [ "$(id -u)" -ne 0 ] || root=(--allow-run-as-root)
 hvt_command "$@"
-hvt_run mpirun "${root[@]}" -np "$np" "${placement[@]}" -bind-to none -map-by slot \
-    -mca pml ob1 -mca btl ^openib "${extra[@]}" "${exports[@]}" "$HVT_PY" -m horovod_train "${HVT_CMD[@]}"
+hvt_run mpirun "${root[@]}" -np "$np" "${placement[@]}" "${documented[@]}" "${extra[@]}" "${exports[@]}" \
+    "$HVT_PY" -m horovod_train "${HVT_CMD[@]}"

@@ -13,11 +13,12 @@ from conftest import assert_ok, read_results, run, train_cmd
 from torch.utils.data import DistributedSampler
 
 from horovod_train import amp
-from horovod_train.checkpoint import TrainerState, load_checkpoint, save_checkpoint
+from horovod_train.checkpoint import Compatibility, load_checkpoint, save_checkpoint
 from horovod_train.cli import main
-from horovod_train.config import TrainingArguments
+from horovod_train.config import RunConfig
 from horovod_train.data import LengthGroupedSampler
 from horovod_train.engines.single import SingleEngine
+from horovod_train.position import TrainingPosition
 
 # ---- the length-grouped sampler ---------------------------------------------------------------
 
@@ -84,7 +85,7 @@ def tiny_model_and_batch(seed: int = 0):
 def test_fp32_precision_is_a_no_op_and_steps_bit_identically():
     precision = amp.Precision("fp32", torch.device("cpu"))
     assert precision.scaler is None and precision.state_dict() == {}
-    engine = SingleEngine(TrainingArguments())
+    engine = SingleEngine(RunConfig())
     models = []
     for use_engine in (False, True):
         model, x, y = tiny_model_and_batch()
@@ -116,7 +117,7 @@ def test_bf16_autocast_on_cpu():
 
 def test_grad_scaler_unscales_before_clipping_then_steps_and_updates():
     """Engine.clip_and_step with a scaler equals: scale the loss, unscale, clip the true gradient, step."""
-    engine = SingleEngine(TrainingArguments())
+    engine = SingleEngine(RunConfig())
     results = []
     for scaled in (False, True):
         model, x, y = tiny_model_and_batch()
@@ -136,10 +137,11 @@ def test_scaler_state_is_saved_in_checkpoints(tmp_path):
     scaler = torch.amp.GradScaler("cpu", init_scale=512.0)
     model, _, _ = tiny_model_and_batch()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
-    state = TrainerState(1, 0, 1, {}, {})
+    position = TrainingPosition(global_step=1, steps_in_epoch=1)
+    compatibility = Compatibility("tiny", 3, 10, "Linear")
     path = save_checkpoint(
-        tmp_path, model, optimizer, scheduler, state, keep=1, extra_state={amp.SCALER_KEY: scaler.state_dict()}
+        tmp_path, model, optimizer, position, compatibility, {}, keep=1,
+        extra_state={amp.SCALER_KEY: scaler.state_dict()},
     )
     training_state = load_checkpoint(path)[1]  # weights_only=True
     assert training_state[amp.SCALER_KEY]["scale"] == 512.0

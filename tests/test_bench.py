@@ -14,7 +14,7 @@ from horovod_train.bench.allreduce import COLUMNS as ALLREDUCE_COLUMNS
 from horovod_train.bench.gpu import COLUMNS as GPU_COLUMNS
 from horovod_train.bench.train import COLUMNS as TRAIN_COLUMNS
 from horovod_train.cli import main
-from horovod_train.config import TrainingArguments
+from horovod_train.config import HorovodArguments
 
 BENCH = [str(BIN / "python"), "-m", "horovod_train", "bench"]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -165,21 +165,21 @@ def test_bench_bad_input_is_one_line(args, message, tmp_path, capsys):
 
 
 def test_horovod_cpu_defaults_apply_only_where_unset(monkeypatch, tmp_path):
-    from horovod_train import horovod_env
+    from horovod_train.engines.horovod import env as horovod_env
 
     for name in (*horovod_env.CPU_DEFAULTS, *horovod_env.FAILURE_DEFAULTS, "HOROVOD_TIMELINE", "HOROVOD_AUTOTUNE"):
         monkeypatch.delenv(name, raising=False)  # restored after the test
     yield_var = "OMPI_MCA_mpi_yield_when_idle"  # Open MPI's parameter names are lower case
-    args = TrainingArguments(horovod_timeline=str(tmp_path / "t" / "timeline.json"), autotune=True)
+    args = HorovodArguments(horovod_timeline=str(tmp_path / "t" / "timeline.json"), autotune=True)
     applied = horovod_env.apply(args, cuda=False)
     assert applied[yield_var] == "1" == os.environ[yield_var]
     assert applied["HOROVOD_TIMELINE"] == str(tmp_path / "t" / "timeline.json") and (tmp_path / "t").is_dir()
     assert applied["HOROVOD_AUTOTUNE"] == "1"
     monkeypatch.setenv(yield_var, "0")  # the user's own setting wins
-    assert yield_var not in horovod_env.apply(TrainingArguments(), cuda=False)
+    assert yield_var not in horovod_env.apply(HorovodArguments(), cuda=False)
     assert os.environ[yield_var] == "0"
     monkeypatch.delenv(yield_var)
-    assert yield_var not in horovod_env.apply(TrainingArguments(), cuda=True)
+    assert yield_var not in horovod_env.apply(HorovodArguments(), cuda=True)
 
 
 @pytest.mark.parametrize(
@@ -188,7 +188,7 @@ def test_horovod_cpu_defaults_apply_only_where_unset(monkeypatch, tmp_path):
      (3, True, False, 3)],
 )  # fmt: skip
 def test_gradient_groups_default_to_one_fused_all_reduce_on_cpu(groups, cuda, elastic, expected):
-    from horovod_train import horovod_env
+    from horovod_train.engines.horovod import env as horovod_env
 
-    args = TrainingArguments(horovod_groups=groups, elastic=elastic)
+    args = HorovodArguments(horovod_groups=groups, elastic=elastic)
     assert horovod_env.optimizer_groups(args, cuda=cuda) == expected

@@ -59,7 +59,7 @@ def test_dp_weights_unequal_replica_shares_by_example_count():
     import torch
     from transformers import BertConfig, BertForSequenceClassification
 
-    from horovod_train.config import TrainingArguments
+    from horovod_train.config import RunConfig, TrainingArguments
     from horovod_train.engines.dp import DataParallelEngine, LossPerReplica
 
     torch.manual_seed(0)
@@ -70,7 +70,7 @@ def test_dp_weights_unequal_replica_shares_by_example_count():
     replica = LossPerReplica(model)
     shares = [replica(**{k: v[s] for k, v in batch.items()}) for s in (slice(0, 3), slice(3, 5))]
     gathered = tuple(torch.cat(parts) for parts in zip(*shares, strict=True))
-    engine = DataParallelEngine(TrainingArguments(engine="dp"))
+    engine = DataParallelEngine(RunConfig(training=TrainingArguments(engine="dp")))
     loss = engine.forward_loss(lambda **_: gathered, batch)
     assert gathered[1].tolist() == [3.0, 2.0]
     assert loss.item() == pytest.approx(model(**batch).loss.item(), abs=1e-6)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from horovod_train.errors import UsageError
-from horovod_train.io import write_json_atomic
+from horovod_train.files import write_json_atomic
 
 UNITS = {
     "": 1,

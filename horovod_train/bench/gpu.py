@@ -16,6 +16,7 @@ with an MNLI-like length distribution (log-normal around --mean_length tokens, c
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ import torch
 
 from horovod_train.amp import Precision, enable_tf32
 from horovod_train.bench import common
-from horovod_train.config import TrainingArguments
+from horovod_train.config import RunConfig, TrainingArguments
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
 from horovod_train.tables import format_table
@@ -168,8 +169,7 @@ def window(contender: Contender, batches: list[dict[str, torch.Tensor]], steps: 
 def setup_engine(name: str, training: TrainingArguments) -> Engine:
     from horovod_train.engines import create_engine
 
-    training.engine = name
-    engine = create_engine(training)
+    engine = create_engine(RunConfig(training=dataclasses.replace(training, engine=name)))
     engine.setup()
     return engine
 

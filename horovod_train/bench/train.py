@@ -15,14 +15,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from horovod_train import compare
+from horovod_train import compare, launchers
 from horovod_train.bench import common
 from horovod_train.config import parse_run_config
 from horovod_train.errors import UsageError
-from horovod_train.io import check_output_dir, reset_output_dir
+from horovod_train.files import check_output_dir, reset_output_dir
 from horovod_train.tables import format_table
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
+DEFAULT_CONFIG = "demo"  # horovod_train/configs/demo.yaml, shipped in the package
 DEFAULT_MAX_STEPS = 300
 COLUMNS = [
     "name",
@@ -52,18 +52,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=1, help="interleaved passes over every run (medians kept)")
 
 
-def plan(world_sizes: list[int], wanted: list[str] | None) -> list[compare.Run]:
+def plan(world_sizes: list[int], wanted: list[str] | None) -> list[launchers.Run]:
     """Every supported multi-process run at each world size, plus the single-engine baseline at 1."""
-    runs = [compare.Run("single", "single", "python", 1)]
+    runs = [launchers.Run("single", "single", "python", 1)]
     for world in world_sizes:
-        runs += [r for r in compare.supported_runs(world) if r.launcher not in ("python",)]
-    selected = compare.select_runs(runs, wanted)
+        runs += [r for r in launchers.supported_runs(world) if r.launcher not in ("python",)]
+    selected = launchers.select_runs(runs, wanted)
     if not any(r.engine == "single" for r in selected):
         selected.insert(0, runs[0])  # the baseline of the scaling efficiency
     return selected
 
 
-def run_name(run: compare.Run) -> str:
+def run_name(run: launchers.Run) -> str:
     return f"{run.name}-np{run.world_size}"
 
 
@@ -135,12 +135,11 @@ def main(namespace: argparse.Namespace) -> int:
         raise UsageError("bench train runs every engine itself, so --engine does not apply", "select with --engines")
     if namespace.repeats < 1:
         raise UsageError(f"--repeats must be >= 1 (got {namespace.repeats})", "pass --repeats 1 or more")
-    if namespace.config is None and DEFAULT_CONFIG.is_file():
-        namespace.config = str(DEFAULT_CONFIG)  # the embedded job
+    namespace.config = namespace.config or DEFAULT_CONFIG  # the embedded job
     namespace.max_steps = namespace.max_steps or DEFAULT_MAX_STEPS
     namespace.output_dir = namespace.output_dir or "runs/bench/train"
     config = parse_run_config(namespace=namespace)
-    world_sizes = namespace.world_sizes or sorted({1, compare.machine_world_size()})
+    world_sizes = namespace.world_sizes or sorted({1, launchers.machine_world_size()})
     if min(world_sizes) < 1:
         raise UsageError(f"--world_sizes must be >= 1 (got {world_sizes})", "pass e.g. --world_sizes 1 2")
     runs = plan(world_sizes, namespace.engines)
@@ -149,7 +148,7 @@ def main(namespace: argparse.Namespace) -> int:
     reset_output_dir(str(out))
     (out / "logs").mkdir()
     batch = str(config.training.per_device_train_batch_size)
-    common_args = compare.passthrough_args(namespace)
+    common_args = launchers.passthrough_args(namespace)
     raw = []
     for rep in range(namespace.repeats):
         for i, run in enumerate(runs, 1):
@@ -158,7 +157,7 @@ def main(namespace: argparse.Namespace) -> int:
             cmd = run.command([*common_args, "--per_device_train_batch_size", batch, "--output_dir", str(run_dir)])
             print(f"[{rep + 1}/{namespace.repeats} {i}/{len(runs)}] {key}", end=" ", flush=True)
             started = time.perf_counter()
-            row = compare.summarize(run, run_dir, compare.execute(cmd, log), log)
+            row = launchers.summarize(run, run_dir, launchers.execute(cmd, log), log)
             raw.append({**row, "key": key, "repeat": rep})
             rate = f"{row['samples_per_second']:.1f} samples/s" if row["ok"] else f"FAILED, see {log}"
             print(f"{rate} ({time.perf_counter() - started:.0f}s)", flush=True)

@@ -1,30 +1,28 @@
-"""Engine registry. Adding an engine is adding a module here that defines an ``Engine`` subclass
-with a ``name``; nothing else needs to change."""
+"""The engines, by ``--engine`` name. Adding an engine is adding an ``Engine`` subclass and a row here."""
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
-from horovod_train.config import TrainingArguments
+from horovod_train.config import RunConfig
 from horovod_train.engines.base import Engine
+from horovod_train.engines.ddp import DDPEngine
+from horovod_train.engines.dp import DataParallelEngine
+from horovod_train.engines.horovod import HorovodEngine
+from horovod_train.engines.single import SingleEngine
 from horovod_train.errors import UsageError
 
-__all__ = ["Engine", "available_engines", "create_engine"]
+__all__ = ["ENGINES", "Engine", "available_engines", "create_engine"]
+
+ENGINES: dict[str, type[Engine]] = {
+    engine.name: engine for engine in (DDPEngine, DataParallelEngine, HorovodEngine, SingleEngine)
+}
 
 
 def available_engines() -> dict[str, type[Engine]]:
-    found: dict[str, type[Engine]] = {}
-    for module_info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{module_info.name}")
-        for obj in vars(module).values():
-            if isinstance(obj, type) and issubclass(obj, Engine) and obj.name:
-                found[obj.name] = obj
-    return dict(sorted(found.items()))
+    return dict(ENGINES)
 
 
-def create_engine(args: TrainingArguments) -> Engine:
-    engines = available_engines()
-    if args.engine not in engines:
-        raise UsageError(f"unknown engine {args.engine!r}", f"use --engine {' or '.join(engines)}")
-    return engines[args.engine](args)
+def create_engine(config: RunConfig) -> Engine:
+    engine = config.training.engine
+    if engine not in ENGINES:
+        raise UsageError(f"unknown engine {engine!r}", f"use --engine {' or '.join(ENGINES)}")
+    return ENGINES[engine](config)

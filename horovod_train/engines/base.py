@@ -13,23 +13,17 @@ import os
 import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import torch
 from torch import nn
+from torch.optim import Optimizer
 
 from horovod_train import amp
-from horovod_train.config import TrainingArguments
+from horovod_train.config import RunConfig
+from horovod_train.engines.policy import RunPolicy
 
 T = TypeVar("T")
-
-
-class ProgressState(SimpleNamespace):
-    """Training position of a non-elastic run: commits are no-ops (checkpoints are separate)."""
-
-    def commit(self) -> None:
-        pass
 
 
 class Engine(ABC):
@@ -40,8 +34,8 @@ class Engine(ABC):
     local_world_size: int = 1
     device: torch.device = torch.device("cpu")
 
-    def __init__(self, args: TrainingArguments) -> None:
-        self.args = args
+    def __init__(self, config: RunConfig) -> None:
+        self.training = config.training
 
     @property
     def is_main(self) -> bool:
@@ -71,13 +65,13 @@ class Engine(ABC):
         """A sampler with begin_epoch/record_step (see data.ResumableDistributedSampler); None: that one."""
         return None
 
-    def progress_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, sampler: Any, **fields: Any) -> Any:
-        """The training position the loop reads and advances (epoch, global_step, ...)."""
-        return ProgressState(**fields)
+    def policy(self, model: nn.Module, optimizer: Optimizer, sampler: Any, train_examples: int) -> RunPolicy:
+        """How the loop runs, ends, places the learning rate and commits (fixed world size: RunPolicy)."""
+        return RunPolicy()
 
-    def run(self, loop: Callable[[Any], T], state: Any) -> T:
-        """Run the training loop; an elastic engine re-enters it after a resize."""
-        return loop(state)
+    def joins_running_job(self, output_dir: str) -> bool:
+        """True for a worker added to a running job (elastic), which must leave ``output_dir`` as it is."""
+        return False
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model

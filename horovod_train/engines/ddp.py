@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from horovod_train import distributed_env
-from horovod_train.config import TrainingArguments
+from horovod_train.config import RunConfig
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
 
@@ -28,10 +28,11 @@ class DDPEngine(Engine):
     launcher = "plain"
     backend = "gloo"
 
-    def __init__(self, args: TrainingArguments) -> None:
-        super().__init__(args)
-        if args.ddp_bucket_cap_mb <= 0:
-            raise UsageError(f"--ddp_bucket_cap_mb must be > 0 (got {args.ddp_bucket_cap_mb})", "pass e.g. 25")
+    def __init__(self, config: RunConfig) -> None:
+        super().__init__(config)
+        self.options = config.ddp
+        if self.options.ddp_bucket_cap_mb <= 0:
+            raise UsageError(f"--ddp_bucket_cap_mb must be > 0 (got {self.options.ddp_bucket_cap_mb})", "pass e.g. 25")
 
     def setup(self) -> None:
         env = distributed_env.detect()
@@ -39,10 +40,10 @@ class DDPEngine(Engine):
         self.launcher = env.launcher
         self.local_rank, self.local_world_size = env.local_rank, env.local_world_size
         options: dict[str, Any] = {}
-        if self.args.ddp_backend == "nccl" and not torch.cuda.is_available():
+        if self.options.ddp_backend == "nccl" and not torch.cuda.is_available():
             raise UsageError("--ddp_backend nccl needs CUDA GPUs but this machine has none",
                              "use --ddp_backend gloo (or auto) on CPUs")
-        if torch.cuda.is_available() and self.args.ddp_backend != "gloo":
+        if torch.cuda.is_available() and self.options.ddp_backend != "gloo":
             if env.local_rank >= torch.cuda.device_count():
                 raise UsageError(
                     f"local rank {env.local_rank} but only {torch.cuda.device_count()} GPU(s) on this node",
@@ -60,7 +61,7 @@ class DDPEngine(Engine):
         wrapped = DistributedDataParallel(
             model,  # the constructor broadcasts rank 0's parameters and buffers
             device_ids=[self.device.index] if self.device.type == "cuda" else None,
-            bucket_cap_mb=self.args.ddp_bucket_cap_mb,
+            bucket_cap_mb=self.options.ddp_bucket_cap_mb,
             gradient_as_bucket_view=True,
         )
         return wrapped, optimizer
@@ -97,7 +98,7 @@ class DDPEngine(Engine):
             **super().describe(),
             "launcher": self.launcher,
             "backend": self.backend,
-            "ddp_bucket_cap_mb": self.args.ddp_bucket_cap_mb,
+            "ddp_bucket_cap_mb": self.options.ddp_bucket_cap_mb,
         }
 
     def shutdown(self) -> None:

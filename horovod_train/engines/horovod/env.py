@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from horovod_train.config import HorovodArguments
+
 # Measured on the embedded job, 2 ranks on 2 cores (docs/performance.md). Only where unset. Under mpirun
 # (the MPI controller, Horovod's fastest on CPU: shared-memory transport), the ranks' MPI reads this at
 # MPI_Init, inside hvd.init: its progress engine yields the core instead of busy-polling it.
@@ -24,7 +26,7 @@ POLL_INTERVAL_S = 1e-4
 FAILURE_DEFAULTS = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "60", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "300"}
 
 
-def apply(args: Any, cuda: bool) -> dict[str, str]:
+def apply(args: HorovodArguments, cuda: bool) -> dict[str, str]:
     """Set the variables the run's arguments ask for, then the CPU defaults the user has not set."""
     wanted: dict[str, str] = {}
     if args.horovod_timeline:
@@ -43,7 +45,7 @@ def apply(args: Any, cuda: bool) -> dict[str, str]:
     return wanted
 
 
-def optimizer_groups(args: Any, cuda: bool) -> int | None:
+def optimizer_groups(args: HorovodArguments, cuda: bool) -> int | None:
     """hvd.DistributedOptimizer's ``groups``: --horovod_groups, else 1 on CPU (every gradient in one fused
     all-reduce per step instead of one per cycle: ~13 per step for tiny-bert at 1 ms cycles) and None
     (per tensor, overlapping the backward pass) on GPUs and in elastic runs. 0 means None."""

@@ -74,19 +74,3 @@ def reset_output_dir(output_dir: str) -> Path:
                 child.unlink()
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def launch_id() -> str | None:
-    """Identifies one horovodrun invocation (its rendezvous server), the same in every worker it starts."""
-    addr, port = os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"), os.environ.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
-    return f"{addr}:{port}" if addr and port else None
-
-
-def joins_running_job(output_dir: str) -> bool:
-    """True for a worker that an elastic job adds later: the output directory already belongs to its job."""
-    current = launch_id()
-    try:
-        recorded = json.loads((Path(output_dir) / "run_config.json").read_text()).get("launch_id")
-    except (OSError, ValueError):
-        return False
-    return current is not None and recorded == current

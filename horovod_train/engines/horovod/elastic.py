@@ -1,0 +1,110 @@
+"""Elastic Horovod: the loop runs under ``hvd.elastic.run`` and is re-entered from the last commit
+after workers leave or join.
+
+The policy ends the run by epochs (steps per epoch change with the world size), places the learning
+rate by the data seen, and commits a ``TorchState`` (model, optimizer, Horovod's ``ElasticSampler``
+and the training position) every ``--elastic_commit_steps`` steps and at each epoch end.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from torch import nn
+from torch.optim import Optimizer
+
+from horovod_train.engines.policy import RunPolicy
+from horovod_train.position import TrainingPosition
+
+T = TypeVar("T")
+
+
+class ElasticPolicy(RunPolicy):
+    def __init__(
+        self,
+        hvd: Any,
+        model: nn.Module,
+        optimizer: Optimizer,
+        sampler: Any,
+        *,
+        train_examples: int,
+        num_train_epochs: float,
+        by_epochs: bool,
+        commit_steps: int,
+        on_reset: Callable[[], None],
+    ) -> None:
+        self.hvd, self.model, self.optimizer, self.sampler = hvd, model, optimizer, sampler
+        self.train_examples, self.num_train_epochs, self.by_epochs = train_examples, num_train_epochs, by_epochs
+        self.commit_steps, self.on_reset = commit_steps, on_reset
+        self.state: Any = None
+
+    def run(self, loop: Callable[[TrainingPosition], T], position: TrainingPosition) -> T:
+        # The optimizer is passed first so that its sync (broadcast_optimizer_state, which creates missing
+        # state on joining workers with a dummy step that moves their parameters) runs before the
+        # parameters are broadcast, and the joining workers end with rank 0's parameters exactly.
+        self.state = self.hvd.elastic.TorchState(
+            opt=self.optimizer, sampler=self.sampler, model=self.model, optimizer=None, position=copy.deepcopy(position)
+        )
+        self.state.register_reset_callbacks([self.on_reset])
+        # Horovod's ObjectState keeps references, not copies: the loop works on a copy of the committed
+        # position, so that a rollback finds the commit unchanged.
+        return self.hvd.elastic.run(lambda state: loop(copy.deepcopy(state.position)))(self.state)
+
+    def finished(self, position: TrainingPosition) -> bool:
+        if self.by_epochs:
+            return position.epochs_done(self.train_examples) >= self.num_train_epochs
+        return super().finished(position)
+
+    def schedule_step(self, position: TrainingPosition) -> int:
+        if self.by_epochs:  # the schedule follows the data seen, whatever the world size
+            return round(position.total_steps * position.epochs_done(self.train_examples) / self.num_train_epochs)
+        return super().schedule_step(position)
+
+    def after_step(self, position: TrainingPosition) -> None:
+        if position.global_step % self.commit_steps == 0:
+            self.commit(position)
+
+    def after_epoch(self, position: TrainingPosition) -> None:
+        self.commit(position)
+
+    def commit(self, position: TrainingPosition) -> None:
+        self.state.position = copy.deepcopy(position)
+        self.state.commit()
+
+
+def make_elastic_sampler(dataset: Any, seed: int) -> Any:
+    """Horovod's ElasticSampler behind the trainer's sampler interface (begin_epoch/record_step). It
+    shards one seeded permutation strided over the ranks like DistributedSampler, counts the samples
+    processed in the epoch, and on a resize re-shards the rest of the epoch over the new world."""
+    from horovod.torch.elastic import ElasticSampler
+
+    class ElasticTrainSampler(ElasticSampler):
+        def begin_epoch(self, epoch: int, skip_per_rank: int) -> None:
+            if self.epoch != epoch:  # a re-entry inside an epoch keeps the committed position
+                self.set_epoch(epoch)
+
+        def record_step(self, samples_per_rank: int) -> None:
+            self.record_batch(0, samples_per_rank)
+
+    return ElasticTrainSampler(dataset, shuffle=True, seed=seed)
+
+
+def launch_id() -> str | None:
+    """Identifies one horovodrun invocation (its rendezvous server), the same in every worker it starts."""
+    addr, port = os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"), os.environ.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
+    return f"{addr}:{port}" if addr and port else None
+
+
+def joins_running_job(output_dir: str) -> bool:
+    """True for a worker that an elastic job adds later: the output directory already belongs to its job."""
+    current = launch_id()
+    try:
+        recorded = json.loads((Path(output_dir) / "run_config.json").read_text()).get("launch_id")
+    except (OSError, ValueError):
+        return False
+    return current is not None and recorded == current
