@@ -1,11 +1,14 @@
 """Checkpoints that survive crashes and load without unpickling arbitrary objects.
 
-A checkpoint is a directory ``checkpoint-<step>`` holding the model (safetensors), the optimizer and
-the RNG states (``torch.save``, read back with ``weights_only=True``), a
-``trainer_state.json`` (global step, epoch, position inside the epoch, run configuration) and a
-``manifest.json`` with the SHA-256 of every file. It is written to a temporary directory, every file
-fsynced, then renamed into place, so a crash mid-write leaves the previous checkpoint valid; a
-truncated or altered file fails the manifest check and is reported, never half-loaded.
+A checkpoint is a directory ``checkpoint-<step>`` holding the model (safetensors), the optimizer state
+and every rank's RNG states (``torch.save``, read back with ``weights_only=True``), a
+``trainer_state.json`` (the training position, the run configuration, the save order and the run's
+lineage) and a ``manifest.json`` with the SHA-256 of every file. It is written to a temporary
+directory, every file fsynced, then renamed into place (the parent fsynced too), so a crash mid-write
+leaves the previous checkpoint valid; a truncated or altered file fails the manifest check and is
+reported, never half-loaded. A checkpoint of the same step is replaced only once its successor is
+complete, and rotation removes only older checkpoints of the run's own lineage (the checkpoints it,
+and the runs it resumed from, wrote), never the one just written.
 """
 
 from __future__ import annotations
@@ -13,19 +16,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
 from horovod_train.errors import UsageError
-from horovod_train.files import atomic_directory
+from horovod_train.files import atomic_directory, fsync_directory
 from horovod_train.position import TrainingPosition
 
 PREFIX = "checkpoint-"
@@ -33,50 +35,75 @@ MODEL_FILE = "model.safetensors"
 STATE_FILE = "training_state.pt"
 TRAINER_FILE = "trainer_state.json"
 MANIFEST = "manifest.json"
+NAME = re.compile(rf"{PREFIX}(\d+)")
+STALE = re.compile(rf"\.{PREFIX}\d+\..*\.tmp|\.{PREFIX}\d+\.previous")
+AUTO, LATEST = "auto", "latest"
+Payload = tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]  # tensors, training state, trainer state
 
 
 @dataclass(frozen=True)
 class Compatibility:
-    """What a checkpoint must agree with to be loaded into a run."""
+    """What a checkpoint must agree with to be loaded into a run. The global batch (ranks x per-device
+    batch x accumulation) fixes which examples a step consumed, so the position inside an epoch means
+    the same only with the same global batch."""
 
     model_name_or_path: str
     num_labels: int
     vocab_size: int
     architecture: str
+    global_batch: int | None  # None: any (an elastic run re-shards by examples seen)
 
     def check(self, saved: dict[str, Any], path: Path) -> None:
         for name in (f.name for f in fields(self)):
-            if saved.get(name) != getattr(self, name):
+            if getattr(self, name) is not None and saved.get(name) != getattr(self, name):
                 raise UsageError(
                     f"checkpoint {path} was saved with {name}={saved.get(name)!r} but this run has "
                     f"{name}={getattr(self, name)!r}",
-                    "resume with the same model and labels, or start a new --output_dir",
+                    "resume with the same model, labels and global batch (ranks x --per_device_train_batch_size"
+                    " x --gradient_accumulation_steps), or start a new --output_dir",
                 )
 
 
-def rng_state() -> dict[str, Any]:
-    version, internal, gauss = random.getstate()
-    np_state = np.random.get_state()
-    state = {
-        "python": {"version": version, "internal": torch.tensor(internal, dtype=torch.int64), "gauss": gauss},
-        "numpy": {"key": torch.from_numpy(np_state[1].astype(np.int64)), "pos": np_state[2],
-                  "has_gauss": np_state[3], "cached_gaussian": np_state[4]},
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
+class Checkpoints:
+    """Rank 0's writer of one run's checkpoints, keeping the newest ``keep`` of its lineage."""
 
+    def __init__(self, output_dir: Path, keep: int, lineage: list[str] | None = None) -> None:
+        self.output_dir, self.keep = output_dir, keep
+        self.lineage = list(lineage or [])
 
-def set_rng_state(state: dict[str, Any]) -> None:
-    py = state["python"]
-    random.setstate((py["version"], tuple(py["internal"].tolist()), py["gauss"]))
-    np_state = state["numpy"]
-    np.random.set_state(("MT19937", np_state["key"].numpy().astype(np.uint32), np_state["pos"],
-                         np_state["has_gauss"], np_state["cached_gaussian"]))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    def save(
+        self,
+        model: torch.nn.Module,
+        position: TrainingPosition,
+        compatibility: Compatibility,
+        config: dict[str, Any],
+        training_state: dict[str, Any],
+    ) -> Path:
+        target = self.output_dir / f"{PREFIX}{position.global_step}"
+        self.lineage = [name for name in self.lineage if name != target.name] + [target.name]
+        trainer_state = {
+            **position.to_dict(),
+            "compatibility": asdict(compatibility),
+            "config": config,
+            "save_sequence": newest_sequence(self.output_dir) + 1,
+            "lineage": self.lineage,
+        }
+        with atomic_directory(target, replace=True) as tmp:
+            save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, tmp / MODEL_FILE)
+            torch.save(training_state, tmp / STATE_FILE)
+            (tmp / TRAINER_FILE).write_text(json.dumps(trainer_state, indent=2, sort_keys=True) + "\n")
+            manifest = {name: _sha256(tmp / name) for name in (MODEL_FILE, STATE_FILE, TRAINER_FILE)}
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+            _fsync_files(tmp)
+        self.rotate(keep_also=target.name)
+        return target
+
+    def rotate(self, keep_also: str) -> None:
+        present = [name for name in self.lineage if (self.output_dir / name).is_dir()]
+        for name in present[: -self.keep]:
+            if name != keep_also:
+                shutil.rmtree(self.output_dir / name, ignore_errors=True)
+        self.lineage = [name for name in self.lineage if (self.output_dir / name).is_dir()]
 
 
 def _sha256(path: Path) -> str:
@@ -87,66 +114,45 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _fsync_tree(directory: Path) -> None:
+def _fsync_files(directory: Path) -> None:
     for path in directory.iterdir():
         with path.open("rb") as f:
             os.fsync(f.fileno())
-    fd = os.open(directory, os.O_RDONLY)
+    fsync_directory(directory)
+
+
+def _saved_state(path: Path) -> dict[str, Any]:
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def save_checkpoint(
-    output_dir: Path,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    position: TrainingPosition,
-    compatibility: Compatibility,
-    config: dict[str, Any],
-    keep: int | None,
-    extra_state: dict[str, Any] | None = None,
-) -> Path:
-    """Write ``checkpoint-<step>`` atomically (call on rank 0 only) and prune to the last ``keep``."""
-    target = output_dir / f"{PREFIX}{position.global_step}"
-    if target.exists():
-        shutil.rmtree(target)
-    with atomic_directory(target) as tmp:
-        tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-        save_file(tensors, tmp / MODEL_FILE)
-        torch.save({"optimizer": optimizer.state_dict(), "rng": rng_state(), **(extra_state or {})}, tmp / STATE_FILE)
-        trainer_state = {**position.to_dict(), "compatibility": asdict(compatibility), "config": config}
-        (tmp / TRAINER_FILE).write_text(json.dumps(trainer_state, indent=2, sort_keys=True) + "\n")
-        manifest = {name: _sha256(tmp / name) for name in (MODEL_FILE, STATE_FILE, TRAINER_FILE)}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        _fsync_tree(tmp)
-    if keep:
-        for old in list_checkpoints(output_dir)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
-    return target
+        return json.loads((path / TRAINER_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def list_checkpoints(output_dir: Path) -> list[Path]:
-    """Complete checkpoints (renamed into place), oldest first."""
+    """Complete checkpoints (renamed into place), oldest saved first (by save order, then step)."""
     if not output_dir.is_dir():
         return []
-    found = [p for p in output_dir.iterdir() if p.is_dir() and re.fullmatch(rf"{PREFIX}\d+", p.name)]
-    return sorted(found, key=lambda p: int(p.name[len(PREFIX):]))
+    found = [p for p in output_dir.iterdir() if p.is_dir() and NAME.fullmatch(p.name)]
+    return sorted(found, key=lambda p: (_saved_state(p).get("save_sequence", 0), int(p.name[len(PREFIX) :])))
 
 
-def resolve_checkpoint(spec: str, output_dir: Path) -> Path:
-    if spec == "latest":
-        found = list_checkpoints(output_dir)
-        if not found:
-            raise UsageError(f"--resume_from_checkpoint latest: no checkpoint in {output_dir}",
-                             "run with --save_steps first, or pass a checkpoint directory")
-        return found[-1]
-    path = Path(spec)
-    if not path.is_dir():
-        raise UsageError(f"--resume_from_checkpoint {spec} does not exist",
-                         "pass a checkpoint-<step> directory or 'latest'")
-    return path
+def newest_sequence(output_dir: Path) -> int:
+    return max((_saved_state(p).get("save_sequence", 0) for p in list_checkpoints(output_dir)), default=0)
+
+
+def clean_stale(output_dir: Path) -> None:
+    """Remove what crashed writes left: temporary checkpoints, and replaced ones whose successor is in
+    place (a replaced one whose successor never arrived is put back)."""
+    if not output_dir.is_dir():
+        return
+    for path in output_dir.iterdir():
+        if not STALE.fullmatch(path.name):
+            continue
+        original = output_dir / path.name[1 : -len(".previous")] if path.name.endswith(".previous") else None
+        if original is not None and not original.exists():
+            os.rename(path, original)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def verify_checkpoint(path: Path) -> dict[str, Any]:
@@ -164,9 +170,53 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
     return json.loads((path / TRAINER_FILE).read_text())
 
 
-def load_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
+def load_checkpoint(path: Path) -> Payload:
     """(model tensors, training state, trainer state) of a verified checkpoint."""
     trainer_state = verify_checkpoint(path)
     tensors = load_file(path / MODEL_FILE)
     training_state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
     return tensors, training_state, trainer_state
+
+
+def load_resumable(spec: str, output_dir: Path, warn: Callable[[str], None]) -> tuple[Path, Payload] | None:
+    """The checkpoint ``--resume_from_checkpoint`` names: a directory, or the newest valid one in
+    ``output_dir`` (``latest``: one must exist; ``auto``: None if there is none). Newer checkpoints that
+    fail verification are reported through ``warn`` and passed over."""
+    if spec not in (AUTO, LATEST):
+        path = Path(spec)
+        if not path.is_dir():
+            raise UsageError(f"--resume_from_checkpoint {spec} does not exist",
+                             "pass a checkpoint-<step> directory, 'latest' or 'auto'")
+        return path, load_checkpoint(path)
+    skipped = []
+    for path in reversed(list_checkpoints(output_dir)):
+        try:
+            return path, load_checkpoint(path)
+        except UsageError as error:
+            skipped.append(path.name)
+            warn(f"warning: passing over {error.problem}")
+    if spec == LATEST:
+        found = f"none of {', '.join(skipped)} is valid" if skipped else "there is none"
+        raise UsageError(f"--resume_from_checkpoint latest: no valid checkpoint in {output_dir} ({found})",
+                         "pass an earlier checkpoint directory, or 'auto' to start fresh when there is none")
+    return None
+
+
+
+# What a run writes before its first checkpoint: a directory holding only these (and checkpoints that
+# failed verification) is an earlier attempt of the run that `auto` may start over.
+ATTEMPT_FILES = {"run_config.json", "metrics.jsonl"}
+
+
+def check_fresh_start(output_dir: Path, overwrite: bool) -> None:
+    """``auto`` found no valid checkpoint: start over only in an empty directory, an unfinished earlier
+    attempt, or with --overwrite_output_dir."""
+    if overwrite or not output_dir.is_dir():
+        return
+    others = [p.name for p in output_dir.iterdir() if p.name not in ATTEMPT_FILES and not NAME.fullmatch(p.name)]
+    if others:
+        raise UsageError(
+            f"--output_dir {output_dir} holds files of an earlier run ({', '.join(sorted(others)[:3])}) "
+            "and no valid checkpoint to resume",
+            "pass --overwrite_output_dir to replace them, or choose another --output_dir",
+        )

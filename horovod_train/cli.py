@@ -9,6 +9,7 @@ import sys
 from horovod_train import bench, compare, doctor
 from horovod_train.config import Parser, add_run_arguments, parse_run_config
 from horovod_train.errors import UsageError, exit_with
+from horovod_train.stopping import STOPPED_EXIT_CODE, TrainingStopped
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,17 +47,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     training = config.training
     if not engine.joins_running_job(training.output_dir):  # resuming continues the run already there
         check_output_dir(training.output_dir, training.overwrite_output_dir or bool(training.resume_from_checkpoint))
-    with engine.running():
-        results = Trainer(config, engine).train()
+    try:
+        with engine.running():
+            results = Trainer(config, engine).train()
+    except TrainingStopped as stopped:
         if engine.is_main:
-            out = config.training.output_dir
-            print(
-                f"accuracy {results['accuracy']:.4f} on {results['eval_samples']} validation examples "
-                f"({results['engine']}, world size {results['world_size']}, {results['wall_time_s']:.1f}s)"
-            )
-            print(
-                f"wrote {out}/: model + tokenizer (save_pretrained), metrics.jsonl, eval_results.json, run_config.json"
-            )
+            print(stopped.message, flush=True)
+        return STOPPED_EXIT_CODE
+    if engine.is_main:
+        out = config.training.output_dir
+        print(
+            f"accuracy {results['accuracy']:.4f} on {results['eval_samples']} validation examples "
+            f"({results['engine']}, world size {results['world_size']}, {results['wall_time_s']:.1f}s)"
+        )
+        print(f"wrote {out}/: model + tokenizer (save_pretrained), metrics.jsonl, eval_results.json, run_config.json")
     return 0
 
 

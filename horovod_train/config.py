@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from horovod_train.errors import UsageError
+from horovod_train.stopping import parse_signals
 
 PACKAGED_CONFIGS = "configs"  # horovod_train/configs/<name>.yaml, found by name after any install
 
@@ -83,7 +84,19 @@ class TrainingArguments:
     save_steps: int = field(default=0, metadata={"help": "Checkpoint every N steps (0: only at epoch ends)."})
     save_total_limit: int = field(default=2, metadata={"help": "Checkpoints kept (0: write none)."})
     resume_from_checkpoint: str | None = field(
-        default=None, metadata={"help": "'latest' (in --output_dir) or a checkpoint-<step> directory."}
+        default=None,
+        metadata={
+            "help": "A checkpoint-<step> directory; 'latest': the newest valid one in --output_dir; 'auto': that, "
+            "or start fresh when there is none (a requeued job)."
+        },
+    )
+    checkpoint_signals: str = field(
+        default="SIGTERM,SIGUSR1",
+        metadata={"help": "Signals that checkpoint and stop the run at the next step, exit code 75 ('none': off)."},
+    )
+    ddp_timeout: int = field(
+        default=1800,
+        metadata={"help": "Seconds a collective may wait for a rank (DDP's process group; Horovod's stall shutdown)."},
     )
     audit_samples: bool = field(
         default=False, metadata={"help": "Record which examples each epoch trained on (one all-gather a step)."}
@@ -122,6 +135,9 @@ class DDPArguments:
 
     ddp_bucket_cap_mb: int = field(default=25, metadata={"help": "DDP gradient bucket size in MiB."})
     ddp_backend: str = field(default="auto", metadata={"help": "auto (NCCL on GPUs, else Gloo), nccl or gloo."})
+    ddp_find_unused_parameters: bool = field(
+        default=False, metadata={"help": "Let DDP find parameters that get no gradient (slower; some models need it)."}
+    )
 
 
 @dataclass
@@ -306,6 +322,12 @@ def _validate_training(t: TrainingArguments) -> None:
         raise UsageError(f"--dropout must be in [0, 1) (got {t.dropout})", "pass e.g. --dropout 0.1")
     if t.bf16 and t.fp16:
         raise UsageError("--bf16 and --fp16 are both set", "choose one of them")
+    if t.ddp_timeout <= 0:
+        raise UsageError(f"--ddp_timeout must be > 0 seconds (got {t.ddp_timeout})", "pass e.g. --ddp_timeout 1800")
+    try:
+        parse_signals(t.checkpoint_signals)
+    except KeyError as unknown:
+        raise UsageError(f"--checkpoint_signals: unknown signal {unknown}", "pass e.g. SIGTERM,SIGUSR1") from None
 
 
 def _validate_horovod(h: HorovodArguments, t: TrainingArguments) -> None:
@@ -321,11 +343,25 @@ def _validate_horovod(h: HorovodArguments, t: TrainingArguments) -> None:
         raise UsageError("--autotune_log without --autotune", "add --autotune or drop --autotune_log")
     if h.elastic_commit_steps <= 0:
         raise UsageError(f"--elastic_commit_steps must be > 0 (got {h.elastic_commit_steps})", "pass e.g. 10")
+    if h.op == "adasum" and t.engine == "horovod":
+        _validate_adasum(t)
     if not h.elastic:
         return
     if t.engine != "horovod":
         raise UsageError(f"--elastic needs --engine horovod (got {t.engine})", "drop --elastic or use horovod")
-    if t.resume_from_checkpoint:
-        raise UsageError("--elastic cannot resume from a checkpoint yet", "drop one of the two flags")
     if t.group_by_length:
         raise UsageError("--group_by_length does not work with --elastic", "drop one of the two flags")
+    if h.horovod_groups:  # a joining worker's grouped all-reduce never matches the running workers'
+        raise UsageError("--horovod_groups does not work with --elastic (a joining worker stalls)",
+                         "drop --horovod_groups (elastic runs all-reduce per tensor)")
+
+
+def _validate_adasum(t: TrainingArguments) -> None:
+    """Horovod's Adasum optimizer steps each rank's optimizer inside the backward pass (its delta
+    optimizer) and combines the updates, so there is no gradient left to clip or unscale afterwards."""
+    if t.max_grad_norm > 0:
+        raise UsageError(f"--op adasum cannot clip gradients (--max_grad_norm {t.max_grad_norm}): it steps each "
+                         "rank's optimizer inside the backward pass", "add --max_grad_norm 0, or use --op average")
+    if t.fp16:
+        raise UsageError("--op adasum cannot use --fp16's loss scaling: it steps inside the backward pass, "
+                         "before the gradients could be unscaled", "use --bf16, or --op average")

@@ -182,9 +182,10 @@ class ResumableDistributedSampler(DistributedSampler):
 
     skip = 0  # indices of this rank's shard to skip in the current epoch
 
-    def begin_epoch(self, epoch: int, skip_per_rank: int) -> None:
+    def begin_epoch(self, epoch: int, samples_in_epoch: int) -> None:
+        """Start ``epoch`` after the ``samples_in_epoch`` examples (all ranks together) already trained on."""
         self.set_epoch(epoch)
-        self.skip = skip_per_rank
+        self.skip = samples_in_epoch // self.num_replicas
 
     def record_step(self, samples_per_rank: int) -> None:
         """Called after each optimizer step; the position is kept by the trainer's step count."""
@@ -279,7 +280,14 @@ def train_loader(
         pin_memory=pin_memory,
         worker_init_fn=_one_thread if num_workers else None,
         persistent_workers=num_workers > 0,
+        generator=own_generator(seed),
     )
+
+
+def own_generator(seed: int) -> torch.Generator:
+    """For a DataLoader's worker seeds. Without one, every ``iter(loader)`` draws from the global torch
+    RNG, and a run resumed mid-epoch (one more ``iter``) would get other dropout masks from then on."""
+    return torch.Generator().manual_seed(seed)
 
 
 def eval_loader(
@@ -289,4 +297,5 @@ def eval_loader(
     shard = dataset.add_column("example_index", list(range(len(dataset)))).select(
         range(rank, len(dataset), world_size), keep_in_memory=True
     )
-    return DataLoader(shard, batch_size=batch_size, shuffle=False, collate_fn=DataCollatorWithPadding(tokenizer))
+    collate = DataCollatorWithPadding(tokenizer)
+    return DataLoader(shard, batch_size=batch_size, shuffle=False, collate_fn=collate, generator=own_generator(0))

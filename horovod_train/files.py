@@ -17,6 +17,7 @@ from horovod_train.errors import UsageError
 def write_json_atomic(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp's 0600 would hide results from the group
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=2, sort_keys=True)
         f.write("\n")
@@ -26,20 +27,65 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 @contextlib.contextmanager
-def atomic_directory(target: Path) -> Iterator[Path]:
+def atomic_directory(target: Path, replace: bool = False) -> Iterator[Path]:
     """Yield a temporary sibling directory and rename it to ``target`` when the block succeeds.
-    If ``target`` appeared meanwhile (another writer won), the temporary copy is discarded."""
+    If ``target`` appeared meanwhile (another writer won), the temporary copy is discarded, unless
+    ``replace``: then the new directory takes its place, the old one moved aside first
+    (``previous_of(target)``) and removed only once the new one is in place."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
     try:
         yield tmp
+        follow_umask(tmp)  # mkdtemp's 0700 would hide checkpoints from the group
+        previous = previous_of(target)
+        if replace and target.is_dir():
+            shutil.rmtree(previous, ignore_errors=True)
+            os.rename(target, previous)
         try:
             os.rename(tmp, target)
         except OSError:
             if not target.is_dir():
                 raise
+        fsync_directory(target.parent)  # the rename itself must survive a crash
+        shutil.rmtree(previous, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it: os.umask() can only set it, racing other threads."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(root: Path) -> None:
+    """Give ``root`` and everything under it the modes a plain mkdir()/open() would, as some writers do not:
+    safetensors 0.8 saves through a 0600 temporary file."""
+    umask = current_umask()
+    for path in [root, *root.rglob("*")]:
+        if not path.is_symlink():
+            executable = path.is_dir() or path.stat().st_mode & 0o111
+            path.chmod((0o777 if executable else 0o666) & ~umask)
+
+
+def previous_of(target: Path) -> Path:
+    """Where ``atomic_directory(replace=True)`` keeps the directory it replaces until the new one is in place."""
+    return target.with_name(f".{target.name}.previous")
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def check_output_dir(output_dir: str, overwrite: bool) -> None:

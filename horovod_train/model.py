@@ -75,7 +75,8 @@ def param_checksum(model: torch.nn.Module) -> int:
     h = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         h.update(name.encode())
-        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        # Raw bytes, any dtype: numpy has no bfloat16.
+        h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return int.from_bytes(h.digest()[:8], "little") >> 1
 
 
@@ -111,6 +112,8 @@ def build_model(
             label2id=label2id,
             cache_dir=cache_dir,
             ignore_mismatched_sizes=True,
+            # transformers 5 loads in the saved dtype by default; training needs fp32 master weights (AMP casts)
+            dtype=torch.float32,
             **overrides,
         )
     except (OSError, ValueError) as exc:

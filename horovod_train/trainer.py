@@ -8,35 +8,28 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import random
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from horovod_train import amp, synthetic
+from horovod_train import amp, rng, synthetic
 from horovod_train import checkpoint as ckpt
 from horovod_train import data as data_lib
 from horovod_train import model as model_lib
 from horovod_train.config import RunConfig
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
-from horovod_train.files import reset_output_dir, write_json_atomic
+from horovod_train.files import follow_umask, reset_output_dir, write_json_atomic
 from horovod_train.memory import peak_memory_mb
 from horovod_train.metrics import Meter, audit_epoch, exact_accuracy
 from horovod_train.position import TrainingPosition
 from horovod_train.schedule import LinearSchedule
-
-
-def set_seed(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+from horovod_train.stopping import StopSignals, TrainingStopped, parse_signals
 
 
 class Trainer:
@@ -49,21 +42,31 @@ class Trainer:
         self.precision = amp.Precision.from_args(self.args, engine.device)  # fp32: no autocast, no scaler
         if self.args.tf32 and engine.device.type == "cuda":
             amp.enable_tf32()
+        self.last_saved_step = -1
+        self.signals = StopSignals([])  # train() watches the --checkpoint_signals while it runs
 
     def train(self) -> dict[str, Any]:
         started = time.perf_counter()
-        self.setup()
-        result = self.policy.run(self.train_epochs, self.position)
-        return self.finish(result, time.perf_counter() - started)
+        self.signals = StopSignals(parse_signals(self.args.checkpoint_signals))
+        try:
+            self.setup()
+            result = self.policy.run(self.train_epochs, self.position)
+            return self.finish(result, time.perf_counter() - started)
+        finally:
+            self.signals.close()
 
     def log(self, message: str) -> None:
         if self.engine.is_main:
             tqdm.write(message)
 
+    def warn(self, message: str) -> None:
+        if self.engine.is_main:
+            tqdm.write(message, file=sys.stderr)
+
     # ---- setup -------------------------------------------------------------------------------
     def setup(self) -> None:
         args, engine = self.args, self.engine
-        set_seed(args.seed)
+        rng.seed_everything(args.seed)
         self.tokenizer, self.tokenized = self.prepare_data()
         model = self.build_model()
         optimizer = self.build_optimizer(model)
@@ -72,6 +75,8 @@ class Trainer:
         self.build_train_loader()
         self.position = self.start_position(resumed)
         self.policy = engine.policy(self.model, self.optimizer, self.train_loader.sampler, len(self.train_set))
+        lineage = resumed["trainer_state"].get("lineage", []) if resumed else []
+        self.checkpoints = ckpt.Checkpoints(self.output_dir, args.save_total_limit, lineage)
         if resumed:
             # After wrapping: Horovod's DistributedOptimizer is a new optimizer with empty state.
             self.optimizer.load_state_dict(resumed["optimizer"])
@@ -86,8 +91,9 @@ class Trainer:
             f"global_batch={args.per_device_train_batch_size * args.gradient_accumulation_steps * engine.world_size} "
             f"steps={self.position.total_steps}"
         )
-        if resumed:
-            ckpt.set_rng_state(resumed["rng"])
+        if resumed:  # each rank its own generators (a rank beyond the saved world takes rank 0's)
+            states = resumed["rng"]
+            rng.restore(states[engine.rank] if engine.rank < len(states) else states[0])
         # Under a launcher stderr is a pipe, not a terminal: redraw the bar rarely so logs stay readable.
         interactive = sys.stderr.isatty()
         self.progress = tqdm(total=self.position.total_steps, disable=not engine.is_main or args.disable_tqdm,
@@ -122,8 +128,10 @@ class Trainer:
         )
         if self.args.torch_compile:
             model.compile()  # in place: state_dict keys and save_pretrained are unchanged
+        args = self.args
+        global_batch = self.engine.step_examples(args.per_device_train_batch_size * args.gradient_accumulation_steps)
         self.compatibility = ckpt.Compatibility(
-            c.model.model_name_or_path, num_labels, len(self.tokenizer), type(model).__name__
+            c.model.model_name_or_path, num_labels, len(self.tokenizer), type(model).__name__, global_batch
         )
         return model
 
@@ -171,23 +179,35 @@ class Trainer:
         position.total_steps = total_steps
         return position
 
-    def load_checkpoint(self, model: torch.nn.Module) -> dict[str, Any]:
-        """Rank 0 reads and verifies the checkpoint and broadcasts it; every rank raises the same error."""
+    def load_checkpoint(self, model: torch.nn.Module) -> dict[str, Any] | None:
+        """Rank 0 finds, verifies and reads the checkpoint and broadcasts it; every rank raises the same
+        error. None: ``auto`` found no valid checkpoint, and the run starts fresh."""
         payload: Any = None
         if self.engine.is_main:
             try:
-                path = ckpt.resolve_checkpoint(self.args.resume_from_checkpoint, self.output_dir)
-                payload = ckpt.load_checkpoint(path)
-                self.compatibility.check(payload[2]["compatibility"], path)
+                payload = self.read_checkpoint()
             except UsageError as error:
                 payload = error
         payload = self.engine.broadcast_object(payload)
         if isinstance(payload, UsageError):
             raise payload
+        if payload is None:
+            self.log(f"no valid checkpoint in {self.output_dir}: starting fresh")
+            return None
         tensors, training_state, trainer_state = payload
         model.load_state_dict(tensors)
         self.log(f"resumed from step {trainer_state['global_step']} (epoch {trainer_state['epoch']})")
         return {**training_state, "trainer_state": trainer_state}
+
+    def read_checkpoint(self) -> ckpt.Payload | None:
+        ckpt.clean_stale(self.output_dir)  # what a crash left: temporaries, a replaced checkpoint set aside
+        found = ckpt.load_resumable(self.args.resume_from_checkpoint, self.output_dir, warn=self.warn)
+        if found is None:
+            ckpt.check_fresh_start(self.output_dir, self.args.overwrite_output_dir)
+            return None
+        path, payload = found
+        self.compatibility.check(payload[2]["compatibility"], path)
+        return payload
 
     # ---- the loop ----------------------------------------------------------------------------
     def train_epochs(self, position: TrainingPosition) -> dict[str, Any]:
@@ -208,19 +228,24 @@ class Trainer:
             base_lr, position.total_steps, self.args.warmup_steps, self.args.warmup_ratio
         )
         self.schedule.apply(self.optimizer, self.policy.schedule_step(position))
+        # A step cut short (a worker lost inside the all-reduce) must not leave its gradients behind, nor a
+        # collective in flight.
+        self.optimizer.zero_grad()
+        self.signals.forget()
         self.progress.n = position.global_step
         self.meter = Meter()
 
     def train_epoch(self, position: TrainingPosition) -> bool:
         """Optimizer steps to the end of the epoch; False if the run finished inside it."""
-        accum, batch_size = self.args.gradient_accumulation_steps, self.args.per_device_train_batch_size
-        self.train_loader.sampler.begin_epoch(position.epoch, position.steps_in_epoch * accum * batch_size)
+        accum = self.args.gradient_accumulation_steps
+        self.train_loader.sampler.begin_epoch(position.epoch, position.samples_in_epoch)
         batches = iter(self.train_loader)
         self.model.train()
         for _ in range(len(self.train_loader) // accum):
             if self.policy.finished(position):
                 return False
             self.train_step(batches, position)
+            self.stop_if_signalled(position)
         return True
 
     def train_step(self, batches: Iterator[dict[str, torch.Tensor]], position: TrainingPosition) -> None:
@@ -310,23 +335,41 @@ class Trainer:
         return result
 
     def save_checkpoint(self, position: TrainingPosition) -> None:
-        if self.engine.is_main and self.args.save_total_limit > 0:
-            ckpt.save_checkpoint(
-                self.output_dir,
-                self.engine.unwrap(self.model),
-                self.optimizer,
-                position,
-                self.compatibility,
-                self.config.to_dict(),
-                keep=self.args.save_total_limit,
+        """Collective: every rank's RNG states go into the checkpoint rank 0 writes."""
+        if self.args.save_total_limit == 0:
+            return
+        rng_states = self.engine.gather_objects(rng.capture())
+        if self.engine.is_main:
+            training_state = {
+                "optimizer": self.optimizer.state_dict(),
+                "rng": rng_states,
                 # The schedule is a function of the position; its parameters are kept for the record.
-                extra_state={"scheduler": dataclasses.asdict(self.schedule), **self.precision.state_dict()},
-            )
+                "scheduler": dataclasses.asdict(self.schedule),
+                **self.precision.state_dict(),
+            }
+            model = self.engine.unwrap(self.model)
+            self.checkpoints.save(model, position, self.compatibility, self.config.to_dict(), training_state)
+        self.last_saved_step = position.global_step
+
+    def stop_if_signalled(self, position: TrainingPosition) -> None:
+        """At a step boundary: if any rank got a stop signal, checkpoint here and stop every rank."""
+        received = self.signals.poll(self.engine)
+        if received is None:
+            return
+        if self.last_saved_step != position.global_step:
+            self.save_checkpoint(position)
+        self.engine.barrier()  # no rank exits (its launcher would end the job) before the checkpoint is complete
+        saved = f"saved {ckpt.PREFIX}{position.global_step}" if self.args.save_total_limit else "no checkpoint kept"
+        raise TrainingStopped(
+            f"stopped by {received} at step {position.global_step}: {saved} in {self.output_dir}; "
+            "continue with --resume_from_checkpoint auto"
+        )
 
     # ---- the write-out -----------------------------------------------------------------------
     def finish(self, result: dict[str, Any], wall_time_s: float) -> dict[str, Any]:
         """Every rank's checksum and peak memory in the results; rank 0 writes model, tokenizer, results."""
         engine, position = self.engine, self.position
+        self.signals.wait()  # the last step's stop flags are still being summed
         self.progress.close()
         model = engine.unwrap(self.model)
         checksum = torch.tensor([model_lib.param_checksum(model)], dtype=torch.int64, device=engine.device)
@@ -344,6 +387,8 @@ class Trainer:
         }
         if engine.is_main:
             model.save_pretrained(self.output_dir)
+            for weights in self.output_dir.glob("*.safetensors"):  # safetensors writes 0600 whatever the umask
+                follow_umask(weights)
             self.tokenizer.save_pretrained(self.output_dir)
             write_json_atomic(self.output_dir / "eval_results.json", results)
         return results

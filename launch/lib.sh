@@ -136,8 +136,8 @@ hvt_command() {
     esac
 }
 
-# hvt_run CMD...: print the effective command (copy-pasteable, after the '+ '), then replace this shell with it.
-hvt_run() {
+# hvt_print_command CMD...: the effective command, copy-pasteable after the '+ '.
+hvt_print_command() {
     local word line="+"
     for word in "$@"; do
         if [[ $word =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then
@@ -149,6 +149,11 @@ hvt_run() {
         fi
     done
     echo "$line"
+}
+
+# hvt_run CMD...: print the effective command, then replace this shell with it.
+hvt_run() {
+    hvt_print_command "$@"
     exec "$@"
 }
 

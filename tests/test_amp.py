@@ -13,7 +13,7 @@ from conftest import assert_ok, read_results, run, train_cmd
 from torch.utils.data import DistributedSampler
 
 from horovod_train import amp
-from horovod_train.checkpoint import Compatibility, load_checkpoint, save_checkpoint
+from horovod_train.checkpoint import Checkpoints, Compatibility, load_checkpoint
 from horovod_train.cli import main
 from horovod_train.config import RunConfig
 from horovod_train.data import LengthGroupedSampler
@@ -68,7 +68,7 @@ def test_grouped_sampler_resumes_inside_an_epoch():
     sampler = LengthGroupedSampler(range(90), lengths, 4, num_replicas=2, rank=1, seed=0)
     sampler.begin_epoch(2, 0)
     full = list(sampler)
-    sampler.begin_epoch(2, 12)
+    sampler.begin_epoch(2, 24)  # 24 examples over both ranks: 12 of this rank's shard
     assert list(sampler) == full[12:] and len(sampler) == len(full) - 12
 
 
@@ -138,11 +138,9 @@ def test_scaler_state_is_saved_in_checkpoints(tmp_path):
     model, _, _ = tiny_model_and_batch()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     position = TrainingPosition(global_step=1, steps_in_epoch=1)
-    compatibility = Compatibility("tiny", 3, 10, "Linear")
-    path = save_checkpoint(
-        tmp_path, model, optimizer, position, compatibility, {}, keep=1,
-        extra_state={amp.SCALER_KEY: scaler.state_dict()},
-    )
+    compatibility = Compatibility("tiny", 3, 10, "Linear", 32)
+    state = {"optimizer": optimizer.state_dict(), amp.SCALER_KEY: scaler.state_dict()}
+    path = Checkpoints(tmp_path, keep=1).save(model, position, compatibility, {}, state)
     training_state = load_checkpoint(path)[1]  # weights_only=True
     assert training_state[amp.SCALER_KEY]["scale"] == 512.0
 

@@ -59,6 +59,18 @@ CASES = {
     ),
     "elastic without horovod": lambda tmp: (["--engine", "ddp", "--elastic"], "--elastic needs --engine horovod"),
     "text in a number field": lambda tmp: (["--learning_rate", "fast"], "invalid float value"),
+    "adasum with clipping": lambda tmp: (["--engine", "horovod", "--op", "adasum"], "--op adasum cannot clip"),
+    "adasum with fp16": lambda tmp: (
+        ["--engine", "horovod", "--op", "adasum", "--max_grad_norm", "0", "--fp16"],
+        "--op adasum cannot use --fp16",
+    ),
+    "elastic with gradient groups": lambda tmp: (
+        ["--engine", "horovod", "--elastic", "--horovod_groups", "2"],
+        "--horovod_groups does not work with --elastic",
+    ),
+    "unknown stop signal": lambda tmp: (["--checkpoint_signals", "SIGTERM,SIGNOPE"], "unknown signal"),
+    "collective timeout 0": lambda tmp: (["--ddp_timeout", "0"], "--ddp_timeout must be > 0"),
+    "latest without a valid checkpoint": lambda tmp: (["--resume_from_checkpoint", "latest"], "no valid checkpoint"),
 }
 
 

@@ -167,7 +167,8 @@ def test_bench_bad_input_is_one_line(args, message, tmp_path, capsys):
 def test_horovod_cpu_defaults_apply_only_where_unset(monkeypatch, tmp_path):
     from horovod_train.engines.horovod import env as horovod_env
 
-    for name in (*horovod_env.CPU_DEFAULTS, *horovod_env.FAILURE_DEFAULTS, "HOROVOD_TIMELINE", "HOROVOD_AUTOTUNE"):
+    stall = ("HOROVOD_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS")
+    for name in (*horovod_env.CPU_DEFAULTS, *stall, "HOROVOD_TIMELINE", "HOROVOD_AUTOTUNE"):
         monkeypatch.delenv(name, raising=False)  # restored after the test
     yield_var = "OMPI_MCA_mpi_yield_when_idle"  # Open MPI's parameter names are lower case
     args = HorovodArguments(horovod_timeline=str(tmp_path / "t" / "timeline.json"), autotune=True)
@@ -175,6 +176,9 @@ def test_horovod_cpu_defaults_apply_only_where_unset(monkeypatch, tmp_path):
     assert applied[yield_var] == "1" == os.environ[yield_var]
     assert applied["HOROVOD_TIMELINE"] == str(tmp_path / "t" / "timeline.json") and (tmp_path / "t").is_dir()
     assert applied["HOROVOD_AUTOTUNE"] == "1"
+    assert applied["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] == "1800"  # --ddp_timeout's default
+    monkeypatch.delenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS")
+    assert horovod_env.apply(args, cuda=False, timeout_s=7200)["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] == "7200"
     monkeypatch.setenv(yield_var, "0")  # the user's own setting wins
     assert yield_var not in horovod_env.apply(HorovodArguments(), cuda=False)
     assert os.environ[yield_var] == "0"

@@ -59,6 +59,32 @@ def test_resume_mid_epoch_ends_with_the_same_parameters(
     assert diff <= 1e-6, f"resumed run differs from the uninterrupted one by {diff:.3e}"
 
 
+@pytest.mark.parametrize("engine", ["horovod", "ddp"])
+def test_resume_with_dropout_restores_every_ranks_generators(tmp_path, cache_dir, engine):
+    """With dropout each rank draws its own masks (its batches are padded to other lengths): every rank's
+    RNG states are saved and each rank gets its own back, so the resumed run repeats the masks exactly."""
+    import pandas as pd
+
+    from horovod_train import synthetic
+
+    frame = pd.DataFrame(synthetic.generate(600, seed=42))  # premises of varying length: ranks pad differently
+    frame["premise"] = [f"{p} {' '.join(['indeed'] * (i % 9))}" for i, p in enumerate(frame["premise"])]
+    data = tmp_path / "varied.csv"
+    frame.to_csv(data, index=False)
+    args = [*SMALL_JOB, "--train_file", str(data), "--dropout", "0.1", "--max_steps", "30"]
+    args += ["--save_steps", "5", "--save_total_limit", "20"]
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    assert_ok(run(launch(engine, *args, "--output_dir", str(full)), cache_dir))
+    rng = torch.load(full / "checkpoint-10" / ckpt.STATE_FILE, weights_only=True)["rng"]
+    assert len(rng) == 2 and rng[0]["torch"] != rng[1]["torch"], "the ranks' generators should have diverged"
+    resumed.mkdir()
+    shutil.copytree(full / "checkpoint-10", resumed / "checkpoint-10")
+    assert_ok(run(launch(engine, *args, "--output_dir", str(resumed), "--resume_from_checkpoint", "latest"), cache_dir))
+    diff = max_abs_diff(full, resumed)
+    print(f"{engine} np=2, dropout 0.1: max-abs parameter difference after resume = {diff:.3e}")
+    assert diff <= 1e-6
+
+
 def test_checkpoints_are_pruned_and_verified(tmp_path, cache_dir):
     out = tmp_path / "run"
     args = [
@@ -113,20 +139,44 @@ def resume(tmp_path: Path, cache_dir: Path, source: Path, *extra: str):
     return proc, before == after
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip"])
-def test_corrupted_checkpoint_is_refused(tmp_path, cache_dir, trained, damage):
-    source = tmp_path / "source"
-    shutil.copytree(trained, source)
-    model_file = source / "checkpoint-6" / ckpt.MODEL_FILE
-    data = bytearray(model_file.read_bytes())
+def damage_file(path: Path, damage: str) -> None:
+    data = bytearray(path.read_bytes())
     if damage == "truncate":
         data = data[: len(data) // 2]
     else:
         data[-10] ^= 0xFF
-    model_file.write_bytes(bytes(data))
-    proc, untouched = resume(tmp_path, cache_dir, source, "--resume_from_checkpoint", "latest")
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_corrupted_checkpoint_is_refused(tmp_path, cache_dir, trained, damage):
+    source = tmp_path / "source"
+    shutil.copytree(trained, source)
+    damage_file(source / "checkpoint-6" / ckpt.MODEL_FILE, damage)
+    named = str(tmp_path / "resume" / "checkpoint-6")
+    proc, untouched = resume(tmp_path, cache_dir, source, "--resume_from_checkpoint", named)
     assert proc.returncode == 2 and "corrupted" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and untouched
+
+
+def test_latest_passes_over_a_corrupted_newest_checkpoint_with_a_warning(tmp_path, cache_dir, trained):
+    source = tmp_path / "source"
+    shutil.copytree(trained, source)
+    damage_file(source / "checkpoint-6" / ckpt.MODEL_FILE, "flip")
+    proc, _ = resume(tmp_path, cache_dir, source, "--resume_from_checkpoint", "latest")
+    assert_ok(proc)
+    assert "warning: passing over checkpoint" in proc.stderr and "checkpoint-6 is corrupted" in proc.stderr
+    assert "resumed from step 3" in proc.stdout
+
+
+def test_latest_with_no_valid_checkpoint_is_refused(tmp_path, cache_dir, trained):
+    source = tmp_path / "source"
+    shutil.copytree(trained, source)
+    for step in (3, 6):
+        damage_file(source / f"checkpoint-{step}" / ckpt.MODEL_FILE, "truncate")
+    proc, untouched = resume(tmp_path, cache_dir, source, "--resume_from_checkpoint", "latest")
+    assert proc.returncode == 2 and untouched
+    assert "error: --resume_from_checkpoint latest: no valid checkpoint" in proc.stderr, proc.stderr
 
 
 def test_incomplete_checkpoint_is_refused(tmp_path, cache_dir, trained):

@@ -75,3 +75,19 @@ def test_dp_weights_unequal_replica_shares_by_example_count():
     assert gathered[1].tolist() == [3.0, 2.0]
     assert loss.item() == pytest.approx(model(**batch).loss.item(), abs=1e-6)
     assert abs(loss.item() - gathered[0].mean().item()) > 1e-3  # the plain mean would be wrong
+
+
+@pytest.mark.slow
+def test_ddp_find_unused_parameters_lets_a_model_with_an_idle_parameter_train(tmp_path, cache_dir):
+    from conftest import BIN, REPO
+
+    def probe(find_unused: str):
+        cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "--no-python", str(BIN / "python"),
+               str(REPO / "tests" / "ddp_unused_probe.py"), find_unused]  # fmt: skip
+        return run(cmd, cache_dir, timeout=180)
+
+    failing = probe("false")  # DDP waits for the idle head's gradient and fails at the second step
+    assert failing.returncode != 0 and "step 2 done" not in failing.stdout
+    assert "find_unused_parameters" in failing.stdout + failing.stderr
+    assert_ok(working := probe("true"))
+    assert working.stdout.count("step 2 done") == 2

@@ -4,6 +4,7 @@ mid-run grows the job back. Two local "hosts" (localhost and 127.0.0.1) stand fo
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -29,7 +30,9 @@ JOB = [
 ]
 
 
-def start_elastic(tmp_path: Path, cache_dir: Path, hosts: list[str], np: int, out: Path) -> subprocess.Popen:
+def start_elastic(
+    tmp_path: Path, cache_dir: Path, hosts: list[str], np: int, out: Path, *extra: str
+) -> subprocess.Popen:
     hosts_file = tmp_path / "hosts.txt"
     hosts_file.write_text("".join(f"{h}\n" for h in hosts))
     env = {**base_env(cache_dir), "HVT_HOSTS_FILE": str(hosts_file)}
@@ -46,7 +49,7 @@ def start_elastic(tmp_path: Path, cache_dir: Path, hosts: list[str], np: int, ou
         # Named interfaces: otherwise horovodrun waits for 2 hosts to find common ones, even at -np 1.
         "--network-interfaces",
         "lo",
-        *train_cmd(*JOB, "--output_dir", str(out)),
+        *train_cmd(*JOB, "--output_dir", str(out), *extra),
     ]
     return subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
@@ -69,14 +72,14 @@ def finish(job: subprocess.Popen, timeout: float) -> str:
     return output
 
 
-def completed_run(job: subprocess.Popen, out: Path) -> tuple[dict, list[int]]:
-    """Wait for the job; return its results and the world sizes it went through."""
+def completed_run(job: subprocess.Popen, out: Path) -> tuple[dict, list[int], str]:
+    """Wait for the job; return its results, the world sizes it went through and its output."""
     output = finish(job, 400)
     assert job.returncode == 0, output[-4000:]
     results = read_results(out)
     print(f"world size over the run: {results['world_size_changes']}; epochs: {results['history']}")
     check_epochs_covered_every_example(results)
-    return results, [size for _, size in results["world_size_changes"]]
+    return results, [size for _, size in results["world_size_changes"]], output
 
 
 def check_epochs_covered_every_example(results: dict) -> None:
@@ -98,8 +101,8 @@ def test_killed_worker_leaves_the_job_running_on_the_survivor(tmp_path, cache_di
     except BaseException:
         os.killpg(job.pid, signal.SIGKILL)
         raise
-    results, sizes = completed_run(job, out)
-    assert sizes == [2, 1] and results["world_size"] == 1
+    results, sizes, output = completed_run(job, out)
+    assert sizes == [2, 1] and results["world_size"] == 1, output[-6000:]
 
 
 def test_added_host_grows_the_job_back(tmp_path, cache_dir):
@@ -111,6 +114,28 @@ def test_added_host_grows_the_job_back(tmp_path, cache_dir):
     except BaseException:
         os.killpg(job.pid, signal.SIGKILL)
         raise
-    results, sizes = completed_run(job, out)
-    assert sizes == [1, 2] and results["world_size"] == 2
+    results, sizes, output = completed_run(job, out)
+    assert sizes == [1, 2] and results["world_size"] == 2, output[-6000:]
     assert results["param_checksum_per_rank"][0] == results["param_checksum_per_rank"][1]
+
+
+def test_stopped_elastic_job_resumes_on_another_world_size(tmp_path, cache_dir):
+    """SIGTERM to a 2-worker elastic job: checkpoint at the next step; `auto` resumes it on one worker. The
+    elastic sampler re-shards the rest of the epoch by examples seen, so each epoch still covers every
+    example once (the audit spans the stop)."""
+    out = tmp_path / "run"
+    job = start_elastic(tmp_path, cache_dir, ["localhost:1", "127.0.0.1:1"], 2, out)
+    try:
+        wait_for(lambda: last_logged_step(out) >= 30, 240, "30 steps on 2 workers")
+        os.killpg(job.pid, signal.SIGTERM)
+        output = finish(job, 120)
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        raise
+    stopped = re.search(r"stopped by SIGTERM at step (\d+): saved checkpoint-\1", output)
+    assert stopped, output[-4000:]
+    job = start_elastic(tmp_path, cache_dir, ["localhost:1"], 1, out, "--resume_from_checkpoint", "auto")
+    results, sizes, output = completed_run(job, out)
+    assert f"resumed from step {stopped[1]}" in output
+    assert sizes == [2, 1] and results["world_size"] == 1, results["world_size_changes"]
+    assert [entry["epoch"] for entry in results["history"]] == [1, 2]

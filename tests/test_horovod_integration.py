@@ -115,3 +115,18 @@ def test_check_build_lists_pytorch_mpi_gloo(cache_dir):
     assert_ok(proc)
     for line in ("[X] PyTorch", "[X] MPI", "[X] Gloo"):
         assert line in proc.stdout
+
+
+def test_adasum_trains_under_the_mpi_controller_and_is_refused_under_gloo(tmp_path, cache_dir):
+    """Adasum steps each rank's optimizer inside the backward pass and combines the updates over MPI:
+    no clipping (--max_grad_norm 0), and Horovod has no Adasum over Gloo (refused, not a crash)."""
+    args = [*SMALL_JOB, "--op", "adasum", "--max_grad_norm", "0", "--max_steps", "20"]
+    out = tmp_path / "mpi"
+    assert_ok(run(mpirun(2, *args, "--output_dir", str(out)), cache_dir, timeout=300))
+    results = read_results(out)
+    assert (results["op"], results["controller"], results["global_step"]) == ("adasum", "mpi", 20)
+    assert len(set(results["param_checksum_per_rank"])) == 1
+    gloo = run(horovodrun(2, *args, "--output_dir", str(tmp_path / "gloo")), cache_dir, timeout=300)
+    assert gloo.returncode != 0 and "error: --op adasum needs Horovod's MPI controller" in gloo.stdout + gloo.stderr
+    assert "/horovod_train/" not in gloo.stdout + gloo.stderr, "a rank printed a traceback"
+    assert not (tmp_path / "gloo").exists()

@@ -140,6 +140,21 @@ class SlurmCluster:
         subprocess.run(["scancel", job_id], env=self.env(), timeout=30)
         raise AssertionError(f"job {job_id} not finished within {timeout}s:\n{self.logs()}")
 
+    def release_requeued(self, job_id: str, timeout: float) -> None:
+        """Slurm holds a requeued job for about two minutes (Reason=BeginTime): once it is pending
+        again, let it start now."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            fields = dict(re.findall(r"(\w+)=(\S*)", self.scontrol("show", "job", "-o", job_id)))
+            # ... and once the first attempt's step daemons are gone (a new step 0 of the same job collides).
+            steps = subprocess.run(["pgrep", "-f", f"slurmstepd: \\[{job_id}\\."], capture_output=True).stdout
+            if fields.get("JobState") == "PENDING" and fields.get("Restarts") == "1" and not steps:
+                self.scontrol("update", f"JobId={job_id}", "StartTime=now")
+                return
+            assert fields.get("JobState") not in DONE, fields
+            time.sleep(1)
+        raise AssertionError(f"job {job_id} was not requeued within {timeout}s:\n{self.logs()}")
+
     def stop(self) -> None:
         if self.jobs:
             subprocess.run(["scancel", *self.jobs], env=self.env(), capture_output=True, timeout=30)
@@ -242,3 +257,52 @@ def test_apptainer_job_refuses_a_missing_image(slurm, tmp_path, cache_dir, image
     errors = [line for line in output.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and errors[0].startswith(needle), output
     assert "+ srun" not in output
+
+
+# Long enough to be stopped mid-run, with dropout on: exact resume needs every rank's own RNG states.
+STOP_JOB = [*LAUNCH_JOB, "--synthetic_num_examples", "2000", "--max_steps", "80", "--logging_steps", "5"]
+STOP_JOB += ["--dropout", "0.1"]
+
+
+def wait_for_steps(out: Path, steps: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    metrics = out / "metrics.jsonl"
+    while time.monotonic() < deadline:
+        if metrics.exists() and len(metrics.read_text().splitlines()) * 5 >= steps:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{out} did not reach step {steps} within {timeout}s")
+
+
+@pytest.mark.parametrize(
+    ("job", "engine"), [("horovod_srun", "horovod"), ("horovod_mpirun", "horovod"), ("ddp_torchrun", "ddp")]
+)
+def test_warning_signal_checkpoints_requeues_and_resumes(slurm, tmp_path, cache_dir, job, engine) -> None:
+    """What #SBATCH --signal=B:USR1@120 does before a time limit, sent now with scancel: the batch shell
+    passes SIGUSR1 to the ranks, they checkpoint and stop, the job requeues itself, and the requeued run
+    resumes from that checkpoint and ends with the parameters of an uninterrupted run."""
+    from test_checkpoint import max_abs_diff
+
+    def submit(out: Path) -> str:
+        env = launch_env(cache_dir, HVT_RDZV_PORT=str(free_port()))
+        return slurm.submit(job, *STOP_JOB, "--output_dir", str(out), env=env, workdir=tmp_path)[0]
+
+    reference, stopped = tmp_path / "reference", tmp_path / "stopped"
+    assert_completed(slurm.wait(submit(reference), timeout=480))
+    job_id = submit(stopped)
+    wait_for_steps(stopped, 10, timeout=240)
+    started = time.monotonic()
+    subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], env=slurm.env(), check=True, timeout=30)
+    slurm.release_requeued(job_id, timeout=240)
+    fields = slurm.wait(job_id, timeout=480)
+    output = assert_completed(fields)
+    assert fields["Restarts"] == "1", fields
+    stop = re.search(r"stopped by SIGUSR1 at step (\d+): saved checkpoint-\1", output)
+    assert stop and f"requeueing job {job_id}" in output, output[-4000:]
+    assert f"resumed from step {stop[1]}" in output, output[-4000:]
+    results = check_training(stopped, engine)
+    assert results["global_step"] == 80
+    diff = max_abs_diff(reference, stopped)
+    print(f"{job}: stopped at step {stop[1]}, requeued and finished in {time.monotonic() - started:.0f}s; "
+          f"max-abs parameter difference to the uninterrupted run {diff:.2e}")
+    assert diff <= 1e-6

@@ -108,3 +108,17 @@ def test_the_loop_ends_where_its_policy_says(tmp_path, offline_cache, monkeypatc
     trainer, results = train(config(tmp_path, "--max_steps", "30"))
     assert results["global_step"] == 5 and trainer.position.total_steps == 30
     assert results["history"][-1]["step"] == 5  # evaluated where it stopped
+
+
+def test_entering_the_loop_drops_gradients_left_by_a_cut_short_step(tmp_path, offline_cache):
+    """Elastic Horovod re-enters the loop after a worker was lost inside the all-reduce: the survivors'
+    partial gradients must not be added to the next step's."""
+    run_config = config(tmp_path, "--max_steps", "4")
+    engine = SingleEngine(run_config)
+    with engine.running():
+        trainer = Trainer(run_config, engine)
+        trainer.setup()
+        for p in trainer.model.parameters():
+            p.grad = torch.ones_like(p)
+        trainer.enter(trainer.position)
+        assert all(p.grad is None or not p.grad.any() for p in trainer.model.parameters())

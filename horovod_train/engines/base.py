@@ -69,6 +69,11 @@ class Engine(ABC):
         """How the loop runs, ends, places the learning rate and commits (fixed world size: RunPolicy)."""
         return RunPolicy()
 
+    def step_examples(self, per_rank: int) -> int | None:
+        """Examples one optimizer step trains on over all ranks (``per_rank`` each); None where it varies
+        and the data is re-sharded by examples seen (elastic), so a checkpoint resumes at any world size."""
+        return per_rank * self.world_size
+
     def joins_running_job(self, output_dir: str) -> bool:
         """True for a worker added to a running job (elastic), which must leave ``output_dir`` as it is."""
         return False
@@ -95,6 +100,12 @@ class Engine(ABC):
     @abstractmethod
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum over ranks (float64 in, float64 out, so counts stay exact)."""
+
+    def all_reduce_sum_async(self, tensor: torch.Tensor) -> Callable[[], torch.Tensor]:
+        """Start ``all_reduce_sum``; the returned function waits for the result. Engines that can overlap
+        it with the next step's compute do; the default completes at once."""
+        result = self.all_reduce_sum(tensor)
+        return lambda: result
 
     @abstractmethod
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:

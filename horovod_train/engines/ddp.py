@@ -7,6 +7,7 @@ into the MASTER_ADDR/RANK/WORLD_SIZE that ``init_process_group("env://")`` reads
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -19,8 +20,6 @@ from horovod_train import distributed_env
 from horovod_train.config import RunConfig
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
-
-PROCESS_GROUP_TIMEOUT = timedelta(seconds=120)
 
 
 class DDPEngine(Engine):
@@ -52,7 +51,9 @@ class DDPEngine(Engine):
             torch.cuda.set_device(env.local_rank)  # pin by local rank: global ranks exceed a node's GPUs
             self.device = torch.device("cuda", env.local_rank)
             self.backend, options["device_id"] = "nccl", self.device
-        dist.init_process_group(self.backend, init_method="env://", timeout=PROCESS_GROUP_TIMEOUT, **options)
+        # --ddp_timeout: long enough for rank 0's one-sided work (writing a checkpoint) while the others wait.
+        timeout = timedelta(seconds=self.training.ddp_timeout)
+        dist.init_process_group(self.backend, init_method="env://", timeout=timeout, **options)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.set_cpu_threads()
 
@@ -63,6 +64,7 @@ class DDPEngine(Engine):
             device_ids=[self.device.index] if self.device.type == "cuda" else None,
             bucket_cap_mb=self.options.ddp_bucket_cap_mb,
             gradient_as_bucket_view=True,
+            find_unused_parameters=self.options.ddp_find_unused_parameters,
         )
         return wrapped, optimizer
 
@@ -73,9 +75,12 @@ class DDPEngine(Engine):
         return contextlib.nullcontext() if is_last_micro_step else model.no_sync()
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.all_reduce_sum_async(tensor)()
+
+    def all_reduce_sum_async(self, tensor: torch.Tensor) -> Callable[[], torch.Tensor]:
         summed = tensor.to(self.device, copy=True)
-        dist.all_reduce(summed, op=dist.ReduceOp.SUM)
-        return summed.to(tensor.device)
+        work = dist.all_reduce(summed, op=dist.ReduceOp.SUM, async_op=True)
+        return lambda: (work.wait(), summed.to(tensor.device))[1]
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """torch.distributed gathers equal shapes only: pad every rank to the longest, gather, trim."""

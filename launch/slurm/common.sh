@@ -27,3 +27,67 @@ hvt_srun_mpi() {
             "set HVT_SRUN_MPI=pmi2, or use launch/slurm/horovod_mpirun.sbatch"
     fi
 }
+
+# Stopping at a time limit or preemption without losing work. The #SBATCH lines of the jobs ask SLURM
+# to send the batch shell SIGUSR1 HVT_SIGNAL_LEAD seconds before the end (--signal=B:USR1@...) and to
+# allow requeueing (--requeue). On that signal the batch shell passes SIGUSR1 to the training ranks of
+# this job on every node (never to a launcher: torchrun's agent, horovodrun and mpirun would die of it
+# or kill the ranks); they agree at the next step, rank 0 writes a checkpoint and every rank exits
+# with code 75. Then the job requeues itself, and the requeued run resumes with
+# --resume_from_checkpoint auto.
+
+# hvt_slurm_command ARGS...: hvt_command, plus --resume_from_checkpoint auto when SLURM restarted the
+# job (SLURM_RESTART_COUNT > 0) and the training arguments name no checkpoint themselves.
+hvt_slurm_command() {
+    hvt_command "$@"
+    if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && [ "${HVT_CMD[0]}" = train ] &&
+        ! printf '%s\n' "${HVT_CMD[@]}" | grep -q '^--resume_from_checkpoint'; then
+        HVT_CMD+=(--resume_from_checkpoint auto)
+        echo "[slurm] restart ${SLURM_RESTART_COUNT} of job $SLURM_JOB_ID: resuming from the newest valid checkpoint"
+    fi
+}
+
+# hvt_signal_local_ranks SIGNAL JOB_ID: signal this node's training ranks of the job: processes running
+# horovod_train whose environment holds the job id and a rank variable (a launcher has none).
+hvt_signal_local_ranks() {
+    local pid environ
+    for pid in $(pgrep -f horovod_train); do
+        [ "$pid" != "$$" ] || continue
+        environ=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
+        grep -qx "SLURM_JOB_ID=$2" <<<"$environ" || continue
+        grep -qE '^(HOROVOD_RANK|OMPI_COMM_WORLD_RANK|PMIX_RANK|PMI_RANK|LOCAL_RANK)=' <<<"$environ" || continue
+        kill -"$1" "$pid" && echo "[slurm] SIG$1 -> rank process $pid on $(hostname)"
+    done
+}
+
+# hvt_forward_stop SIGNAL: the batch shell's trap. One task on each node of the job signals its ranks.
+hvt_forward_stop() {
+    HVT_STOP_SIGNAL=$1
+    echo "[slurm] batch shell got SIG$1: asking the ranks to checkpoint and stop"
+    srun --overlap --nodes="${SLURM_NNODES:-1}" --ntasks="${SLURM_NNODES:-1}" --ntasks-per-node=1 \
+        bash -c "$(declare -f hvt_signal_local_ranks); hvt_signal_local_ranks $1 $SLURM_JOB_ID" ||
+        echo "[slurm] could not reach every node to signal its ranks" >&2
+}
+
+# hvt_slurm_run CMD...: print the effective command, run it with the stop signal trapped; after a stop,
+# requeue the job (scontrol requeue) so that it continues from its checkpoint.
+hvt_slurm_run() {
+    local status
+    HVT_STOP_SIGNAL=""
+    trap 'hvt_forward_stop USR1' USR1
+    hvt_print_command "$@"
+    "$@" &
+    HVT_LAUNCHER_PID=$!
+    # `wait` returns early (status > 128) each time a trapped signal arrives: wait until the launcher ends.
+    while true; do
+        wait "$HVT_LAUNCHER_PID" && status=0 || status=$?
+        kill -0 "$HVT_LAUNCHER_PID" 2>/dev/null || break
+    done
+    trap - USR1
+    if [ -n "$HVT_STOP_SIGNAL" ]; then
+        echo "[slurm] the job stopped on SIG$HVT_STOP_SIGNAL (launcher exit $status): requeueing job $SLURM_JOB_ID"
+        scontrol requeue "$SLURM_JOB_ID" && exit 0
+        hvt_die "scontrol requeue $SLURM_JOB_ID failed" "resubmit with --resume_from_checkpoint auto"
+    fi
+    exit "$status"
+}

@@ -84,9 +84,10 @@ def make_elastic_sampler(dataset: Any, seed: int) -> Any:
     from horovod.torch.elastic import ElasticSampler
 
     class ElasticTrainSampler(ElasticSampler):
-        def begin_epoch(self, epoch: int, skip_per_rank: int) -> None:
-            if self.epoch != epoch:  # a re-entry inside an epoch keeps the committed position
-                self.set_epoch(epoch)
+        def begin_epoch(self, epoch: int, samples_in_epoch: int) -> None:
+            # A re-entry after a resize finds the committed state; a resumed run sets it from its checkpoint.
+            if (self.epoch, self.processed_num) != (epoch, samples_in_epoch):
+                self.load_state_dict({"epoch": epoch, "processed_num": samples_in_epoch})
 
         def record_step(self, samples_per_rank: int) -> None:
             self.record_batch(0, samples_per_rank)

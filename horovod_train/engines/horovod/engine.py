@@ -6,6 +6,7 @@ Gradients are all-reduced by Horovod's background thread as the backward pass pr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -31,7 +32,8 @@ class HorovodEngine(Engine):
         import horovod.torch as hvd
 
         self.hvd = hvd
-        self.horovod_env = env.apply(self.options, cuda=torch.cuda.is_available())  # read by hvd.init
+        cuda = torch.cuda.is_available()
+        self.horovod_env = env.apply(self.options, cuda, self.training.ddp_timeout)  # read by hvd.init
         hvd.init()
         self.read_topology()
         if torch.cuda.is_available():
@@ -62,6 +64,9 @@ class HorovodEngine(Engine):
             on_reset=self.read_topology,
         )
 
+    def step_examples(self, per_rank: int) -> int | None:
+        return None if self.options.elastic else super().step_examples(per_rank)
+
     def joins_running_job(self, output_dir: str) -> bool:
         return self.options.elastic and elastic.joins_running_job(output_dir)
 
@@ -79,11 +84,8 @@ class HorovodEngine(Engine):
         model.to(self.device)
         compression = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}[options.compression]
         op = {"average": hvd.Average, "adasum": hvd.Adasum}[options.op]
-        if op == hvd.Adasum and self.world_size & (self.world_size - 1):
-            raise UsageError(
-                f"--op adasum needs a power-of-two world size (got {self.world_size})",
-                "launch 1, 2, 4, 8, ... ranks or use --op average",
-            )
+        if op == hvd.Adasum:
+            self.check_adasum()
         if not options.elastic:  # elastic: TorchState.sync broadcasts them when the loop (re)starts
             hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         optimizer = hvd.DistributedOptimizer(
@@ -99,6 +101,16 @@ class HorovodEngine(Engine):
         # Horovod would create it with a dummy step (Adam's step count becomes 1, weight decay is applied
         # once). A resumed state is broadcast by the trainer and loaded on every rank alike.
         return model, optimizer
+
+    def check_adasum(self) -> None:
+        if self.world_size & (self.world_size - 1):
+            raise UsageError(
+                f"--op adasum needs a power-of-two world size (got {self.world_size})",
+                "launch 1, 2, 4, 8, ... ranks or use --op average",
+            )
+        if not self.hvd.mpi_enabled():  # Horovod implements Adasum over MPI only (Gloo has none)
+            raise UsageError("--op adasum needs Horovod's MPI controller, not Gloo",
+                             "launch with mpirun or horovodrun --mpi, or use --op average")
 
     def clip_and_step(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float, scaler: Any = None
@@ -118,6 +130,10 @@ class HorovodEngine(Engine):
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.hvd.allreduce(tensor, op=self.hvd.Sum, name=None)
+
+    def all_reduce_sum_async(self, tensor: torch.Tensor) -> Callable[[], torch.Tensor]:
+        handle = self.hvd.allreduce_async(tensor, op=self.hvd.Sum)
+        return lambda: self.hvd.synchronize(handle)
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.hvd.allgather(tensor)

@@ -21,12 +21,13 @@ from horovod_train.config import HorovodArguments
 CPU_DEFAULTS: dict[str, str] = {"OMPI_MCA_mpi_yield_when_idle": "1"}
 POLL_INTERVAL_S = 1e-4
 # A rank that stops submitting tensors (a hang, not a crash: launchers end a job whose rank died) makes
-# the others warn after 60 s and shut the job down after 5 minutes, instead of waiting forever.
-# Long enough for the setup's one-sided work (local rank 0 tokenizing while the others wait).
-FAILURE_DEFAULTS = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "60", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "300"}
+# the others warn after 60 s and shut the job down after --ddp_timeout (default 30 minutes) instead of
+# waiting forever: long enough for one-sided work (local rank 0 tokenizing, rank 0 writing a checkpoint
+# of several GB to a parallel file system) while the others wait.
+STALL_WARNING_S = "60"
 
 
-def apply(args: HorovodArguments, cuda: bool) -> dict[str, str]:
+def apply(args: HorovodArguments, cuda: bool, timeout_s: int = 1800) -> dict[str, str]:
     """Set the variables the run's arguments ask for, then the CPU defaults the user has not set."""
     wanted: dict[str, str] = {}
     if args.horovod_timeline:
@@ -39,7 +40,11 @@ def apply(args: HorovodArguments, cuda: bool) -> dict[str, str]:
             log = Path(args.autotune_log).resolve()
             log.parent.mkdir(parents=True, exist_ok=True)
             wanted["HOROVOD_AUTOTUNE_LOG"] = str(log)
-    defaults = {**FAILURE_DEFAULTS, **({} if cuda else CPU_DEFAULTS)}
+    defaults = {
+        "HOROVOD_STALL_CHECK_TIME_SECONDS": STALL_WARNING_S,
+        "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": str(timeout_s),
+        **({} if cuda else CPU_DEFAULTS),
+    }
     wanted.update({k: v for k, v in defaults.items() if k not in os.environ})
     os.environ.update(wanted)
     return wanted
