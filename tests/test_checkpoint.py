@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SMALL_JOB, assert_ok, horovodrun, run, torchrun, train_cmd
+from conftest import SMALL_JOB, assert_ok, horovodrun, read_results, run, torchrun, train_cmd
 from safetensors.torch import load_file
 
 from horovod_train import checkpoint as ckpt
@@ -214,3 +214,40 @@ def test_checkpoint_of_another_label_count_is_refused(tmp_path, cache_dir, train
 def test_missing_checkpoint_path_is_refused(tmp_path, cache_dir, trained):
     proc, untouched = resume(tmp_path, cache_dir, trained, "--resume_from_checkpoint", str(tmp_path / "nope"))
     assert proc.returncode == 2 and "does not exist" in proc.stderr and untouched
+
+
+@pytest.mark.parametrize("engine", ["horovod", "ddp"])
+def test_resume_of_a_checkpoint_over_2_gib(tmp_path, cache_dir, engine):
+    """Resume payloads over 2 GiB used to crash (hvd.broadcast_object's int32 size) or be copied once per
+    rank (an all-gather). A real checkpoint grown past 2 GiB by a synthetic entry in its training state
+    resumes, and each rank holds about one copy of it."""
+    import hashlib
+    import json
+
+    out = tmp_path / "run"
+    args = [*JOB, "--max_steps", "10", "--save_steps", "10"]
+    assert_ok(run(launch(engine, *args, "--output_dir", str(out)), cache_dir))
+    checkpoint = out / "checkpoint-10"
+    state_file = checkpoint / ckpt.STATE_FILE
+    state = torch.load(state_file, weights_only=True)
+    ballast_bytes = 2**31 + 2**27  # 2.125 GiB
+    state["ballast"] = torch.arange(ballast_bytes // 4, dtype=torch.int32)
+    torch.save(state, state_file)
+    del state
+    manifest = json.loads((checkpoint / ckpt.MANIFEST).read_text())
+    digest = hashlib.sha256()
+    with state_file.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            digest.update(block)
+    manifest[ckpt.STATE_FILE] = digest.hexdigest()
+    (checkpoint / ckpt.MANIFEST).write_text(json.dumps(manifest))
+
+    resumed = run(launch(engine, *args, "--max_steps", "12", "--output_dir", str(out), "--resume_from_checkpoint",
+                         "latest", "--save_total_limit", "0"), cache_dir, timeout=600)  # fmt: skip
+    assert_ok(resumed)
+    assert "resumed from step 10" in resumed.stdout
+    results = read_results(out)
+    assert results["global_step"] == 12 and len(set(results["param_checksum_per_rank"])) == 1
+    peaks = results["peak_memory_mb_per_rank"]
+    print(f"{engine}: resumed a {ballast_bytes / 2**30:.2f} GiB payload; peak RSS per rank {peaks} MiB")
+    assert max(peaks) < (ballast_bytes + 1.5 * 2**30) / 2**20, "more than one copy of the payload on a rank"

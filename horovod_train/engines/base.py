@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -21,6 +20,7 @@ from torch.optim import Optimizer
 
 from horovod_train import amp
 from horovod_train.config import RunConfig
+from horovod_train.engines.payload import broadcast_from_root
 from horovod_train.engines.policy import RunPolicy
 
 T = TypeVar("T")
@@ -121,14 +121,16 @@ class Engine(ABC):
         chunks = self.all_gather(payload).cpu().split(lengths.cpu().tolist())
         return [json.loads(bytes(chunk.tolist()).decode()) for chunk in chunks]
 
+    @abstractmethod
+    def broadcast_(self, tensor: torch.Tensor) -> None:
+        """Overwrite ``tensor`` (contiguous, on the CPU, the same shape and dtype on every rank) with rank 0's."""
+
     def broadcast_object(self, obj: Any) -> Any:
-        """Rank 0's ``obj`` on every rank. Pickled in memory between our own ranks: never from a file."""
+        """Rank 0's ``obj`` on every rank, of any size: one copy of its tensors per rank (see payload).
+        Pickled in memory between our own ranks: never from a file."""
         if self.world_size == 1:
             return obj
-        payload = bytearray(pickle.dumps(obj)) if self.is_main else bytearray()
-        data = torch.frombuffer(payload, dtype=torch.uint8) if payload else torch.empty(0, dtype=torch.uint8)
-        gathered = self.all_gather(data.to(self.device))  # only rank 0 contributes bytes
-        return pickle.loads(gathered.cpu().numpy().tobytes())
+        return broadcast_from_root(obj, self.broadcast_, self.is_main)
 
     def local_main_first(self, work: Callable[[], T]) -> T:
         """Run ``work`` on each node's local rank 0 first (it fills caches), then on the others."""

@@ -95,6 +95,12 @@ class DDPEngine(Engine):
         dist.all_gather(parts, padded)
         return torch.cat([part[:n] for part, n in zip(parts, sizes, strict=True)]).to(tensor.device)
 
+    def broadcast_(self, tensor: torch.Tensor) -> None:
+        staged = tensor.to(self.device)  # NCCL sends GPU memory only: a chunk at a time passes through it
+        dist.broadcast(staged, src=0)
+        if staged is not tensor:
+            tensor.copy_(staged)
+
     def barrier(self) -> None:
         dist.barrier()
 

@@ -38,5 +38,8 @@ class SingleEngine(Engine):
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor
 
+    def broadcast_(self, tensor: torch.Tensor) -> None:
+        pass  # the one process is rank 0
+
     def barrier(self) -> None:
         pass

@@ -132,16 +132,19 @@ class HorovodEngine(Engine):
         return self.hvd.allreduce(tensor, op=self.hvd.Sum, name=None)
 
     def all_reduce_sum_async(self, tensor: torch.Tensor) -> Callable[[], torch.Tensor]:
-        handle = self.hvd.allreduce_async(tensor, op=self.hvd.Sum)
+        # Named: one is in flight at a time (the caller waits before starting the next), and automatic names
+        # number each process's own operations.
+        handle = self.hvd.allreduce_async(tensor, op=self.hvd.Sum, name="horovod_train.all_reduce_sum_async")
         return lambda: self.hvd.synchronize(handle)
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.hvd.allgather(tensor)
 
-    def broadcast_object(self, obj: Any) -> Any:
-        # An explicit name: Horovod defaults it to type(obj).__name__, which differs between the root
-        # (the object) and the receivers (None), and the mismatched names hang the collective.
-        return self.hvd.broadcast_object(obj, root_rank=0, name="horovod_train.broadcast_object")
+    def broadcast_(self, tensor: torch.Tensor) -> None:
+        # One explicit name, reused: each call completes before the next, in the same order on every rank.
+        # Horovod's automatic names number each process's own operations, which may differ between ranks,
+        # and mismatched names hang the collective.
+        self.hvd.broadcast_(tensor, root_rank=0, name="horovod_train.broadcast_")
 
     def local_main_first(self, work: Any) -> Any:
         # A worker that joins an elastic job runs this setup alone, so it must not wait in a collective
