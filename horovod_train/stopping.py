@@ -14,10 +14,11 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from horovod_train.engines.base import Engine
+
+class Collectives(Protocol):  # what this needs of an engine (config imports this module: no engine import)
+    def all_reduce_sum_async(self, tensor: Any) -> Callable[[], Any]: ...
 
 STOPPED_EXIT_CODE = 75  # EX_TEMPFAIL (sysexits.h): stopped early, a checkpoint saved; run again to continue
 
@@ -52,7 +53,7 @@ class StopSignals:
         if self.received is None:
             self.received = signal.Signals(signum).name
 
-    def poll(self, engine: Engine) -> str | None:
+    def poll(self, engine: Collectives) -> str | None:
         """Collective, at every step boundary: the signal a rank had received by the previous boundary."""
         import torch
 
