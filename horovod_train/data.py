@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import itertools
 import math
 import os
+from collections import Counter
 from collections.abc import Sequence, Sized
 from pathlib import Path
 
@@ -25,6 +27,7 @@ LABEL_COLUMN = "label"
 SPLIT_SEED = 42  # the tutorials' 90/10 split of the train set
 SYNTHETIC = "synthetic-nli"
 FILE_READERS = {".csv": ",", ".tsv": "\t", ".json": None, ".jsonl": None}
+GLUE_COLUMNS = {"sentence1": "premise", "sentence2": "hypothesis", "gold_label": "label"}  # GLUE's MNLI/SNLI .tsv
 
 
 def default_cache_dir() -> Path:
@@ -44,13 +47,29 @@ def _read_file(path: str, flag: str) -> Dataset:
         if FILE_READERS[suffix] is None:
             frame = pd.read_json(file, lines=suffix == ".jsonl" or _looks_like_jsonl(file))
         else:
-            frame = pd.read_csv(file, sep=FILE_READERS[suffix])
+            # TSV (GLUE's included) is not quoted: a '"' in a text is a character, not the start of a quoted field.
+            # Only an empty cell is missing: a text "NA", "None" or "null" stays text.
+            quoting = csv.QUOTE_NONE if suffix == ".tsv" else csv.QUOTE_MINIMAL
+            frame = pd.read_csv(file, sep=FILE_READERS[suffix], quoting=quoting, keep_default_na=False, na_values=[""])
     except pd.errors.EmptyDataError:
         raise UsageError(f"{flag} {path} is empty", "give it a header and at least one example") from None
     except (ValueError, pd.errors.ParserError) as exc:
         reason = str(exc).splitlines()[0][:160]
         raise UsageError(f"{flag} {path} cannot be parsed ({reason})", "fix the file's format") from None
+    if suffix == ".tsv":
+        _check_one_row_per_line(file, len(frame), flag)
     return Dataset.from_pandas(frame, preserve_index=False)
+
+
+def _check_one_row_per_line(file: Path, rows: int, flag: str) -> None:
+    """Each non-blank line after the header must be one example (pandas also ends a row at a lone '\\r')."""
+    with file.open("rb") as f:
+        lines = sum(1 for line in f if line.strip(b"\r\n").strip(b" ")) - 1  # pandas skips blank lines
+    if rows != lines:
+        raise UsageError(
+            f"{flag} {file} has {lines} lines of examples but reads as {rows} rows",
+            "remove line breaks (e.g. a stray \\r) inside its fields",
+        )
 
 
 def _looks_like_jsonl(file: Path) -> bool:
@@ -71,17 +90,45 @@ def _load_hub(args: DataArguments, cache_dir: str | None) -> DatasetDict:
         ) from None
 
 
+def _from_glue_columns(dataset: Dataset) -> tuple[Dataset, str]:
+    """GLUE's sentence1/sentence2/gold_label as premise/hypothesis/label; also returns the label's source column."""
+    columns = set(dataset.column_names)
+    if columns.isdisjoint(GLUE_COLUMNS.values()) and columns.issuperset(GLUE_COLUMNS):
+        return dataset.select_columns(list(GLUE_COLUMNS)).rename_columns(GLUE_COLUMNS), "gold_label"
+    return dataset, LABEL_COLUMN
+
+
+def _label_names_to_ids(dataset: Dataset, where: str, num_labels: int) -> Dataset:
+    """String labels ("entailment", ...) as ids in the order of the label names (multi_nli's, for 3 labels)."""
+    if getattr(dataset.features[LABEL_COLUMN], "dtype", None) not in ("string", "large_string"):
+        return dataset
+    names = synthetic.LABEL_NAMES if num_labels == len(synthetic.LABEL_NAMES) else ()
+    ids = {label: i for i, label in enumerate(names)}
+    labels = dataset[LABEL_COLUMN]
+    unknown = [(label, n) for label, n in Counter(labels).most_common() if label not in ids]
+    if unknown:
+        known = ", ".join(names) or f"none for --num_labels {num_labels}"
+        shown = ", ".join(f"{label!r} ({n})" for label, n in unknown[:5])
+        raise UsageError(
+            f"{where} has label(s) that are not label names ({known}): {shown}",
+            f"drop those rows or use integer labels 0..{num_labels - 1}",
+        )
+    return dataset.remove_columns(LABEL_COLUMN).add_column(LABEL_COLUMN, [ids[label] for label in labels])
+
+
 def check_split(dataset: Dataset, name: str, num_labels: int) -> Dataset:
     """Keep premise/hypothesis/label, refusing data that cannot train a num_labels classifier."""
+    dataset, label_column = _from_glue_columns(dataset)
     missing = [c for c in (*TEXT_COLUMNS, LABEL_COLUMN) if c not in dataset.column_names]
     if missing:
         raise UsageError(
             f"{name} data lacks column(s) {', '.join(missing)} (has: {', '.join(dataset.column_names)})",
-            "provide premise, hypothesis and label columns",
+            "provide premise, hypothesis and label columns (or GLUE's sentence1, sentence2 and gold_label)",
         )
     dataset = dataset.select_columns([*TEXT_COLUMNS, LABEL_COLUMN])
     if len(dataset) == 0:
         raise UsageError(f"{name} data has no examples", "provide at least one example")
+    dataset = _label_names_to_ids(dataset, f"{name} data column {label_column}", num_labels)
     labels = dataset.unique(LABEL_COLUMN)
     bad = [v for v in labels if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < num_labels]
     if bad:

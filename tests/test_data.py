@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import collections
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import assert_ok, read_results, run, train_cmd
+from conftest import SMALL_JOB, assert_ok, read_results, run, train_cmd
 
 from horovod_train import synthetic
 from horovod_train.config import DataArguments
@@ -149,3 +150,114 @@ def test_tiny_tokenizer_is_trained_once_and_reused(tmp_path):
     assert (cached / "train").is_dir() and (cached / "validation").is_dir()
     assert tokenized_cache_path(raw, tokenizer, 64, tmp_path) == cached
     assert tokenized_cache_path(raw, tokenizer, 32, tmp_path) != cached
+
+
+def test_a_tsv_text_with_an_unbalanced_quote_stays_in_its_row(tmp_path):
+    """TSV is not quoted: a '"' opening a text must not swallow the following lines into one field."""
+    frame = pd.DataFrame(synthetic.generate(30, seed=0))
+    frame.loc[3, "premise"] = '"' + frame.loc[3, "premise"]
+    frame.loc[9, "hypothesis"] = 'she said "no'
+    path = tmp_path / "train.tsv"
+    lines = ["\t".join(frame.columns)] + ["\t".join(map(str, row)) for row in frame.itertuples(index=False)]
+    path.write_text("\n".join(lines) + "\n")
+    raw = load_raw_datasets(DataArguments(train_file=str(path), validation_file=str(path)), seed=0)
+    assert len(raw["train"]) == len(lines) - 1 == 30
+    assert raw["train"].to_list() == frame[["premise", "hypothesis", "label"]].to_dict(orient="records")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv"])
+def test_texts_that_look_like_missing_values_stay_text(tmp_path, suffix):
+    frame = pd.DataFrame(synthetic.generate(10, seed=0))
+    frame.loc[:4, "hypothesis"] = ["NA", "None", "null", "n/a", "nan"]
+    path = tmp_path / f"train{suffix}"
+    _write(frame, path)
+    raw = load_raw_datasets(DataArguments(train_file=str(path), validation_file=str(path)), seed=0)
+    assert raw["train"]["hypothesis"] == list(frame["hypothesis"])
+    frame.loc[7, "hypothesis"] = ""
+    _write(frame, path)
+    with pytest.raises(UsageError, match="empty or non-text hypothesis"):
+        load_raw_datasets(DataArguments(train_file=str(path)), seed=0)
+
+
+def test_a_tsv_line_split_by_a_carriage_return_is_refused(tmp_path):
+    path = tmp_path / "train.tsv"
+    path.write_text("premise\thypothesis\tlabel\na b\tc\rd\t0\ne f\tg h\t1\n", newline="")
+    with pytest.raises(UsageError, match="2 lines"):
+        load_raw_datasets(DataArguments(train_file=str(path)), seed=0)
+
+
+GLUE_MNLI_COLUMNS = [
+    "index",
+    "promptID",
+    "pairID",
+    "genre",
+    "sentence1_binary_parse",
+    "sentence2_binary_parse",
+    "sentence1_parse",
+    "sentence2_parse",
+    "sentence1",
+    "sentence2",
+]
+
+
+def _parses(text: str) -> list[str]:
+    words = text.split()
+    return ["( " + " ".join(words) + " )", "(ROOT (S " + " ".join(f"(NN {w})" for w in words) + "))"]
+
+
+def write_glue_mnli(path: Path, n: int, seed: int, annotators: int) -> list[dict]:
+    """GLUE's MNLI .tsv layout (train.tsv: 1 annotator label, dev_matched.tsv: 5): unquoted, string labels,
+    and, as in MNLI, texts with unbalanced double quotes."""
+    rows = synthetic.generate(n, seed)
+    header = [*GLUE_MNLI_COLUMNS, *(f"label{i}" for i in range(1, annotators + 1)), "gold_label"]
+    lines = ["\t".join(header)]
+    for i, row in enumerate(rows):
+        if i % 7 == 3:
+            row["premise"] = '"' + row["premise"]
+        if i % 11 == 5:
+            row["hypothesis"] += ' "really'
+        gold = synthetic.LABEL_NAMES[row["label"]]
+        premise_parses, hypothesis_parses = _parses(row["premise"]), _parses(row["hypothesis"])
+        fields = [str(i), str(9000 + i), f"{9000 + i}e", "fiction", premise_parses[0], hypothesis_parses[0]]
+        fields += [premise_parses[1], hypothesis_parses[1], row["premise"], row["hypothesis"]]
+        lines.append("\t".join([*fields, *[gold] * annotators, gold]))
+    path.write_text("\n".join(lines) + "\n")
+    return rows
+
+
+def test_glue_mnli_files_load_as_premise_hypothesis_label(tmp_path):
+    train_rows = write_glue_mnli(tmp_path / "train.tsv", 300, seed=1, annotators=1)
+    dev_rows = write_glue_mnli(tmp_path / "dev_matched.tsv", 120, seed=2, annotators=5)
+    args = DataArguments(train_file=str(tmp_path / "train.tsv"), validation_file=str(tmp_path / "dev_matched.tsv"))
+    raw = load_raw_datasets(args, seed=0)
+    for split, rows in (("train", train_rows), ("validation", dev_rows)):
+        assert raw[split].column_names == ["premise", "hypothesis", "label"]
+        assert raw[split].to_list() == [{c: r[c] for c in ("premise", "hypothesis", "label")} for r in rows]
+    assert set(raw["train"]["label"]) == {0, 1, 2}
+
+
+def test_an_unknown_string_label_is_refused_in_one_line(tmp_path, cache_dir):
+    train = tmp_path / "train.tsv"
+    write_glue_mnli(train, 100, seed=1, annotators=1)
+    lines = train.read_text().splitlines()
+    lines[1::25] = [line.rsplit("\t", 1)[0] + "\t-" for line in lines[1::25]]
+    train.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    proc = run(train_cmd("--engine", "single", "--train_file", str(train), "--output_dir", str(out)), cache_dir)
+    stderr = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(stderr) == 1, proc.stderr[-2000:]
+    assert "gold_label" in stderr[0] and "'-' (4)" in stderr[0] and "; fix: " in stderr[0], stderr[0]
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_training_runs_on_glue_mnli_files_as_they_are(tmp_path, cache_dir):
+    write_glue_mnli(tmp_path / "train.tsv", 300, seed=1, annotators=1)
+    write_glue_mnli(tmp_path / "dev_matched.tsv", 120, seed=2, annotators=5)
+    out = tmp_path / "out"
+    files = ["--train_file", str(tmp_path / "train.tsv"), "--validation_file", str(tmp_path / "dev_matched.tsv")]
+    proc = run(
+        train_cmd("--engine", "single", *SMALL_JOB, *files, "--max_steps", "5", "--output_dir", str(out)), cache_dir
+    )
+    assert_ok(proc)
+    assert read_results(out)["eval_samples"] == 120
