@@ -79,5 +79,8 @@ class StopSignals:
         self.pending = None
 
     def close(self) -> None:
+        """Give the signals back; after a stop, ignore them until the process exits: the batch shell
+        signals every rank, and a rank that already stopped with the others must not die of a late one
+        (SIGUSR1's default action ends the process and the launcher reports a failure)."""
         for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if self.received else handler)

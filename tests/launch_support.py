@@ -121,3 +121,56 @@ def rank_map(stdout: str) -> list[tuple[int, int, str, str]]:
             break
         rows.append((int(match[1]), int(match[2]), match[3], match[4]))
     return sorted(rows)
+
+
+# Hosts as network namespaces (tests/test_launch_multihost.py, tests/test_launch_slurm_two_nodes.py).
+NIC = "hvt0"  # every namespace's interface has this name, as a real cluster's hosts would
+
+
+def require_netns() -> None:
+    """Skip unless this process can create network namespaces (root, iproute2, util-linux)."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    ensure_commands({"ip": "iproute2", "unshare": "util-linux"})
+    probe = subprocess.run(["ip", "netns", "add", f"hvtprobe{os.getpid()}"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot create network namespaces here: {probe.stderr.strip()}")
+    subprocess.run(["ip", "netns", "del", f"hvtprobe{os.getpid()}"], check=True, timeout=30)
+
+
+def sh(*cmd: str) -> None:
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=30)
+
+
+def netns_host(ns: str, veth: str, address: str, hosts: dict[str, str]) -> Path:
+    """Give namespace ``ns`` the veth end ``veth`` as NIC with ``address``/24, up with its loopback, and an
+    /etc/hosts naming every host (`ip netns exec` bind-mounts /etc/netns/NS/* over /etc/*). Returns that
+    /etc/netns/NS directory."""
+    sh("ip", "link", "set", veth, "netns", ns)
+    sh("ip", "-n", ns, "link", "set", veth, "name", NIC)
+    sh("ip", "-n", ns, "addr", "add", f"{address}/24", "dev", NIC)
+    sh("ip", "-n", ns, "link", "set", NIC, "up")
+    sh("ip", "-n", ns, "link", "set", "lo", "up")
+    etc = Path("/etc/netns") / ns
+    etc.mkdir(parents=True)
+    (etc / "hosts").write_text("127.0.0.1 localhost\n" + "".join(f"{ip} {h}\n" for h, ip in hosts.items()))
+    return etc
+
+
+def on_host(ns: str, host: str, cmd: list[str], own_pids: bool = False) -> list[str]:
+    """``cmd`` as run on ``host``: in network namespace ``ns``, with its own hostname and, with ``own_pids``,
+    its own process table (killing the command then kills everything it started)."""
+    if not own_pids:
+        return ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", f'hostname {host} && exec "$@"', "sh", *cmd]
+    # nsenter rather than `ip netns exec`, which remounts /sys without the cgroup filesystems slurmd needs.
+    setup = f'mount --bind /etc/netns/{ns}/hosts /etc/hosts && hostname {host} && exec "$@"'
+    pids = ["--pid", "--fork", "--kill-child", "--mount-proc"]
+    return ["nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "--mount", *pids, "sh", "-c", setup, "sh", *cmd]
+
+
+def remove_netns(names: list[str], etc_created: bool) -> None:
+    for ns in names:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)  # takes its veth end along
+        subprocess.run(["rm", "-rf", f"/etc/netns/{ns}"], timeout=30)
+    if etc_created and Path("/etc/netns").is_dir() and not any(Path("/etc/netns").iterdir()):
+        Path("/etc/netns").rmdir()

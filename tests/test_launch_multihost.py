@@ -13,12 +13,24 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, assert_ok, read_results
-from launch_support import LAUNCH, LAUNCH_JOB, effective_command, ensure_commands, launch_env, rank_map
+from launch_support import (
+    LAUNCH,
+    LAUNCH_JOB,
+    NIC,
+    effective_command,
+    ensure_commands,
+    launch_env,
+    netns_host,
+    on_host,
+    rank_map,
+    remove_netns,
+    require_netns,
+    sh,
+)
 
 pytestmark = pytest.mark.slow
 
 SSH_PORT = 2222
-NIC = "hvt0"
 HOSTS = {"hostA": "10.77.0.1", "hostB": "10.77.0.2"}
 
 
@@ -32,36 +44,25 @@ class TwoHosts:
         self.sshd: dict[str, subprocess.Popen] = {}
         self.etc_created = not Path("/etc/netns").exists()
 
-    def sh(self, *cmd: str) -> None:
-        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=30)
-
     def on(self, host: str, cmd: list[str]) -> list[str]:
         """``cmd`` as run on ``host``: in its network namespace, with its own hostname."""
-        prefix = ["ip", "netns", "exec", self.netns[host], "unshare", "--uts", "sh", "-c"]
-        return [*prefix, f'hostname {host} && exec "$@"', "sh", *cmd]
+        return on_host(self.netns[host], host, cmd)
 
     def start(self) -> None:
         a, b = self.netns["hostA"], self.netns["hostB"]
-        self.sh("ip", "netns", "add", a)
-        self.sh("ip", "netns", "add", b)
-        self.sh("ip", "link", "add", self.veth[0], "type", "veth", "peer", "name", self.veth[1])
+        sh("ip", "netns", "add", a)
+        sh("ip", "netns", "add", b)
+        sh("ip", "link", "add", self.veth[0], "type", "veth", "peer", "name", self.veth[1])
         for (host, ns), veth in zip(self.netns.items(), self.veth, strict=True):
-            self.sh("ip", "link", "set", veth, "netns", ns)
-            self.sh("ip", "-n", ns, "link", "set", veth, "name", NIC)  # the same name on both hosts
-            self.sh("ip", "-n", ns, "addr", "add", f"{HOSTS[host]}/24", "dev", NIC)
-            self.sh("ip", "-n", ns, "link", "set", NIC, "up")
-            self.sh("ip", "-n", ns, "link", "set", "lo", "up")
-            # `ip netns exec` bind-mounts /etc/netns/NS/* over /etc/*: names for both hosts, and an ssh client
-            # config that keeps root's known_hosts untouched.
-            etc = Path("/etc/netns") / ns
-            (etc / "ssh").mkdir(parents=True)
-            (etc / "hosts").write_text("127.0.0.1 localhost\n" + "".join(f"{ip} {h}\n" for h, ip in HOSTS.items()))
+            etc = netns_host(ns, veth, HOSTS[host], HOSTS)
+            # An ssh client config that keeps root's known_hosts untouched.
+            (etc / "ssh").mkdir()
             (etc / "ssh" / "ssh_config").write_text(
                 "Host *\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n"
                 "    BatchMode yes\n    LogLevel ERROR\n"
             )
-        self.sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key))
-        self.sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.root / "host_key"))
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key))
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.root / "host_key"))
         (self.root / "authorized_keys").write_text(Path(f"{self.key}.pub").read_text())
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
         for host, ip in HOSTS.items():
@@ -89,24 +90,13 @@ class TwoHosts:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
                 proc.wait(timeout=20)
-        for ns in self.netns.values():
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)  # takes its veth end along
-            subprocess.run(["rm", "-rf", f"/etc/netns/{ns}"], timeout=30)
-        if self.etc_created:
-            Path("/etc/netns").rmdir()
+        remove_netns(list(self.netns.values()), self.etc_created)
 
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory) -> Iterator[TwoHosts]:
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces and a second sshd need root")
-    ensure_commands(
-        {"ip": "iproute2", "/usr/sbin/sshd": "openssh-server", "ssh": "openssh-client", "unshare": "util-linux"}
-    )
-    probe = subprocess.run(["ip", "netns", "add", f"hvtprobe{os.getpid()}"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"cannot create network namespaces here: {probe.stderr.strip()}")
-    subprocess.run(["ip", "netns", "del", f"hvtprobe{os.getpid()}"], check=True, timeout=30)
+    require_netns()
+    ensure_commands({"/usr/sbin/sshd": "openssh-server", "ssh": "openssh-client"})
     root = tmp_path_factory.mktemp("hosts")
     root.chmod(0o700)
     two = TwoHosts(root)

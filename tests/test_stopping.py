@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -144,3 +145,28 @@ def test_no_checkpoint_signals_means_the_default_action(tmp_path, cache_dir):
     )  # fmt: skip
     _, _, _, code = signal_and_wait(proc, lambda: proc.send_signal(signal.SIGTERM), out)
     assert code == -signal.SIGTERM and not ckpt.list_checkpoints(out)
+
+
+def after_close(received: bool) -> subprocess.CompletedProcess:
+    """A process that watched SIGUSR1, stopped (or not), closed its watch, and then gets SIGUSR1."""
+    code = (
+        "import os, signal, sys\n"
+        "from horovod_train.stopping import StopSignals\n"
+        "watch = StopSignals([signal.SIGUSR1])\n"
+        f"if {received}: os.kill(os.getpid(), signal.SIGUSR1)\n"
+        "watch.close()\n"
+        "os.kill(os.getpid(), signal.SIGUSR1)\n"
+        "print('survived', flush=True)\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("received", [True, False])
+def test_a_late_stop_signal_after_stopping_is_ignored(received):
+    """The batch shell signals each rank; one that already stopped with the others must not die of a late
+    SIGUSR1 (its launcher would report the job failed). Without a stop, close() gives the default back."""
+    proc = after_close(received)
+    if received:
+        assert proc.returncode == 0 and "survived" in proc.stdout, proc.stderr
+    else:
+        assert proc.returncode == -signal.SIGUSR1, (proc.returncode, proc.stdout, proc.stderr)

@@ -49,15 +49,20 @@ hvt_slurm_command() {
 
 # hvt_signal_local_ranks SIGNAL JOB_ID: signal this node's training ranks of the job: processes running
 # horovod_train whose environment holds the job id and a rank variable (a launcher has none).
+# All of them with one kill: signalled one by one, the first ranks could stop (and exit) before the
+# last is found.
 hvt_signal_local_ranks() {
-    local pid environ
+    local pid environ ranks=()
     for pid in $(pgrep -f horovod_train); do
         [ "$pid" != "$$" ] || continue
         environ=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
         grep -qx "SLURM_JOB_ID=$2" <<<"$environ" || continue
         grep -qE '^(HOROVOD_RANK|OMPI_COMM_WORLD_RANK|PMIX_RANK|PMI_RANK|LOCAL_RANK)=' <<<"$environ" || continue
-        kill -"$1" "$pid" && echo "[slurm] SIG$1 -> rank process $pid on $(hostname)"
+        ranks+=("$pid")
     done
+    [ "${#ranks[@]}" -gt 0 ] || return 0
+    kill -"$1" "${ranks[@]}" 2>/dev/null
+    echo "[slurm] SIG$1 -> rank processes ${ranks[*]} on $(hostname)"
 }
 
 # hvt_forward_stop SIGNAL: the batch shell's trap. One task on each node of the job signals its ranks.

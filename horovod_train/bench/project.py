@@ -1,0 +1,454 @@
+"""`horovod-train bench project`: an alpha-beta model of data-parallel step time from 1 to 1024 GPUs.
+
+Per step, every GPU computes its batch (``compute``: forward + backward, measured or given), and the
+gradients are all-reduced in buckets while the backward pass still runs. The model:
+
+- gradients: one tensor per trainable parameter (a BERT config built on the meta device, as
+  ``bench allreduce`` does, or a CNN's published layer sizes), float32 unless told otherwise;
+  backward produces them in reverse order, each tensor after an equal share of the backward time;
+- buckets: DDP's fixed buckets (``--bucket_cap_mb``, the first 1 MiB) launched when their last
+  gradient is ready; Horovod's background thread wakes every ``--cycle_time_ms`` and fuses what is
+  ready, up to ``--fusion_threshold_mb`` per operation;
+- one communication stream: bucket k starts when it is ready and bucket k-1 is done;
+- ring all-reduce of S bytes over n ranks on a link of bandwidth B and latency alpha:
+  ``2(n-1)/n * S/B + 2(n-1) * alpha``; across nodes with several GPUs per node, hierarchical:
+  reduce-scatter in the node, a ring between the nodes on S/G per GPU (the G rings share the node's
+  NIC, so the NIC carries 2(M-1)/M * S), all-gather in the node;
+- step = compute + what of the communication is still running after backward ends.
+
+Scaling is weak (fixed batch per GPU): samples/s = N x batch / step and efficiency = step(1) / step(N).
+``--check_published`` predicts the published Horovod runs from their stated hardware (docs/scaling.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from horovod_train.bench import common
+from horovod_train.errors import UsageError
+from horovod_train.tables import format_table
+
+GBPS = 1e9  # bandwidths in GB/s (10^9 bytes), as bench allreduce reports them
+MB = 2**20
+COLUMNS = [
+    "setting",
+    "model",
+    "world_size",
+    "nodes",
+    "gpus_per_node",
+    "algorithm",
+    "buckets",
+    "gradient_bytes",
+    "compute_ms",
+    "comm_ms",
+    "exposed_comm_ms",
+    "step_ms",
+    "samples_per_second",
+    "scaling_efficiency",
+]
+
+
+@dataclass(frozen=True)
+class Link:
+    bandwidth: float  # bytes/s
+    latency: float  # seconds per ring step
+
+
+@dataclass(frozen=True)
+class Cluster:
+    gpus_per_node: int
+    intra: Link
+    inter: Link
+    algorithm: str = "auto"  # auto: hierarchical across nodes when a node has several GPUs
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    kind: str  # "horovod" (cycle + fusion) or "ddp" (fixed buckets)
+    bucket_bytes: int  # Horovod's fusion threshold, or DDP's bucket cap
+    first_bucket_bytes: int = 0  # DDP's first bucket
+    cycle_time: float = 0.0  # seconds between Horovod's fusion rounds
+    overlap: bool = True  # communication starts during backward
+
+
+@dataclass(frozen=True)
+class Workload:
+    model: str
+    tensor_bytes: tuple[int, ...]  # in parameter (forward) order
+    compute: float  # seconds per step on one GPU, forward + backward + update
+    batch: int  # samples per GPU per step
+    backward_fraction: float = 2 / 3  # backward is about twice the forward's FLOPs
+
+
+def ring_allreduce_time(nbytes: float, n: int, link: Link) -> float:
+    """Ring all-reduce: 2(n-1) steps, each moving S/n bytes and paying one latency."""
+    if n <= 1:
+        return 0.0
+    return 2 * (n - 1) / n * nbytes / link.bandwidth + 2 * (n - 1) * link.latency
+
+
+def hierarchical_allreduce_time(nbytes: float, nodes: int, per_node: int, intra: Link, inter: Link) -> float:
+    """Reduce-scatter in the node, all-reduce of S/G per GPU between nodes (G rings share the NIC), all-gather."""
+    in_node = (per_node - 1) / per_node * nbytes / intra.bandwidth + (per_node - 1) * intra.latency
+    between = 2 * (nodes - 1) / nodes * nbytes / inter.bandwidth + 2 * (nodes - 1) * inter.latency if nodes > 1 else 0
+    return 2 * in_node + between
+
+
+def layout(world: int, gpus_per_node: int) -> tuple[int, int]:
+    """(nodes, GPUs per node) of ``world`` GPUs packed onto nodes of ``gpus_per_node``."""
+    per_node = min(world, gpus_per_node)
+    if world % per_node:
+        raise UsageError(f"{world} GPUs do not fill nodes of {gpus_per_node}", "use multiples of --gpus_per_node")
+    return world // per_node, per_node
+
+
+def algorithm_for(world: int, cluster: Cluster) -> str:
+    nodes, per_node = layout(world, cluster.gpus_per_node)
+    if world == 1:
+        return "none"
+    if cluster.algorithm != "auto":
+        return cluster.algorithm
+    return "hierarchical" if nodes > 1 and per_node > 1 else "ring"
+
+
+def allreduce_time(nbytes: float, world: int, cluster: Cluster) -> float:
+    nodes, per_node = layout(world, cluster.gpus_per_node)
+    algorithm = algorithm_for(world, cluster)
+    if algorithm == "none":
+        return 0.0
+    if algorithm == "hierarchical" and nodes > 1:
+        return hierarchical_allreduce_time(nbytes, nodes, per_node, cluster.intra, cluster.inter)
+    # A flat ring spanning nodes waits, at every step, on its slowest hop: the inter-node one.
+    return ring_allreduce_time(nbytes, world, cluster.inter if nodes > 1 else cluster.intra)
+
+
+def ready_times(workload: Workload) -> list[float]:
+    """When each gradient (in backward order) is ready, from the start of backward."""
+    backward, count = workload.compute * workload.backward_fraction, len(workload.tensor_bytes)
+    return [backward * (i + 1) / count for i in range(count)]
+
+
+def ddp_buckets(workload: Workload, setting: Setting) -> list[tuple[float, int]]:
+    """(launch time, bytes): fixed buckets in backward order, launched when their last gradient is ready."""
+    buckets, size, cap = [], 0, setting.first_bucket_bytes or setting.bucket_bytes
+    sizes = list(reversed(workload.tensor_bytes))
+    for ready, nbytes in zip(ready_times(workload), sizes, strict=True):
+        size += nbytes
+        if size >= cap:
+            buckets.append((ready, size))
+            size, cap = 0, setting.bucket_bytes
+    if size:
+        buckets.append((ready_times(workload)[-1], size))
+    return buckets
+
+
+def horovod_buckets(workload: Workload, setting: Setting) -> list[tuple[float, int]]:
+    """(launch time, bytes): at each cycle tick, what became ready since, fused up to the threshold."""
+    rounds: dict[int, list[int]] = {}
+    for ready, nbytes in zip(ready_times(workload), reversed(workload.tensor_bytes), strict=True):
+        tick = math.ceil(ready / setting.cycle_time) if setting.cycle_time > 0 else 0
+        rounds.setdefault(tick, []).append(nbytes)
+    buckets = []
+    for tick, sizes in rounds.items():
+        launch = tick * setting.cycle_time if setting.cycle_time > 0 else ready_times(workload)[-1]
+        size = 0
+        for nbytes in sizes:
+            if size and size + nbytes > setting.bucket_bytes:
+                buckets.append((launch, size))
+                size = 0
+            size += nbytes
+        buckets.append((launch, size))
+    return buckets
+
+
+def step(workload: Workload, setting: Setting, world: int, cluster: Cluster) -> dict[str, Any]:
+    """One step's times (seconds) on ``world`` GPUs."""
+    backward_end = workload.compute * workload.backward_fraction
+    make = horovod_buckets if setting.kind == "horovod" else ddp_buckets
+    buckets = make(workload, setting)
+    done, busy = 0.0, 0.0
+    for launch, nbytes in buckets:
+        cost = allreduce_time(nbytes, world, cluster)
+        start = max(launch if setting.overlap else backward_end, done)
+        done, busy = start + cost, busy + cost
+    exposed = max(0.0, done - backward_end) if world > 1 else 0.0
+    return {"buckets": len(buckets), "comm": busy, "exposed": exposed, "step": workload.compute + exposed}
+
+
+def project(workload: Workload, settings: list[Setting], cluster: Cluster, worlds: list[int]) -> list[dict[str, Any]]:
+    rows = []
+    for setting in settings:
+        base = step(workload, setting, 1, cluster)["step"]
+        for world in worlds:
+            nodes, per_node = layout(world, cluster.gpus_per_node)
+            times = step(workload, setting, world, cluster)
+            rows.append(
+                {
+                    "setting": setting.name,
+                    "model": workload.model,
+                    "world_size": world,
+                    "nodes": nodes,
+                    "gpus_per_node": per_node,
+                    "algorithm": algorithm_for(world, cluster),
+                    "buckets": times["buckets"],
+                    "gradient_bytes": sum(workload.tensor_bytes),
+                    "compute_ms": round(workload.compute * 1e3, 4),
+                    "comm_ms": round(times["comm"] * 1e3, 4),
+                    "exposed_comm_ms": round(times["exposed"] * 1e3, 4),
+                    "step_ms": round(times["step"] * 1e3, 4),
+                    "samples_per_second": world * workload.batch / times["step"],
+                    "scaling_efficiency": base / times["step"],
+                }
+            )
+    return rows
+
+
+def horovod_setting(args: argparse.Namespace) -> Setting:
+    return Setting(
+        "horovod",
+        "horovod",
+        int(args.fusion_threshold_mb * MB),
+        cycle_time=args.cycle_time_ms / 1e3,
+        overlap=not args.no_overlap,
+    )
+
+
+def ddp_setting(args: argparse.Namespace) -> Setting:
+    return Setting("ddp", "ddp", int(args.bucket_cap_mb * MB), MB, overlap=not args.no_overlap)
+
+
+def fit_link(path: Path) -> tuple[Link, int]:
+    """Latency and bandwidth from `bench allreduce`'s single-tensor rows: least squares of
+    time = 2(n-1) alpha + 2(n-1)/n x bytes / B over the sizes (the fastest framework per size)."""
+    report = json.loads(path.read_text())
+    rows = [r for r in report["rows"] if r.get("kind") == "tensor"]
+    if not rows:
+        raise UsageError(f"{path} has no single-tensor rows", "run bench allreduce without --no_tensors")
+    n = int(rows[0]["world_size"])
+    best: dict[int, float] = {}
+    for r in rows:
+        best[r["bytes"]] = min(best.get(r["bytes"], math.inf), r["time_us"] / 1e6)
+    xs, ys = list(best), list(best.values())
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    intercept = max(my - slope * mx, 0.0)
+    return Link(2 * (n - 1) / n / slope, intercept / (2 * (n - 1))), n
+
+
+def compute_from(path: Path) -> tuple[float, int]:
+    """(seconds per step, batch per GPU) of the single-process run of `bench train`."""
+    report = json.loads(path.read_text())
+    single = next((r for r in report["rows"] if r["engine"] == "single" and r["repeats"]), None)
+    if single is None:
+        raise UsageError(f"{path} has no successful single run", "rerun bench train")
+    batch = int(report["per_device_train_batch_size"])
+    return batch / single["samples_per_second"], batch
+
+
+def workload_from(args: argparse.Namespace) -> Workload:
+    from horovod_train.bench import layers
+
+    if args.compute_from:
+        compute, batch = compute_from(Path(args.compute_from))
+    elif args.compute_ms:
+        compute, batch = args.compute_ms / 1e3, args.batch_per_gpu
+    elif args.samples_per_second_1gpu:
+        compute, batch = args.batch_per_gpu / args.samples_per_second_1gpu, args.batch_per_gpu
+    else:
+        raise UsageError(
+            "the model needs the compute time of one step on one GPU",
+            "pass --compute_ms, --samples_per_second_1gpu or --compute_from runs/bench/train/bench_train.json",
+        )
+    sizes = tuple(args.bytes_per_param * n for n in layers.parameter_counts(args.model))
+    return Workload(args.model, sizes, compute, batch, args.backward_fraction)
+
+
+def cluster_from(args: argparse.Namespace) -> Cluster:
+    intra = Link(args.intra_gbps * GBPS, args.intra_latency_us / 1e6)
+    if args.link_from:
+        intra, _ = fit_link(Path(args.link_from))
+    inter = Link(args.inter_gbps * GBPS, args.inter_latency_us / 1e6)
+    return Cluster(args.gpus_per_node, intra, inter, args.algorithm)
+
+
+def world_sizes(max_gpus: int, gpus_per_node: int) -> list[int]:
+    """Powers of two within a node, then whole nodes, doubling, up to max_gpus."""
+    worlds = [2**i for i in range(gpus_per_node.bit_length()) if 2**i < gpus_per_node and 2**i <= max_gpus]
+    n = gpus_per_node
+    while n <= max_gpus:
+        worlds.append(n)
+        n *= 2
+    return worlds
+
+
+# The published runs the model is checked against (docs/scaling.md says where each number comes from).
+# Horovod paper (Sergeev & Del Balso 2018): 128 servers x 4 Pascal GPUs, 25 Gbit/s RoCE, TensorFlow,
+# tf_cnn_benchmarks with 64 images per GPU; one-GPU speeds are TensorFlow's published P100 numbers
+# (synthetic data, batch 64); ResNet-101 is interpolated between ResNet-50 and ResNet-152 by FLOPs.
+HOROVOD_PAPER_CLUSTER = Cluster(4, Link(10 * GBPS, 5e-6), Link(25 / 8 * GBPS, 10e-6))
+HOROVOD_PAPER_SETTING = Setting("horovod-2017", "horovod", 64 * MB, cycle_time=5e-3)
+PUBLISHED = (
+    {"model": "inception-v3", "gpus": 512, "efficiency": 0.88, "samples_per_second_1gpu": 142.0},
+    {"model": "resnet-101", "gpus": 512, "efficiency": 0.88, "samples_per_second_1gpu": 128.7},
+    {"model": "vgg-16", "gpus": 512, "efficiency": 0.68, "samples_per_second_1gpu": 154.0},
+)
+
+
+def check_published(bytes_per_param: int = 4) -> list[dict[str, Any]]:
+    from horovod_train.bench import layers
+
+    rows = []
+    for run in PUBLISHED:
+        sizes = tuple(bytes_per_param * n for n in layers.parameter_counts(run["model"]))
+        workload = Workload(run["model"], sizes, 64 / run["samples_per_second_1gpu"], 64)
+        predicted = {}
+        for overlap in (True, False):
+            setting = replace(HOROVOD_PAPER_SETTING, overlap=overlap)
+            (row,) = project(workload, [setting], HOROVOD_PAPER_CLUSTER, [run["gpus"]])
+            predicted[overlap] = row["scaling_efficiency"]
+        rows.append(
+            {
+                **run,
+                "predicted": predicted[True],
+                "predicted_no_overlap": predicted[False],
+                "error_points": 100 * (predicted[True] - run["efficiency"]),
+                "gradient_mb": sum(sizes) / MB,
+            }
+        )
+    return rows
+
+
+def published_table(rows: list[dict[str, Any]]) -> list[str]:
+    header = ["model", "GPUs", "published", "predicted", "error (points)", "no overlap", "gradients"]
+    body = [
+        [
+            r["model"],
+            str(r["gpus"]),
+            f"{r['efficiency']:.2f}",
+            f"{r['predicted']:.3f}",
+            f"{r['error_points']:+.1f}",
+            f"{r['predicted_no_overlap']:.3f}",
+            f"{r['gradient_mb']:.1f} MiB",
+        ]
+        for r in rows
+    ]
+    return format_table(header, body)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from horovod_train.bench.layers import MODELS
+
+    parser.add_argument("--output_dir", default="runs/bench/project")
+    parser.add_argument("--model", default="bert-base-cased", choices=MODELS, help="whose gradients are reduced")
+    parser.add_argument("--batch_per_gpu", type=int, default=32)
+    parser.add_argument("--compute_ms", type=float, default=None, help="one step on one GPU (forward+backward+update)")
+    parser.add_argument("--samples_per_second_1gpu", type=float, default=None, help="or the one-GPU speed")
+    parser.add_argument("--compute_from", default=None, help="or bench train's bench_train.json (its single run)")
+    parser.add_argument("--backward_fraction", type=float, default=2 / 3, help="share of compute in backward")
+    parser.add_argument("--bytes_per_param", type=int, default=4, help="4: float32 gradients, 2: fp16 compression")
+    parser.add_argument("--gpus_per_node", type=int, default=8)
+    parser.add_argument("--intra_gbps", type=float, default=100.0, help="in-node all-reduce bus bandwidth, GB/s")
+    parser.add_argument("--intra_latency_us", type=float, default=5.0)
+    parser.add_argument("--inter_gbps", type=float, default=12.5, help="per-node network bandwidth, GB/s")
+    parser.add_argument("--inter_latency_us", type=float, default=10.0)
+    parser.add_argument("--link_from", default=None, help="fit the in-node link to bench allreduce's allreduce.json")
+    parser.add_argument("--algorithm", default="auto", choices=("auto", "ring", "hierarchical"))
+    parser.add_argument("--fusion_threshold_mb", type=float, default=128.0, help="Horovod (0.28 default 128)")
+    parser.add_argument("--cycle_time_ms", type=float, default=1.0, help="Horovod (0.28 default 1)")
+    parser.add_argument("--bucket_cap_mb", type=float, default=25.0, help="DDP (default 25)")
+    parser.add_argument("--no_overlap", action="store_true", help="communicate only after backward")
+    parser.add_argument("--max_gpus", type=int, default=1024)
+    parser.add_argument("--check_published", action="store_true", help="also predict the Horovod paper's 512-GPU runs")
+
+
+def validate(args: argparse.Namespace) -> None:
+    if args.gpus_per_node < 1 or args.max_gpus < 1 or args.batch_per_gpu < 1:
+        raise UsageError("--gpus_per_node, --max_gpus and --batch_per_gpu must be >= 1", "pass e.g. --gpus_per_node 8")
+    if min(args.intra_gbps, args.inter_gbps) <= 0 or min(args.intra_latency_us, args.inter_latency_us) < 0:
+        raise UsageError("bandwidths must be > 0 and latencies >= 0", "pass e.g. --inter_gbps 12.5")
+    if not 0 < args.backward_fraction <= 1:
+        raise UsageError(f"--backward_fraction {args.backward_fraction} is not in (0, 1]", "pass e.g. 0.667")
+    if args.fusion_threshold_mb <= 0 or args.bucket_cap_mb <= 0 or args.cycle_time_ms < 0:
+        raise UsageError("fusion threshold and bucket cap must be > 0, cycle time >= 0", "pass the defaults")
+
+
+def main(args: argparse.Namespace) -> int:
+    validate(args)
+    workload, cluster = workload_from(args), cluster_from(args)
+    rows = project(
+        workload, [horovod_setting(args), ddp_setting(args)], cluster, world_sizes(args.max_gpus, args.gpus_per_node)
+    )
+    published = check_published(args.bytes_per_param) if args.check_published else []
+    out = Path(args.output_dir)
+    meta = {"workload": {**asdict(workload), "tensor_bytes": len(workload.tensor_bytes)}, "cluster": asdict(cluster)}
+    common.write_rows(out, "project", COLUMNS, rows, **meta, published=published)
+    plot(rows, out / "project.png", title=f"{workload.model}, {workload.batch}/GPU, {cluster.gpus_per_node} GPUs/node")
+    print("\n".join(format_table(*table(rows))))
+    if published:
+        print("\nHorovod paper (512 Pascal GPUs, 4 per server, 25 Gbit/s RoCE), scaling efficiency:")
+        print("\n".join(published_table(published)))
+    print(f"wrote {out}/: project.csv, project.json, project.png")
+    return 0
+
+
+def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    header = [
+        "setting",
+        "GPUs",
+        "nodes",
+        "algorithm",
+        "buckets",
+        "step ms",
+        "comm ms",
+        "exposed ms",
+        "samples/s",
+        "eff.",
+    ]
+    body = [
+        [
+            r["setting"],
+            str(r["world_size"]),
+            str(r["nodes"]),
+            r["algorithm"],
+            str(r["buckets"]),
+            f"{r['step_ms']:.1f}",
+            f"{r['comm_ms']:.1f}",
+            f"{r['exposed_comm_ms']:.1f}",
+            f"{r['samples_per_second']:.0f}",
+            f"{r['scaling_efficiency']:.3f}",
+        ]
+        for r in rows
+    ]
+    return header, body
+
+
+def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    plt = common.pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name in dict.fromkeys(r["setting"] for r in rows):
+        points = [r for r in rows if r["setting"] == name]
+        gpus = [r["world_size"] for r in points]
+        axes[0].plot(gpus, [r["samples_per_second"] for r in points], marker="o", label=name)
+        axes[1].plot(gpus, [r["scaling_efficiency"] for r in points], marker="o", label=name)
+    ideal = sorted({r["world_size"] for r in rows})
+    base = rows[0]["samples_per_second"] / rows[0]["world_size"]
+    axes[0].plot(ideal, [n * base for n in ideal], ls="--", color="grey", label="linear")
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("predicted samples/s")
+    axes[1].set_ylabel("predicted scaling efficiency")
+    axes[1].set_ylim(0, 1.05)
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("GPUs")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
