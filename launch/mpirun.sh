@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Plain mpirun (OpenMPI) with the flags Horovod documents, Horovod's MPI controller in the ranks:
 #   mpirun -np N [-H ...] -bind-to none -map-by slot -x NCCL_DEBUG -x LD_LIBRARY_PATH -x PATH \
-#          -mca pml ob1 -mca btl ^openib python -m horovod_train train ...
-# plus --allow-run-as-root only when run as root, and -x for every HOROVOD_*, NCCL_*, HF_*,
+#          -mca pml ob1 -mca btl ^openib -gmca btl ^openib,ofi python -m horovod_train train ...
+# (-gmca btl ^openib,ofi: no libfabric BTL, see HVT_MPI_BTL_OVERRIDE in launch/lib.sh), plus --allow-run-as-root
+# only when run as root, and -x for every HOROVOD_*, NCCL_*, HF_*,
 # TRANSFORMERS_* and OMP_NUM_THREADS variable set here, so HOROVOD_* settings reach every rank.
 #
 # Usage: launch/mpirun.sh [-np N] [-H host:slots,... | --hostfile FILE] [--ssh-port PORT]
@@ -141,5 +142,8 @@ done <"$HVT_REPO/horovod_train/mpirun_flags.txt"
 root=()
 [ "$(id -u)" -ne 0 ] || root=(--allow-run-as-root)
 hvt_command "$@"
-hvt_run mpirun "${root[@]}" -np "$np" "${placement[@]}" "${documented[@]}" "${extra[@]}" "${exports[@]}" \
-    "$HVT_PY" -m horovod_train "${HVT_CMD[@]}"
+# Open MPI's libfabric BTL (ofi), loaded by the documented `^openib`, makes some runs start with TCP round trips
+# between hosts of 8-16 ms or 300 us instead of 30 us (measured between two containers, scripts/bench_containers.py):
+# exclude it. -gmca overrides the documented -mca btl (Open MPI refuses a second -mca btl; horovodrun passes one).
+hvt_run mpirun "${root[@]}" -np "$np" "${placement[@]}" "${documented[@]}" "${HVT_MPI_BTL_OVERRIDE[@]}" \
+    "${extra[@]}" "${exports[@]}" "$HVT_PY" -m horovod_train "${HVT_CMD[@]}"

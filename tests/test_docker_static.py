@@ -1,5 +1,7 @@
-"""docker/ without a Docker engine: hadolint, and our own checks that the images are built by the same shared
-scripts `make setup` runs (so what the other tests exercise on bare metal is what the images run)."""
+"""docker/ checks that building and running the image (tests/test_docker_build.py, CPU variant, Podman) does not
+prove: hadolint, the GPU variant (CUDA base, NCCL, CUDA torch index: no CUDA base image can be fetched here),
+no keys baked in, sshd refusing passwords, `make setup` running the image's scripts, and the Apptainer
+definition (no Apptainer here)."""
 
 from __future__ import annotations
 
@@ -58,42 +60,22 @@ def test_hadolint_passes() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_every_copied_path_exists_and_is_in_the_build_context() -> None:
-    ignored = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines() if line.strip()}
-    assert {".git", ".venv", "runs"} <= ignored
+def test_no_key_is_baked_into_the_image() -> None:
+    """Keys are mounted at run time (the build cannot tell a baked-in key from any other file)."""
     copies = [args.split() for keyword, args in instructions(DOCKERFILE) if keyword == "COPY"]
     assert copies
     for words in copies:
-        sources = [w for w in words[:-1] if not w.startswith("--")]
-        for source in sources:
-            assert (REPO / source).exists(), f"COPY {source}: no such path in the repository"
-            assert source.split("/")[0] not in ignored, f"COPY {source} is excluded by .dockerignore"
         assert not any(re.search(r"id_\w+|authorized_keys|\.pem$", w) for w in words), f"a key baked in: {words}"
+    ignored = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines() if line.strip()}
+    assert {".git", ".venv", "runs"} <= ignored
 
 
-def test_image_installs_with_the_shared_scripts_in_order() -> None:
-    steps = instructions(DOCKERFILE)
-    runs = [args for keyword, args in steps if keyword == "RUN"]
-    text = "\n".join(runs)
-
-    def first(pattern: str) -> int:
-        found = [i for i, run in enumerate(runs) if re.search(pattern, run)]
-        assert found, f"no RUN matches {pattern!r}"
-        return found[0]
-
-    mpi = first(r"bash scripts/install_mpi\.sh")
-    requirements = first(r"pip\"? install .*-r requirements\.txt")
-    horovod = first(r"bash scripts/build_horovod\.sh")
-    check = first(r"horovodrun --check-build")
-    assert mpi < requirements < horovod <= check  # mpi4py needs mpicc; Horovod is built against the torch
-    assert first(r"bash scripts/check_horovod_build\.sh") == check
-    assert '--extra-index-url "$TORCH_INDEX_URL"' in text
-    copied = " ".join(args for keyword, args in steps if keyword == "COPY")
-    for script in SHARED_SCRIPTS:
-        assert script in copied, f"{script} is not copied into the image"
-    # `make setup` runs the same scripts on bare metal.
+def test_bare_metal_setup_runs_the_scripts_the_image_runs() -> None:
+    """tests/test_docker_build.py builds the image with these scripts; `make setup` must run the same ones."""
+    copied = " ".join(args for keyword, args in instructions(DOCKERFILE) if keyword == "COPY")
     setup = (REPO / "scripts" / "setup.sh").read_text()
     for script in SHARED_SCRIPTS:
+        assert script in copied, f"{script} is not copied into the image"
         assert f"bash {script}" in setup, f"scripts/setup.sh does not run {script}"
 
 
@@ -126,10 +108,8 @@ def ensure_privilege_separation_dir() -> None:
 def test_sshd_is_key_only_on_a_configurable_port(tmp_path) -> None:
     ensure_commands({"/usr/sbin/sshd": "openssh-server", "ssh-keygen": "openssh-client"})
     ensure_privilege_separation_dir()
-    steps = instructions(DOCKERFILE)
-    assert ("ARG", "SSH_PORT=12345") in steps and ("EXPOSE", "${SSH_PORT}") in steps
-    assert ("COPY", "docker/sshd_config /etc/ssh/sshd_config") in steps
-    assert '/usr/sbin/sshd -p "$port"' in (REPO / "docker" / "entrypoint.sh").read_text()
+    # tests/test_docker_build.py logs in with a key on a run-time SSH_PORT; here: what sshd refuses.
+    assert ("COPY", "docker/sshd_config /etc/ssh/sshd_config") in instructions(DOCKERFILE)
     assert not re.search(r"^\s*Port\b", (REPO / "docker" / "sshd_config").read_text(), re.M)  # the port is -p
     key = tmp_path / "host_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True, timeout=30)

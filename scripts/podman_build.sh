@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# Build the CPU variant of docker/Dockerfile with Podman, on a machine that reaches package registries (PyPI,
+# Debian) but no container registry, and possibly through a TLS-inspecting proxy. Used by
+# tests/test_docker_build.py; users run it too. From anywhere:
+#
+#   scripts/podman_build.sh build [--seed-horovod-wheel] [--tag TAG] [-- extra podman build args]
+#   scripts/podman_build.sh base       # only the base image localhost/debian:bookworm-slim
+#   scripts/podman_build.sh conf       # only the containers.conf; prints its path (export CONTAINERS_CONF=...)
+#   scripts/podman_build.sh up [--prefix P] [--tag TAG] [--ssh-port PORT] [--volume HOST:CTR]...
+#                                       # two containers as two hosts (below); `down [--prefix P]` removes them
+#
+# What it does, each step skipped when its result is already there:
+#   conf   A containers.conf with runtime = "runc" (crun fails on hybrid-cgroup kernels) and default_ulimits
+#          that the kernel accepts; exported as CONTAINERS_CONF unless you set one.
+#   base   localhost/debian:bookworm-slim from `mmdebstrap --variant=minbase bookworm` with this host's Debian
+#          apt sources, imported with `podman import`: `--build-arg BASE_IMAGE=debian:bookworm-slim` then
+#          resolves to it, no registry needed (about 40 s, 127 MB).
+#   build  `podman build --format docker` (without it podman drops SHELL, and RUN steps lose pipefail) with
+#          BASE_IMAGE=debian:bookworm-slim and TORCH_INDEX_URL a one-page local file:// index holding the CPU
+#          torch wheel this checkout's Python uses (found with `pip download`, cached); the wheel directory and
+#          a pip.conf trusting the host pip's certificate bundle (`pip config list`: cert) are --volume'd into
+#          every RUN step, so pip inside the build trusts what the host's pip trusts.
+#          --seed-horovod-wheel copies the Horovod wheel `make setup` built (~/.cache/horovod-train/wheels) into
+#          the build's cache mount, which saves the 5-minute compile; only when this host runs the base's
+#          Debian release (same Python and Open MPI ABI), else it is ignored with a warning.
+#   up     Two containers of the image, P-a (hostname nodea, 10.89.77.2) and P-b (nodeb, 10.89.77.3), on the
+#          podman network P-net (10.89.77.0/24; P defaults to hvt), each with the entry point's sshd
+#          (HVT_SSHD=1, SSH_PORT, default 12345) and a throwaway key pair made in $HVT_PODMAN_DIR/P-ssh mounted
+#          read-only at /root/.ssh; both have each other in /etc/hosts. Then, e.g.:
+#            podman exec P-a launch/horovodrun_multihost.sh -H nodea:1,nodeb:1 -- --config configs/demo.yaml
+#
+# Environment: HVT_PODMAN_DIR (state: conf, torch index; default ~/.cache/horovod-train/podman),
+#   HVT_PYTHON (default: the checkout's .venv/bin/python), HVT_CA_BUNDLE (default: the host pip's cert),
+#   HVT_TORCH_WHEEL (a torch CPU wheel file to use instead of `pip download`), CONTAINERS_CONF.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+STATE=${HVT_PODMAN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/horovod-train/podman}
+BASE=localhost/debian:bookworm-slim
+SUITE=bookworm
+PY=${HVT_PYTHON:-$ROOT/.venv/bin/python}
+
+die() {
+    echo "error: $1; fix: $2" >&2
+    exit 2
+}
+
+need() {
+    command -v "$1" >/dev/null 2>&1 || die "$1 is not installed" "apt-get install $2"
+}
+
+step_conf() {
+    mkdir -p "$STATE"
+    local conf=$STATE/containers.conf
+    cat >"$conf.tmp" <<'EOF'
+# Written by scripts/podman_build.sh.
+[containers]
+# Higher limits are refused by some kernels (EPERM on setrlimit inside the container).
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+
+[engine]
+# crun fails on kernels with hybrid cgroups; runc works everywhere.
+runtime = "runc"
+EOF
+    mv "$conf.tmp" "$conf"
+    if [ -z "${CONTAINERS_CONF:-}" ]; then
+        export CONTAINERS_CONF=$conf
+    fi
+}
+
+# The host's Debian apt sources (deb822 or one-line), so the base image installs from the same mirrors.
+host_sources() {
+    local file
+    for file in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list; do
+        if [ -s "$file" ] && grep -q "$SUITE" "$file"; then
+            echo "$file"
+            return
+        fi
+    done
+    echo "http://deb.debian.org/debian"
+}
+
+step_base() {
+    need podman podman
+    if podman image exists "$BASE"; then
+        echo "[podman] base image $BASE already there"
+        return
+    fi
+    need mmdebstrap mmdebstrap
+    local work sources
+    work=$(mktemp -d)
+    # shellcheck disable=SC2064  # expand now: $work is local
+    trap "rm -rf '$work'" RETURN
+    sources=$(host_sources)
+    echo "[podman] creating $BASE: mmdebstrap --variant=minbase $SUITE (apt sources: $sources)"
+    mmdebstrap --quiet --variant=minbase --format=tar "$SUITE" "$work/rootfs.tar" "$sources"
+    podman import --quiet --change 'CMD ["bash"]' "$work/rootfs.tar" "$BASE" >/dev/null
+    echo "[podman] $BASE: $(podman image inspect --format '{{.Size}}' "$BASE") bytes"
+}
+
+# Sets TORCH_DIR: a directory with index/torch/index.html and the wheel, to be mounted at /hvt-build.
+step_torch_index() {
+    [ -x "$PY" ] || die "no Python at $PY" "run 'make setup' or set HVT_PYTHON"
+    local version wheel
+    version=$("$PY" -c 'import torch; print(torch.__version__)')
+    version=${version%%+*}+cpu # a CUDA torch here: the CPU build of the same version (then Horovod is compiled)
+    TORCH_DIR=$STATE/build
+    mkdir -p "$TORCH_DIR/wheels" "$TORCH_DIR/index/torch"
+    if [ -n "${HVT_TORCH_WHEEL:-}" ]; then
+        [ -f "$HVT_TORCH_WHEEL" ] || die "HVT_TORCH_WHEEL=$HVT_TORCH_WHEEL does not exist" "point it at a torch wheel"
+        cp -u "$HVT_TORCH_WHEEL" "$TORCH_DIR/wheels/"
+    elif ! ls "$TORCH_DIR"/wheels/torch-"$version"-*.whl >/dev/null 2>&1; then
+        echo "[podman] fetching the torch $version wheel with the host's pip"
+        # First as the host's pip is configured (its find-links, proxy, index), then from PyTorch's CPU index.
+        "$PY" -m pip download -q --no-deps --only-binary :all: --retries 1 --timeout 20 -d "$TORCH_DIR/wheels" \
+            "torch==$version" 2>/dev/null ||
+            "$PY" -m pip download -q --no-deps --only-binary :all: -d "$TORCH_DIR/wheels" \
+                --index-url https://download.pytorch.org/whl/cpu "torch==$version"
+    fi
+    local -a found=("$TORCH_DIR"/wheels/torch-"$version"-*.whl)
+    [ -f "${found[0]}" ] || die "no torch $version wheel in $TORCH_DIR/wheels" "set HVT_TORCH_WHEEL to a torch CPU wheel"
+    wheel=$(basename "${found[0]}")
+    printf '<a href="file:///hvt-build/wheels/%s">%s</a>\n' "${wheel//+/%2B}" "$wheel" >"$TORCH_DIR/index/torch/index.html"
+    # pip inside the build trusts the host pip's bundle (sites behind a TLS-inspecting proxy need exactly this).
+    local ca=${HVT_CA_BUNDLE:-}
+    if [ -z "$ca" ]; then
+        ca=$("$PY" -m pip config list 2>/dev/null | sed -n "s/^[^=]*\.cert='\(.*\)'$/\1/p" | head -n1)
+    fi
+    {
+        echo "[global]"
+        if [ -n "$ca" ] && [ -f "$ca" ]; then
+            cp "$ca" "$TORCH_DIR/ca-bundle.crt"
+            echo "cert = /hvt-build/ca-bundle.crt"
+        fi
+    } >"$TORCH_DIR/pip.conf"
+}
+
+# --seed-horovod-wheel: put the host's cached wheel where the Dockerfile's cache mount
+# (RUN --mount=type=cache,target=/root/.cache/horovod-train) finds it. Buildah keeps cache mounts without an
+# id under $TMPDIR/buildah-cache[-<uid>]/<target>.
+seed_horovod() {
+    local host_cache=${HOROVOD_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/horovod-train/wheels} key
+    local cache dir
+    # shellcheck disable=SC1091
+    if ! (. /etc/os-release && [ "${VERSION_CODENAME:-}" = "$SUITE" ]); then
+        echo "[podman] warning: this host is not Debian $SUITE: not seeding its Horovod wheel (the build compiles one)"
+        return
+    fi
+    # The key scripts/build_horovod.sh uses: horovod-VERSION-torchVERSION-cudaCUDA-cpXY.
+    key=$("$PY" - <<'PY'
+import sys, torch
+torch_version = torch.__version__.replace("+", "_")
+print(f"horovod-0.28.1-torch{torch_version}-cuda{torch.version.cuda or 'cpu'}-cp{sys.version_info[0]}{sys.version_info[1]}")
+PY
+)
+    if ! ls "$host_cache/$key"/horovod-*.whl >/dev/null 2>&1; then
+        echo "[podman] warning: no $host_cache/$key (run 'make setup'): the build compiles Horovod"
+        return
+    fi
+    # Buildah 1.28 (podman 4.3) as root uses buildah-cache, other versions and users buildah-cache-<uid>.
+    for dir in buildah-cache buildah-cache-$(id -u); do
+        cache=${TMPDIR:-/var/tmp}/$dir/root/.cache/horovod-train/wheels
+        if ! ls "$cache/$key"/horovod-*.whl >/dev/null 2>&1; then
+            mkdir -p "$cache/$key"
+            cp "$host_cache/$key"/horovod-*.whl "$cache/$key/"
+        fi
+    done
+    echo "[podman] seeded the build cache with $host_cache/$key"
+}
+
+step_build() {
+    local tag=localhost/horovod-train:cpu seed=0
+    while [ "$#" -gt 0 ]; do
+        case $1 in
+        --tag)
+            [ "$#" -ge 2 ] || die "--tag needs a value" "pass --tag localhost/horovod-train:cpu"
+            tag=$2
+            shift 2
+            ;;
+        --seed-horovod-wheel)
+            seed=1
+            shift
+            ;;
+        --)
+            shift
+            break
+            ;;
+        *) die "unknown option '$1'" "see the usage at the top of scripts/podman_build.sh" ;;
+        esac
+    done
+    step_base
+    step_torch_index
+    [ "$seed" = 0 ] || seed_horovod
+    local cmd=(podman build --format docker -f "$ROOT/docker/Dockerfile" -t "$tag"
+        --build-arg BASE_IMAGE=debian:bookworm-slim
+        --build-arg TORCH_INDEX_URL=file:///hvt-build/index
+        --volume "$TORCH_DIR:/hvt-build:ro"
+        --volume "$TORCH_DIR/pip.conf:/etc/pip.conf:ro"
+        "$@" "$ROOT")
+    echo "+ CONTAINERS_CONF=$CONTAINERS_CONF ${cmd[*]}"
+    "${cmd[@]}"
+}
+
+step_up() {
+    local prefix=hvt tag=localhost/horovod-train:cpu port=12345 host ip keys
+    local -a volumes=()
+    while [ "$#" -gt 0 ]; do
+        [ "$#" -ge 2 ] || die "$1 needs a value" "see the usage at the top of scripts/podman_build.sh"
+        case $1 in
+        --prefix) prefix=$2 ;;
+        --tag) tag=$2 ;;
+        --ssh-port) port=$2 ;;
+        --volume) volumes+=(--volume "$2") ;;
+        *) die "unknown option '$1'" "see the usage at the top of scripts/podman_build.sh" ;;
+        esac
+        shift 2
+    done
+    need podman podman
+    podman image exists "$tag" || die "no image $tag" "run scripts/podman_build.sh build first"
+    keys=$STATE/$prefix-ssh
+    rm -rf "$keys" && mkdir -p "$keys" && chmod 700 "$keys"
+    ssh-keygen -q -t ed25519 -N '' -C "$prefix" -f "$keys/id_ed25519"
+    cp "$keys/id_ed25519.pub" "$keys/authorized_keys"
+    chmod 600 "$keys"/*
+    step_down "$prefix"
+    podman network create --subnet 10.89.77.0/24 "$prefix-net" >/dev/null
+    for host in a b; do
+        ip=10.89.77.$([ "$host" = a ] && echo 2 || echo 3)
+        podman run -d --name "$prefix-$host" --hostname "node$host" --network "$prefix-net" --ip "$ip" \
+            --add-host nodea:10.89.77.2 --add-host nodeb:10.89.77.3 \
+            -e HVT_SSHD=1 -e SSH_PORT="$port" -v "$keys:/root/.ssh:ro" "${volumes[@]}" \
+            "$tag" sleep infinity >/dev/null
+    done
+    # sshd is up once the entry point has said so, on both.
+    for host in a b; do
+        for _ in $(seq 100); do
+            podman logs "$prefix-$host" 2>&1 | grep -q 'sshd listening' && break
+            sleep 0.2
+        done
+    done
+    podman exec "$prefix-a" ssh nodeb hostname >/dev/null ||
+        die "no ssh from $prefix-a to nodeb" "see 'podman logs $prefix-b'"
+    echo "[podman] $prefix-a (nodea) and $prefix-b (nodeb) up on $prefix-net, sshd on port $port"
+}
+
+step_down() {
+    local prefix=${1:-hvt}
+    podman rm -f -t 0 "$prefix-a" "$prefix-b" >/dev/null 2>&1 || true
+    podman network rm -f "$prefix-net" >/dev/null 2>&1 || true
+}
+
+what=${1:-build}
+[ "$#" -eq 0 ] || shift
+step_conf
+case $what in
+conf) echo "$CONTAINERS_CONF" ;;
+base) step_base ;;
+build) step_build "$@" ;;
+up) step_up "$@" ;;
+down)
+    [ "${1:-}" != --prefix ] || shift
+    step_down "${1:-hvt}"
+    ;;
+*) die "unknown command '$what'" "pass build, base, conf, up or down" ;;
+esac
