@@ -9,7 +9,7 @@ NP ?= 2
 CONTROLLER ?= mpi
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint clean bench
+.PHONY: setup demo test lint clean bench gpu-check gpu-bundle
 
 setup:
 	@bash scripts/setup.sh
@@ -24,6 +24,14 @@ test: setup
 
 bench: setup  # samples/s per engine and world size on the demo job, Horovod/DDP ratio (a few minutes)
 	@$(PY) -m horovod_train bench train --repeats 3 --output_dir runs/bench/train --overwrite_output_dir
+
+# On a GPU node, no network: Horovod with NCCL from a local sdist, then train and bench (docs/performance.md).
+# GPU_CHECK_ARGS=--dry-run runs the plumbing on CPU. `make gpu-bundle` (with network) makes the folder it needs.
+gpu-check:
+	@bash scripts/gpu_check.sh $(GPU_CHECK_ARGS)
+
+gpu-bundle:
+	@bash scripts/gpu_bundle.sh
 
 lint: setup
 	@$(VENV)/bin/ruff check horovod_train tests

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Print `horovodrun --check-build` for the Horovod installed in $PYTHON's environment, and fail unless it
-# lists PyTorch, MPI and Gloo, plus NCCL when torch is a CUDA build (scripts/build_horovod.sh then builds
+# lists PyTorch, MPI (unless HOROVOD_WITHOUT_MPI) and Gloo, plus NCCL when torch is a CUDA build (scripts/build_horovod.sh then builds
 # with HOROVOD_GPU_OPERATIONS=NCCL). Shared by `make setup` (scripts/setup.sh) and docker/.
 set -euo pipefail
 
@@ -8,7 +8,10 @@ PYTHON=${PYTHON:-python3}
 BIN=$(dirname "$(command -v "$PYTHON")")
 report=$("$BIN/horovodrun" --check-build)
 echo "$report"
-want=(PyTorch MPI Gloo)
+want=(PyTorch Gloo)
+if [ -z "${HOROVOD_WITHOUT_MPI:-}" ]; then
+    want+=(MPI)  # scripts/build_horovod.sh builds with MPI unless HOROVOD_WITHOUT_MPI is set
+fi
 if "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.version.cuda else 1)'; then
     want+=(NCCL)
 fi
