@@ -19,7 +19,9 @@ ON_NODE=${HVT_BUNDLE_ON_NODE:-"torch transformers tokenizers safetensors hugging
     networkx sympy mpmath typing-extensions psutil setuptools hf-xet httpx httpcore h11 anyio sniffio
     shellingham typer click rich markdown-it-py mdurl pygments triton cmake ninja"}
 # what horovod-train needs beyond the node's image (requirements.txt, less torch and what the node has)
-WANT=("datasets==5.2.0" "evaluate==0.4.6" cloudpickle "matplotlib==3.11.2" wheel ${HVT_BUNDLE_EXTRA:-})
+WANT=("datasets==5.2.0" "evaluate==0.4.6" cloudpickle "matplotlib==3.11.2" wheel)
+read -r -a EXTRA <<<"${HVT_BUNDLE_EXTRA:-}"
+WANT+=("${EXTRA[@]+"${EXTRA[@]}"}")
 
 mkdir -p "$DEST"
 "$PY" -m pip download -q --no-deps --no-binary :all: -d "$DEST" "horovod==0.28.1"

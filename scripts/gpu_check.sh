@@ -18,10 +18,18 @@ cd "$ROOT"
 BUNDLE=$ROOT/.gpu_bundle  # scripts/gpu_bundle.sh's default folder, used when present
 if [ -z "${HVT_WHEELS:-}" ] && [ -d "$BUNDLE" ]; then export HVT_WHEELS=$BUNDLE; fi
 if [ -z "${HOROVOD_SDIST:-}" ] && [ -n "${HVT_WHEELS:-}" ]; then
-    HOROVOD_SDIST=$(ls "$HVT_WHEELS"/horovod-*.tar.gz 2>/dev/null | head -1 || true)
+    HOROVOD_SDIST=$(find "$HVT_WHEELS" -maxdepth 1 -name 'horovod-*.tar.gz' | sort | head -1)
 fi
-if [ -n "${HOROVOD_SDIST:-}" ]; then export HOROVOD_SDIST=$(realpath "$HOROVOD_SDIST"); else unset HOROVOD_SDIST; fi
-if [ -n "${HVT_WHEELS:-}" ]; then export HVT_WHEELS=$(realpath "$HVT_WHEELS"); fi
+if [ -n "${HOROVOD_SDIST:-}" ]; then
+    HOROVOD_SDIST=$(realpath "$HOROVOD_SDIST")
+    export HOROVOD_SDIST
+else
+    unset HOROVOD_SDIST
+fi
+if [ -n "${HVT_WHEELS:-}" ]; then
+    HVT_WHEELS=$(realpath "$HVT_WHEELS")
+    export HVT_WHEELS
+fi
 DRY=${HVT_GPU_CHECK_DRY:-0}
 ARGS=()
 for arg in "$@"; do
@@ -62,4 +70,5 @@ fi
 
 echo "[gpu-check] python $PY (torch CUDA: ${cuda% *}), dry run: $([ "$DRY" = 1 ] && echo yes || echo no)"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-exec "$PY" -m horovod_train.gpu_check --python "$PY" $([ "$DRY" = 1 ] && echo --dry_run) "${ARGS[@]+"${ARGS[@]}"}"
+if [ "$DRY" = 1 ]; then ARGS=(--dry_run "${ARGS[@]+"${ARGS[@]}"}"); fi
+exec "$PY" -m horovod_train.gpu_check --python "$PY" "${ARGS[@]+"${ARGS[@]}"}"

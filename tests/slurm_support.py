@@ -240,20 +240,28 @@ def assert_completed(fields: dict[str, str]) -> str:
     return output
 
 
-def wait_for_steps(out: Path, steps: int, timeout: float) -> None:
+def wait_for_steps(cluster: SlurmCluster, job_id: str, out: Path, steps: int, timeout: float) -> None:
+    """Wait until the job logged ``steps`` steps; fail at once, with its output, if it ended before."""
     deadline = time.monotonic() + timeout
     metrics = out / "metrics.jsonl"
     while time.monotonic() < deadline:
         if metrics.exists() and len(metrics.read_text().splitlines()) * 5 >= steps:
             return
+        fields = cluster.fields(job_id)
+        if fields.get("JobState") in DONE:
+            raise AssertionError(f"job {job_id} ended before step {steps}: {fields}\n{job_output(fields)[-4000:]}")
         time.sleep(0.5)
-    raise AssertionError(f"{out} did not reach step {steps} within {timeout}s")
+    fields = cluster.fields(job_id)
+    output = job_output(fields) if Path(fields.get("StdOut", "")).is_file() else "(no output yet)"
+    raise AssertionError(
+        f"{out} did not reach step {steps} within {timeout}s: {fields}\n{output[-4000:]}\n{cluster.logs()}"
+    )
 
 
 def stop_and_resume(cluster: SlurmCluster, job_id: str, out: Path) -> tuple[dict[str, str], str, str]:
     """Send the job the warning signal once it trained 10 steps (what #SBATCH --signal=B:USR1@120 does before
     a time limit), let the requeued job start at once, wait for it: (final fields, output, the stop step)."""
-    wait_for_steps(out, 10, timeout=240)
+    wait_for_steps(cluster, job_id, out, 10, timeout=240)
     subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], env=cluster.env(), check=True, timeout=30)
     cluster.release_requeued(job_id, timeout=240)
     fields = cluster.wait(job_id, timeout=480)

@@ -87,7 +87,7 @@ def test_gpu_build_is_the_default_and_the_cpu_variant_is_documented() -> None:
     assert index.endswith(f"/whl/cu{match[1]}{match[2]}"), (base, index)  # torch's CUDA = the toolkit's
     build = (REPO / "scripts" / "build_horovod.sh").read_text()
     assert "HOROVOD_GPU_OPERATIONS=${HOROVOD_GPU_OPERATIONS:-NCCL}" in build and "torch.version.cuda" in build
-    assert "HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1" in build
+    assert "export HOROVOD_WITH_GLOO=1" in build and "export HOROVOD_WITH_MPI=1" in build
     checker = (REPO / "scripts" / "check_horovod_build.sh").read_text()
     assert "want+=(NCCL)" in checker and "want=(PyTorch MPI Gloo)" in checker
     text = DOCKERFILE.read_text()
