@@ -1,6 +1,7 @@
 """Checkpoints that survive crashes and load without unpickling arbitrary objects.
 
-A checkpoint is a directory ``checkpoint-<step>`` holding the model (safetensors), the optimizer state
+A checkpoint is a directory ``checkpoint-<step>`` holding the model (safetensors, with its config.json and
+the tokenizer: ``from_pretrained`` loads it as it is), the optimizer state
 and every rank's RNG states (``torch.save``, read back with ``weights_only=True``), a
 ``trainer_state.json`` (the training position, the run configuration, the save order and the run's
 lineage) and a ``manifest.json`` with the SHA-256 of every file. It is written to a temporary
@@ -65,9 +66,9 @@ class Compatibility:
 
 
 class Checkpoints:
-    """Rank 0's writer of one run's checkpoints, keeping the newest ``keep`` of its lineage."""
+    """Rank 0's writer of one run's checkpoints, keeping the newest ``keep`` of its lineage (None: all)."""
 
-    def __init__(self, output_dir: Path, keep: int, lineage: list[str] | None = None) -> None:
+    def __init__(self, output_dir: Path, keep: int | None, lineage: list[str] | None = None) -> None:
         self.output_dir, self.keep = output_dir, keep
         self.lineage = list(lineage or [])
 
@@ -78,7 +79,9 @@ class Checkpoints:
         compatibility: Compatibility,
         config: dict[str, Any],
         training_state: dict[str, Any],
+        write_loadable: Callable[[Path], None] | None = None,
     ) -> Path:
+        """``write_loadable`` adds what ``from_pretrained`` needs besides the weights (config, tokenizer)."""
         target = self.output_dir / f"{PREFIX}{position.global_step}"
         self.lineage = [name for name in self.lineage if name != target.name] + [target.name]
         trainer_state = {
@@ -92,7 +95,9 @@ class Checkpoints:
             save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, tmp / MODEL_FILE)
             torch.save(training_state, tmp / STATE_FILE)
             (tmp / TRAINER_FILE).write_text(json.dumps(trainer_state, indent=2, sort_keys=True) + "\n")
-            manifest = {name: _sha256(tmp / name) for name in (MODEL_FILE, STATE_FILE, TRAINER_FILE)}
+            if write_loadable is not None:
+                write_loadable(tmp)
+            manifest = {path.name: _sha256(path) for path in sorted(tmp.iterdir()) if path.is_file()}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
             _fsync_files(tmp)
         self.rotate(keep_also=target.name)
@@ -100,7 +105,7 @@ class Checkpoints:
 
     def rotate(self, keep_also: str) -> None:
         present = [name for name in self.lineage if (self.output_dir / name).is_dir()]
-        for name in present[: -self.keep]:
+        for name in present[: -self.keep] if self.keep else []:
             if name != keep_also:
                 shutil.rmtree(self.output_dir / name, ignore_errors=True)
         self.lineage = [name for name in self.lineage if (self.output_dir / name).is_dir()]

@@ -7,7 +7,7 @@ import os
 import sys
 
 from horovod_train import bench, compare, doctor
-from horovod_train.config import Parser, add_run_arguments, parse_run_config
+from horovod_train.config import FALSE_VALUES, TRUE_VALUES, Parser, add_run_arguments, parse_run_config, str_to_bool
 from horovod_train.errors import UsageError, exit_with
 from horovod_train.stopping import STOPPED_EXIT_CODE, TrainingStopped
 
@@ -23,8 +23,20 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_arguments(doctor_parser)
     bench.add_arguments(commands.add_parser("bench", help="all-reduce, training and GPU benchmarks"))
     for command in (train, compare_parser):
-        command.add_argument("--debug", action="store_true", help="Show tracebacks for bad input.")
+        command.add_argument("--debug", type=str_to_bool, nargs="?", const=True, default=False,
+                             help="Show tracebacks for bad input (default: false).")
     return parser
+
+
+def debug_requested(argv: list[str]) -> bool:
+    """Before parsing (a parse error must know it too): ``--debug`` alone or with a true value."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("--debug="):
+            return arg.split("=", 1)[1].lower() in TRUE_VALUES
+        if arg == "--debug":
+            following = argv[i + 1].lower() if i + 1 < len(argv) else ""
+            return following in TRUE_VALUES or following not in FALSE_VALUES
+    return False
 
 
 def quiet_libraries() -> None:
@@ -54,14 +66,20 @@ def cmd_train(args: argparse.Namespace) -> int:
         if engine.is_main:
             print(stopped.message, flush=True)
         return STOPPED_EXIT_CODE
-    if engine.is_main:
-        out = config.training.output_dir
-        print(
-            f"accuracy {results['accuracy']:.4f} on {results['eval_samples']} validation examples "
-            f"({results['engine']}, world size {results['world_size']}, {results['wall_time_s']:.1f}s)"
-        )
-        print(f"wrote {out}/: model + tokenizer (save_pretrained), metrics.jsonl, eval_results.json, run_config.json")
+    if engine.is_main:  # the result is the last line, whatever the launcher adds before it
+        print(f"wrote {training.output_dir}/: model + tokenizer, all_results.json, trainer_state.json, metrics.jsonl")
+        print(result_line(results), flush=True)
     return 0
+
+
+def result_line(results: dict) -> str:
+    splits = sorted(k.removesuffix("_accuracy") for k in results if k.endswith("_accuracy") and k.startswith("eval"))
+    scores = ", ".join(
+        f"{'' if s == 'eval' else s.removeprefix('eval_') + ' '}accuracy {results[s + '_accuracy']:.4f} "
+        f"(f1 {results[s + '_f1']:.4f}, {results[s + '_samples']} examples)"
+        for s in splits
+    )
+    return f"{scores}; {results['engine']}, world size {results['world_size']}, {results['wall_time_s']:.1f}s"
 
 
 COMMANDS = {"train": cmd_train, "compare": compare.main, "doctor": doctor.main, "bench": bench.main}
@@ -69,7 +87,7 @@ COMMANDS = {"train": cmd_train, "compare": compare.main, "doctor": doctor.main, 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in argv or os.environ.get("HOROVOD_TRAIN_DEBUG") == "1"
+    debug = debug_requested(argv) or os.environ.get("HOROVOD_TRAIN_DEBUG") == "1"
     try:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)

@@ -17,9 +17,13 @@ from typing import Any
 
 import yaml
 
+from horovod_train import glue  # datasets-free: config stays light to import
 from horovod_train.errors import UsageError
+from horovod_train.schedule import SCHEDULES
 from horovod_train.stopping import parse_signals
+from horovod_train.trackers import check_report_to
 
+EVAL_STRATEGIES = SAVE_STRATEGIES = ("epoch", "steps", "no")
 PACKAGED_CONFIGS = "configs"  # horovod_train/configs/<name>.yaml, found by name after any install
 
 
@@ -37,52 +41,149 @@ class ModelArguments:
 
 @dataclass
 class DataArguments:
+    task_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "GLUE task (cola, mnli, mrpc, qnli, qqp, rte, sst2, wnli): its text columns and label names; "
+            "without --train_file or another --dataset_name it loads nyu-mll/glue (network needed)."
+        },
+    )
     dataset_name: str | None = field(
         default="synthetic-nli",
-        metadata={"help": "Hub dataset (e.g. multi_nli) or 'synthetic-nli'. Ignored when --train_file is set."},
+        metadata={
+            "help": "Hub dataset (e.g. multi_nli), a directory written by save_to_disk, or 'synthetic-nli'. "
+            "Ignored when --train_file is set."
+        },
     )
-    dataset_config_name: str | None = None
+    dataset_config_name: str | None = field(default=None, metadata={"help": "The hub dataset's configuration."})
     train_file: str | None = field(default=None, metadata={"help": "csv, tsv, json or jsonl file."})
-    validation_file: str | None = None
+    validation_file: str | None = field(default=None, metadata={"help": "csv, tsv, json or jsonl file."})
+    test_file: str | None = field(
+        default=None, metadata={"help": "csv, tsv, json or jsonl file to predict on (the test split); labels optional."}
+    )
+    text_column_names: str | None = field(
+        default=None,
+        metadata={
+            "help": "One or two text columns, comma-separated (default: the task's, else premise,hypothesis, "
+            "sentence1,sentence2, sentence or text)."
+        },
+    )
+    label_column_name: str = field(default="label", metadata={"help": "The label column (integers or strings)."})
     validation_split_name: str | None = field(
-        default=None, metadata={"help": "Hub split to validate on (e.g. validation_matched)."}
+        default=None,
+        metadata={
+            "help": "The one split of a hub or save_to_disk dataset to validate on (e.g. validation_matched; "
+            "default: a task's or a directory's validation splits, else a part of train held out)."
+        },
     )
     validation_split_percentage: int = field(
         default=10, metadata={"help": "Held out of train when there is no validation file/split."}
     )
-    max_seq_length: int = 128
-    max_train_samples: int | None = None
-    max_eval_samples: int | None = None
+    max_seq_length: int = field(
+        default=128, metadata={"help": "Truncate texts to this many tokens (padding is dynamic, per batch)."}
+    )
+    pad_to_max_length: bool = field(
+        default=False, metadata={"help": "Pad every example to --max_seq_length (else each batch to its longest)."}
+    )
+    overwrite_cache: bool = field(
+        default=False, metadata={"help": "Tokenize again instead of reading the cached tokenized data."}
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Train on the first N training examples only."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "At most N examples of each validation split."}
+    )
     synthetic_num_examples: int = field(
         default=8000, metadata={"help": "Size of the generated synthetic-nli set (before the split)."}
     )
-    num_labels: int = 3
+    num_labels: int | None = field(
+        default=None, metadata={"help": "Number of labels (default: inferred from the data's label names or labels)."}
+    )
+
+    def text_columns(self) -> list[str] | None:
+        return [name.strip() for name in self.text_column_names.split(",")] if self.text_column_names else None
+
+    def check(self) -> None:
+        glue.check_task(self.task_name)
+        columns = self.text_columns()
+        if columns is not None and (not 1 <= len(columns) <= 2 or not all(columns)):
+            raise UsageError(
+                f"--text_column_names takes one or two column names (got {self.text_column_names!r})",
+                "pass e.g. --text_column_names sentence or --text_column_names sentence1,sentence2",
+            )
+        if not self.label_column_name.strip():
+            raise UsageError("--label_column_name is empty", "pass the label column's name (default: label)")
+        if self.num_labels is not None and self.num_labels < 2:
+            raise UsageError(f"--num_labels must be >= 2 (got {self.num_labels})", "drop it to infer it from the data")
 
 
 @dataclass
 class TrainingArguments:
-    output_dir: str = "runs/train"
-    overwrite_output_dir: bool = False
+    output_dir: str = field(
+        default="runs/train", metadata={"help": "Where the model, results, logs and checkpoints go."}
+    )
+    overwrite_output_dir: bool = field(default=False, metadata={"help": "Replace an earlier run in --output_dir."})
     engine: str = field(default="horovod", metadata={"help": "Data-parallel engine: horovod, ddp, dp or single."})
-    per_device_train_batch_size: int = 32
-    per_device_eval_batch_size: int = 64
-    learning_rate: float = 5e-5
-    weight_decay: float = 0.0
-    adam_epsilon: float = 1e-8
-    num_train_epochs: float = 3.0
+    per_device_train_batch_size: int = field(default=32, metadata={"help": "Examples per rank per micro-step."})
+    per_device_eval_batch_size: int = field(default=64, metadata={"help": "Examples per rank per evaluation batch."})
+    learning_rate: float = field(default=5e-5, metadata={"help": "AdamW's peak learning rate (after warmup)."})
+    weight_decay: float = field(
+        default=0.0, metadata={"help": "AdamW's weight decay (not on biases and LayerNorm weights)."}
+    )
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW's beta1."})
+    adam_beta2: float = field(default=0.999, metadata={"help": "AdamW's beta2."})
+    adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW's epsilon."})
+    num_train_epochs: float = field(default=3.0, metadata={"help": "Epochs to train (fractions allowed)."})
     max_steps: int = field(default=-1, metadata={"help": "If > 0, overrides num_train_epochs."})
-    warmup_ratio: float = 0.0
-    warmup_steps: int = 0
-    gradient_accumulation_steps: int = 1
+    lr_scheduler_type: str = field(
+        default="linear", metadata={"help": f"Learning-rate schedule after the warmup: {', '.join(SCHEDULES)}."}
+    )
+    warmup_ratio: float = field(
+        default=0.0, metadata={"help": "Warmup as a share of the steps (when --warmup_steps is 0)."}
+    )
+    warmup_steps: int = field(default=0, metadata={"help": "Linear warmup steps."})
+    gradient_accumulation_steps: int = field(
+        default=1, metadata={"help": "Micro-steps per optimizer step (Horovod's backward_passes_per_step)."}
+    )
     max_grad_norm: float = field(default=1.0, metadata={"help": "0 disables clipping."})
-    seed: int = 42
-    logging_steps: int = 50
+    seed: int = field(default=42, metadata={"help": "Seed of the model init, the data order and synthetic-nli."})
+    logging_steps: int = field(default=50, metadata={"help": "Log the training loss every N steps."})
+    eval_strategy: str = field(
+        default="epoch", metadata={"help": "When to evaluate during training: epoch, steps (every --eval_steps) or no."}
+    )
+    eval_steps: int | None = field(
+        default=None, metadata={"help": "With --eval_strategy steps: evaluate every N steps (default: logging_steps)."}
+    )
+    do_train: bool = field(default=True, metadata={"help": "Accepted for run_glue.py command lines: a run trains."})
+    do_eval: bool = field(
+        default=True, metadata={"help": "Accepted for run_glue.py command lines: a run ends with an evaluation."}
+    )
+    do_predict: bool = field(
+        default=False, metadata={"help": "Write predict_results.txt for the test split (--test_file) after training."}
+    )
     dropout: float | None = field(default=None, metadata={"help": "Override the model's dropout (0 = off)."})
-    dataloader_num_workers: int = 0
-    disable_tqdm: bool = False
+    dataloader_num_workers: int = field(default=0, metadata={"help": "Data loader worker processes per rank."})
+    disable_tqdm: bool = field(
+        default=False, metadata={"help": "No progress bar on a terminal either (log lines instead)."}
+    )
+    report_to: str = field(
+        default="none",
+        metadata={"help": "Trackers fed from rank 0, comma-separated: tensorboard, wandb, mlflow, all or none."},
+    )
+    run_name: str | None = field(
+        default=None, metadata={"help": "The run's name in the trackers (default: the output_dir's name)."}
+    )
     # Checkpoints.
-    save_steps: int = field(default=0, metadata={"help": "Checkpoint every N steps (0: only at epoch ends)."})
-    save_total_limit: int = field(default=2, metadata={"help": "Checkpoints kept (0: write none)."})
+    save_strategy: str = field(
+        default="epoch",
+        metadata={"help": "epoch: checkpoint at epoch ends (and every --save_steps if > 0); steps: every --save_steps "
+                  "and at the end; no: only when a stop signal arrives."},
+    )
+    save_steps: int = field(default=0, metadata={"help": "Checkpoint every N steps (0: none between epoch ends)."})
+    save_total_limit: int | None = field(
+        default=2, metadata={"help": "Newest checkpoints of the run kept (None: all, as in transformers)."}
+    )
     resume_from_checkpoint: str | None = field(
         default=None,
         metadata={
@@ -116,7 +217,9 @@ class HorovodArguments:
     scale_lr: bool = field(default=False, metadata={"help": "Multiply the learning rate by the world size."})
     compression: str = field(default="none", metadata={"help": "Gradient compression: none or fp16."})
     op: str = field(default="average", metadata={"help": "Gradient reduction: average or adasum."})
-    gradient_predivide_factor: float = 1.0
+    gradient_predivide_factor: float = field(
+        default=1.0, metadata={"help": "Divide gradients by this before the sum and by size/this after it."}
+    )
     # Not --timeline: horovodrun's parser would reject it as an ambiguous prefix of its own --timeline-* options.
     horovod_timeline: str | None = field(default=None, metadata={"help": "Horovod timeline (HOROVOD_TIMELINE)."})
     autotune: bool = field(default=False, metadata={"help": "Horovod autotuning (HOROVOD_AUTOTUNE=1)."})
@@ -169,20 +272,33 @@ def _all_fields() -> dict[str, dataclasses.Field]:
     return {f.name: f for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
 
 
-def _str_to_bool(value: str | bool) -> bool:
+TRUE_VALUES, FALSE_VALUES = ("yes", "true", "t", "y", "1"), ("no", "false", "f", "n", "0")
+
+
+def str_to_bool(value: str | bool) -> bool:
     if isinstance(value, bool):
         return value
     lowered = value.lower()
-    if lowered in ("yes", "true", "t", "y", "1"):
+    if lowered in TRUE_VALUES:
         return True
-    if lowered in ("no", "false", "f", "n", "0"):
+    if lowered in FALSE_VALUES:
         return False
     raise argparse.ArgumentTypeError(f"expected a boolean, got {value!r}")
 
 
+class _ExplicitNone:
+    """`--flag None` on the command line: unlike an absent flag (argparse's None), it overrides a config file."""
+
+    def __repr__(self) -> str:
+        return "None"
+
+
+EXPLICIT_NONE = _ExplicitNone()
+
+
 def _optional(kind: type):
     def parse(value: str):
-        return None if value.lower() in ("none", "null") else kind(value)
+        return EXPLICIT_NONE if value.lower() in ("none", "null") else kind(value)
 
     parse.__name__ = kind.__name__
     return parse
@@ -196,17 +312,27 @@ def _field_type(f: dataclasses.Field) -> tuple[type, bool]:
     return {"str": str, "int": int, "float": float, "bool": bool}[base], optional
 
 
+def _help(f: dataclasses.Field) -> str:
+    """The field's help with its choices and default, as ``--help`` shows them (% escaped for argparse)."""
+    text = f.metadata["help"]
+    if "choices" in f.metadata:
+        text += f" Choices: {', '.join(f.metadata['choices'])}."
+    return f"{text} (default: {f.default})".replace("%", "%%")
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML or JSON file (or a packaged config name: demo) of the arguments below.")
     for section, cls in SECTIONS.items():
         group = parser.add_argument_group(f"{SECTION_TITLES[section]} arguments")
         for f in dataclasses.fields(cls):
             kind, optional = _field_type(f)
-            help_text = f.metadata.get("help", "")
+            help_text = _help(f)
             if kind is bool:
-                group.add_argument(f"--{f.name}", type=_str_to_bool, nargs="?", const=True, help=help_text)
+                group.add_argument(f"--{f.name}", type=str_to_bool, nargs="?", const=True, help=help_text,
+                                   metavar="BOOL")  # fmt: skip
             else:
-                group.add_argument(f"--{f.name}", type=_optional(kind) if optional else kind, help=help_text)
+                group.add_argument(f"--{f.name}", type=_optional(kind) if optional else kind, help=help_text,
+                                   metavar=kind.__name__.upper())  # fmt: skip
     parser.set_defaults(**{name: None for name in _all_fields()})
 
 
@@ -249,7 +375,7 @@ def _coerce(name: str, value: Any) -> Any:
         raise UsageError(f"{name} must not be null", f"give {name} a value or drop it")
     try:
         if kind is bool:
-            return _str_to_bool(value if isinstance(value, bool) else str(value))
+            return str_to_bool(value if isinstance(value, bool) else str(value))
         if kind is int and isinstance(value, float) and not value.is_integer():
             raise ValueError
         return kind(value)
@@ -271,7 +397,8 @@ def parse_run_config(argv: list[str] | None = None, namespace: argparse.Namespac
     values: dict[str, Any] = {}
     if args.config:
         values.update({k: _coerce(k, v) for k, v in load_config_file(args.config).items()})
-    values.update({k: v for k, v in vars(args).items() if k in _all_fields() and v is not None})
+    given = {k: v for k, v in vars(args).items() if k in _all_fields() and v is not None}
+    values.update({k: None if v is EXPLICIT_NONE else v for k, v in given.items()})
     sections = {
         section: cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values})
         for section, cls in SECTIONS.items()
@@ -296,7 +423,6 @@ def _validate_sizes(config: RunConfig) -> None:
         "per_device_eval_batch_size": t.per_device_eval_batch_size,
         "gradient_accumulation_steps": t.gradient_accumulation_steps,
         "max_seq_length": d.max_seq_length,
-        "num_labels": d.num_labels,
         "synthetic_num_examples": d.synthetic_num_examples,
         "logging_steps": t.logging_steps,
     }
@@ -308,22 +434,43 @@ def _validate_sizes(config: RunConfig) -> None:
             f"--validation_split_percentage must be in 1..99 (got {d.validation_split_percentage})",
             "pass e.g. 10",
         )
+    d.check()
 
 
 def _validate_training(t: TrainingArguments) -> None:
-    for name in ("save_steps", "save_total_limit"):
-        if getattr(t, name) < 0:
-            raise UsageError(f"--{name} must be >= 0 (got {getattr(t, name)})", f"pass --{name} 0 or more")
+    if t.save_steps < 0:
+        raise UsageError(f"--save_steps must be >= 0 (got {t.save_steps})", "pass --save_steps 0 or more")
+    if t.save_total_limit is not None and t.save_total_limit <= 0:
+        raise UsageError(f"--save_total_limit must be >= 1 or None (got {t.save_total_limit})",
+                         "pass --save_strategy no to write no checkpoints, or None to keep them all")
+    if t.save_strategy not in SAVE_STRATEGIES:
+        raise UsageError(f"unknown --save_strategy {t.save_strategy!r}", f"use {', '.join(SAVE_STRATEGIES)}")
+    if t.save_strategy == "steps" and not t.save_steps:
+        raise UsageError("--save_strategy steps needs --save_steps", "pass e.g. --save_steps 500")
     if t.learning_rate <= 0:
         raise UsageError(f"--learning_rate must be > 0 (got {t.learning_rate})", "pass e.g. --learning_rate 5e-5")
     if t.max_steps <= 0 and t.num_train_epochs <= 0:
         raise UsageError("nothing to train: --num_train_epochs <= 0 and no --max_steps", "set one of them > 0")
     if t.dropout is not None and not 0.0 <= t.dropout < 1.0:
         raise UsageError(f"--dropout must be in [0, 1) (got {t.dropout})", "pass e.g. --dropout 0.1")
+    if not (t.do_train and t.do_eval):
+        flag = "--do_train" if not t.do_train else "--do_eval"
+        raise UsageError(f"{flag} false: `train` always trains and evaluates",
+                         "drop the flag (--eval_strategy no evaluates only once, at the end)")
+    if t.lr_scheduler_type not in SCHEDULES:
+        raise UsageError(f"unknown --lr_scheduler_type {t.lr_scheduler_type!r}", f"use {', '.join(SCHEDULES)}")
+    if t.eval_strategy not in EVAL_STRATEGIES:
+        raise UsageError(f"unknown --eval_strategy {t.eval_strategy!r}", f"use {', '.join(EVAL_STRATEGIES)}")
+    if t.eval_steps is not None and t.eval_steps <= 0:
+        raise UsageError(f"--eval_steps must be > 0 (got {t.eval_steps})", "pass e.g. --eval_steps 500")
+    for name in ("adam_beta1", "adam_beta2"):
+        if not 0.0 <= getattr(t, name) < 1.0:
+            raise UsageError(f"--{name} must be in [0, 1) (got {getattr(t, name)})", f"pass e.g. --{name} 0.9")
     if t.bf16 and t.fp16:
         raise UsageError("--bf16 and --fp16 are both set", "choose one of them")
     if t.ddp_timeout <= 0:
         raise UsageError(f"--ddp_timeout must be > 0 seconds (got {t.ddp_timeout})", "pass e.g. --ddp_timeout 1800")
+    check_report_to(t.report_to)
     try:
         parse_signals(t.checkpoint_signals)
     except KeyError as unknown:

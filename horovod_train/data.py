@@ -1,4 +1,6 @@
-"""Data: hub datasets, local files and synthetic-nli, all through one validate/tokenize/collate path."""
+"""Data: hub datasets, save_to_disk directories, local files and synthetic-nli, all through one
+validate/tokenize/collate path. Text columns and label names are resolved as transformers' run_glue.py and
+run_classification.py do (horovod_train/glue.py has the GLUE tasks)."""
 
 from __future__ import annotations
 
@@ -9,25 +11,29 @@ import math
 import os
 from collections import Counter
 from collections.abc import Sequence, Sized
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import torch
-from datasets import Dataset, DatasetDict, load_from_disk
+from datasets import ClassLabel, Dataset, DatasetDict, load_from_disk
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
-from horovod_train import synthetic
+from horovod_train import glue, synthetic
 from horovod_train.config import DataArguments
 from horovod_train.errors import UsageError
 from horovod_train.files import atomic_directory
 
-TEXT_COLUMNS = ("premise", "hypothesis")
+TEXT_COLUMNS = ("premise", "hypothesis")  # the NLI columns (synthetic-nli, multi_nli); text_columns() has a run's
+AUTO_TEXT_COLUMNS = (("premise", "hypothesis"), ("sentence1", "sentence2"), ("sentence",), ("text",))
 LABEL_COLUMN = "label"
 SPLIT_SEED = 42  # the tutorials' 90/10 split of the train set
 SYNTHETIC = "synthetic-nli"
 FILE_READERS = {".csv": ",", ".tsv": "\t", ".json": None, ".jsonl": None}
 GLUE_COLUMNS = {"sentence1": "premise", "sentence2": "hypothesis", "gold_label": "label"}  # GLUE's MNLI/SNLI .tsv
+Splits = dict[str, Dataset]
 
 
 def default_cache_dir() -> Path:
@@ -77,109 +83,252 @@ def _looks_like_jsonl(file: Path) -> bool:
         return not f.read(1).lstrip().startswith("[")
 
 
-def _load_hub(args: DataArguments, cache_dir: str | None) -> DatasetDict:
-    from datasets import load_dataset
-
-    try:
-        return load_dataset(args.dataset_name, args.dataset_config_name, cache_dir=cache_dir)
-    except Exception as exc:  # the hub raises many types (ConnectionError, FileNotFoundError, ...)
-        reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
-        raise UsageError(
-            f"cannot load dataset {args.dataset_name!r} ({reason})",
-            "use --train_file, --dataset_name synthetic-nli, or a hub name with network access",
-        ) from None
-
-
-def _from_glue_columns(dataset: Dataset) -> tuple[Dataset, str]:
-    """GLUE's sentence1/sentence2/gold_label as premise/hypothesis/label; also returns the label's source column."""
-    columns = set(dataset.column_names)
-    if columns.isdisjoint(GLUE_COLUMNS.values()) and columns.issuperset(GLUE_COLUMNS):
-        return dataset.select_columns(list(GLUE_COLUMNS)).rename_columns(GLUE_COLUMNS), "gold_label"
-    return dataset, LABEL_COLUMN
-
-
-def _label_names_to_ids(dataset: Dataset, where: str, num_labels: int) -> Dataset:
-    """String labels ("entailment", ...) as ids in the order of the label names (multi_nli's, for 3 labels)."""
-    if getattr(dataset.features[LABEL_COLUMN], "dtype", None) not in ("string", "large_string"):
-        return dataset
-    names = synthetic.LABEL_NAMES if num_labels == len(synthetic.LABEL_NAMES) else ()
-    ids = {label: i for i, label in enumerate(names)}
-    labels = dataset[LABEL_COLUMN]
-    unknown = [(label, n) for label, n in Counter(labels).most_common() if label not in ids]
-    if unknown:
-        known = ", ".join(names) or f"none for --num_labels {num_labels}"
-        shown = ", ".join(f"{label!r} ({n})" for label, n in unknown[:5])
-        raise UsageError(
-            f"{where} has label(s) that are not label names ({known}): {shown}",
-            f"drop those rows or use integer labels 0..{num_labels - 1}",
-        )
-    return dataset.remove_columns(LABEL_COLUMN).add_column(LABEL_COLUMN, [ids[label] for label in labels])
-
-
-def check_split(dataset: Dataset, name: str, num_labels: int) -> Dataset:
-    """Keep premise/hypothesis/label, refusing data that cannot train a num_labels classifier."""
-    dataset, label_column = _from_glue_columns(dataset)
-    missing = [c for c in (*TEXT_COLUMNS, LABEL_COLUMN) if c not in dataset.column_names]
-    if missing:
-        raise UsageError(
-            f"{name} data lacks column(s) {', '.join(missing)} (has: {', '.join(dataset.column_names)})",
-            "provide premise, hypothesis and label columns (or GLUE's sentence1, sentence2 and gold_label)",
-        )
-    dataset = dataset.select_columns([*TEXT_COLUMNS, LABEL_COLUMN])
-    if len(dataset) == 0:
-        raise UsageError(f"{name} data has no examples", "provide at least one example")
-    dataset = _label_names_to_ids(dataset, f"{name} data column {label_column}", num_labels)
-    labels = dataset.unique(LABEL_COLUMN)
-    bad = [v for v in labels if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < num_labels]
-    if bad:
-        raise UsageError(
-            f"{name} data has label(s) {sorted(map(str, bad))[:5]} outside 0..{num_labels - 1}",
-            f"use integer labels 0..{num_labels - 1} or set --num_labels",
-        )
-    for column in TEXT_COLUMNS:
-        if any(not isinstance(v, str) for v in dataset.unique(column)):
-            raise UsageError(f"{name} data has empty or non-text {column} values", f"fill every {column} cell")
-    return dataset
-
-
-def load_raw_datasets(args: DataArguments, seed: int, cache_dir: str | None = None) -> DatasetDict:
-    validation: Dataset | None = None
+def _sources(args: DataArguments, seed: int, cache_dir: str | None) -> tuple[Dataset, Splits, Splits]:
+    """(train, evaluation splits, test splits) as given, before any column or label is checked."""
+    evals: Splits = {}
+    tests: Splits = {}
     if args.train_file:
         train = _read_file(args.train_file, "--train_file")
         if args.validation_file:
-            validation = _read_file(args.validation_file, "--validation_file")
-    elif args.dataset_name == SYNTHETIC:
-        train = Dataset.from_list(synthetic.generate(args.synthetic_num_examples, seed))
-    elif args.dataset_name:
-        hub = _load_hub(args, cache_dir)
-        train = hub["train"]
-        if args.validation_split_name:
-            if args.validation_split_name not in hub:
-                raise UsageError(
-                    f"dataset {args.dataset_name!r} has no split {args.validation_split_name!r}",
-                    f"use one of {', '.join(hub)}",
-                )
-            validation = hub[args.validation_split_name]
+            evals["validation"] = _read_file(args.validation_file, "--validation_file")
+    elif args.dataset_name == SYNTHETIC and not args.task_name:
+        rows = synthetic.generate(args.synthetic_num_examples, seed)
+        names = ClassLabel(names=list(synthetic.LABEL_NAMES))
+        train = Dataset.from_list(rows).remove_columns(LABEL_COLUMN)
+        train = train.add_column(LABEL_COLUMN, [row[LABEL_COLUMN] for row in rows], feature=names)
+    elif args.dataset_name or args.task_name:
+        # --task_name alone (the default synthetic-nli untouched) means GLUE from the hub, as in run_glue.py.
+        name = args.dataset_name if args.dataset_name not in (None, SYNTHETIC) else glue.HUB_DATASET
+        train, evals, tests = glue.pick_splits(glue.load_source(args, cache_dir, name), name, args)
     else:
-        raise UsageError("no training data given", "pass --dataset_name or --train_file")
+        raise UsageError("no training data given", "pass --dataset_name, --train_file or --task_name")
+    if args.test_file:
+        tests["test"] = _read_file(args.test_file, "--test_file")
+    return train, evals, tests
 
-    train = check_split(train, "train", args.num_labels)
-    if validation is None:
-        if len(train) < 2:
-            raise UsageError("train data has too few examples to hold out a validation set", "add examples")
-        split = train.train_test_split(
-            test_size=args.validation_split_percentage / 100, seed=SPLIT_SEED, keep_in_memory=True
+
+def _from_glue_columns(dataset: Dataset, args: DataArguments) -> tuple[Dataset, str, str]:
+    """GLUE's MNLI/SNLI .tsv (sentence1/sentence2/gold_label) as premise/hypothesis/label unless the columns
+    are named by flags; also returns the label column and the name it has in the user's data."""
+    columns = set(dataset.column_names)
+    named = args.text_column_names or args.label_column_name != LABEL_COLUMN or args.task_name not in (None, "mnli")
+    if not named and columns.isdisjoint(GLUE_COLUMNS.values()) and columns.issuperset(GLUE_COLUMNS):
+        return dataset.select_columns(list(GLUE_COLUMNS)).rename_columns(GLUE_COLUMNS), LABEL_COLUMN, "gold_label"
+    return dataset, args.label_column_name, args.label_column_name
+
+
+def resolve_text_columns(train: Dataset, args: DataArguments) -> list[str]:
+    """--text_column_names, else the task's columns, else the first of AUTO_TEXT_COLUMNS the data has."""
+    named = args.text_columns()
+    if named:
+        return named
+    if args.task_name:
+        return glue.task_text_columns(args.task_name)
+    for candidate in AUTO_TEXT_COLUMNS:
+        if set(candidate) <= set(train.column_names):
+            return list(candidate)
+    raise UsageError(
+        "train data has no text column: none of premise+hypothesis, sentence1+sentence2, sentence or text "
+        f"(has: {', '.join(train.column_names)})",
+        "pass --text_column_names with one or two of its columns (comma-separated), or --task_name",
+    )
+
+
+def _column_fix(missing: str, label: str, args: DataArguments) -> str:
+    if missing == label:
+        return "pass --label_column_name with its label column"
+    if args.text_column_names:
+        return "pass --text_column_names with one or two of its columns (comma-separated)"
+    if args.task_name:
+        return f"rename its columns to --task_name {args.task_name}'s, or pass --text_column_names"
+    return "give every split the train data's text columns, or pass --text_column_names"
+
+
+def _select_columns(dataset: Dataset, name: str, text: list[str], args: DataArguments, labelled: bool):
+    """The text columns and ``label`` (the label column renamed; -1 when a test split has none), and the
+    label's source column."""
+    dataset, label, source = _from_glue_columns(dataset, args)
+    required = [*text, label] if labelled else text
+    missing = next((column for column in required if column not in dataset.column_names), None)
+    if missing is not None:
+        raise UsageError(
+            f"{name} data has no column {missing!r} (has: {', '.join(dataset.column_names)})",
+            _column_fix(missing, label, args),
         )
-        train, validation = split["train"], split["test"]
+    if label in text:
+        raise UsageError(f"--label_column_name {label} is also a text column", "name the label column")
+    if label not in dataset.column_names:
+        return dataset.select_columns(text).add_column(LABEL_COLUMN, [-1] * len(dataset)), source
+    dataset = dataset.select_columns([*text, label])
+    return (dataset.rename_column(label, LABEL_COLUMN) if label != LABEL_COLUMN else dataset), source
+
+
+def _check_texts(dataset: Dataset, name: str, text: list[str], labelled: bool) -> None:
+    if labelled and len(dataset) == 0:
+        raise UsageError(f"{name} data has no examples", "provide at least one example")
+    for column in text:
+        if any(not isinstance(v, str) for v in dataset.unique(column)):
+            raise UsageError(f"{name} data has empty or non-text {column} values", f"fill every {column} cell")
+
+
+@dataclass(frozen=True)
+class LabelNames:
+    names: tuple[str, ...]
+    origin: str  # where the names come from, for messages
+
+
+def _is_string(feature: object) -> bool:
+    return getattr(feature, "dtype", None) in ("string", "large_string")
+
+
+def _nli_names(labels: set[str]) -> bool:
+    """multi_nli's names: all the labels are among them, or (a '-' or typo aside) two or more of them are."""
+    known = set(synthetic.LABEL_NAMES)
+    return labels <= known or len(labels & known) >= 2
+
+
+def resolve_label_names(train: Dataset, source: str, args: DataArguments) -> LabelNames:
+    """A ClassLabel's names; the task's; for string labels multi_nli's or the sorted distinct labels (as
+    run_classification.py); for integer labels --num_labels or their distinct count (multi_nli's names for 3)."""
+    feature = train.features[LABEL_COLUMN]
+    if isinstance(feature, ClassLabel):
+        found = LabelNames(tuple(feature.names), f"the ClassLabel names of {source}")
+    elif args.task_name in glue.TASK_LABEL_NAMES:
+        found = LabelNames(glue.TASK_LABEL_NAMES[args.task_name], f"--task_name {args.task_name}'s names")
+    elif _is_string(feature):
+        values = {v for v in train.unique(LABEL_COLUMN) if v is not None}
+        nli = _nli_names(values)
+        names = synthetic.LABEL_NAMES if nli else tuple(sorted(values))
+        found = LabelNames(names, "the multi_nli names" if nli else "the train data's distinct labels")
     else:
-        validation = check_split(validation, "validation", args.num_labels)
-    if args.max_train_samples is not None:
-        train = train.select(range(min(args.max_train_samples, len(train))), keep_in_memory=True)
-    if args.max_eval_samples is not None:
-        validation = validation.select(range(min(args.max_eval_samples, len(validation))), keep_in_memory=True)
-    if len(train) == 0 or len(validation) == 0:
+        count = args.num_labels or len(train.unique(LABEL_COLUMN))
+        names = synthetic.LABEL_NAMES if count == 3 else tuple(f"LABEL_{i}" for i in range(count))
+        found = LabelNames(names, f"--num_labels {count}" if args.num_labels else f"{count} distinct integer labels")
+    if args.num_labels is not None and args.num_labels != len(found.names):
+        raise UsageError(
+            f"--num_labels {args.num_labels} but the train data has {len(found.names)} labels "
+            f"({', '.join(found.names[:10])}: {found.origin})",
+            "drop --num_labels (it is inferred from the data)",
+        )
+    if len(found.names) < 2:
+        raise UsageError(
+            f"train data column {source} has a single label ({', '.join(map(str, found.names))})",
+            "a classifier needs examples of two or more labels (check --label_column_name)",
+        )
+    return found
+
+
+def _as_id(value: object, unlabelled_ok: bool) -> int | None:
+    """An integer label's id; -1 for a missing one where allowed; None for anything else."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return -1 if unlabelled_ok else None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    return int(value) if isinstance(value, float) and value.is_integer() else None
+
+
+def _ids_of_names(values: list, where: str, labels: LabelNames, unlabelled_ok: bool) -> list[int]:
+    ids = {name: i for i, name in enumerate(labels.names)}
+    unknown = Counter(v for v in values if v not in ids and not (unlabelled_ok and v is None))
+    if unknown:
+        shown = ", ".join(f"{label!r} ({n})" for label, n in unknown.most_common(5))
+        from_train = labels.origin.startswith("the train data")
+        raise UsageError(
+            f"{where} has label(s) that are not label names ({', '.join(labels.names)}; {labels.origin}): {shown}",
+            "add examples of them to the train data, or drop those rows"
+            if from_train
+            else f"drop those rows or use integer labels 0..{len(labels.names) - 1}",
+        )
+    return [ids.get(v, -1) for v in values]
+
+
+def encode_labels(dataset: Dataset, where: str, labels: LabelNames, unlabelled_ok: bool) -> Dataset:
+    """The label column as a ClassLabel of ``labels``; -1 (no label) only where ``unlabelled_ok`` (test splits)."""
+    feature, values, n = dataset.features[LABEL_COLUMN], list(dataset[LABEL_COLUMN]), len(labels.names)
+    if isinstance(feature, ClassLabel) and tuple(feature.names) != labels.names:
+        raise UsageError(
+            f"{where} has label names ({', '.join(feature.names)}) other than the train data's "
+            f"({', '.join(labels.names)})",
+            "give every split the same ClassLabel names",
+        )
+    if _is_string(feature):
+        ids = _ids_of_names(values, where, labels, unlabelled_ok)
+    else:
+        ids = [_as_id(v, unlabelled_ok) for v in values]
+        lowest = -1 if unlabelled_ok else 0
+        bad = {str(v) for v, i in zip(values, ids, strict=True) if i is None or not lowest <= i < n}
+        if bad:
+            raise UsageError(
+                f"{where} has label(s) {sorted(bad)[:5]} outside 0..{n - 1} ({labels.origin})",
+                f"use integer labels 0..{n - 1} or label names, or set --num_labels",
+            )
+    feature = ClassLabel(names=list(labels.names))
+    return dataset.remove_columns(LABEL_COLUMN).add_column(LABEL_COLUMN, ids, feature=feature)
+
+
+def _checked_split(
+    dataset: Dataset, name: str, text: list[str], args: DataArguments, labels: LabelNames, labelled: bool
+) -> Dataset:
+    dataset, source = _select_columns(dataset, name, text, args, labelled)
+    _check_texts(dataset, name, text, labelled)
+    return encode_labels(dataset, f"{name} data column {source}", labels, unlabelled_ok=not labelled)
+
+
+def _hold_out(train: Dataset, args: DataArguments) -> tuple[Dataset, Splits]:
+    if len(train) < 2:
+        raise UsageError("train data has too few examples to hold out a validation set", "add examples")
+    # train_test_split's permutation, without its index cache files (written beside a save_to_disk directory)
+    order = np.random.default_rng(SPLIT_SEED).permutation(len(train))
+    held_out = math.ceil(args.validation_split_percentage / 100 * len(train))
+    validation = train.select(order[:held_out], keep_in_memory=True)
+    return train.select(order[held_out:], keep_in_memory=True), {"validation": validation}
+
+
+def _first(dataset: Dataset, limit: int | None) -> Dataset:
+    return dataset if limit is None else dataset.select(range(min(limit, len(dataset))), keep_in_memory=True)
+
+
+def load_raw_datasets(args: DataArguments, seed: int, cache_dir: str | None = None) -> DatasetDict:
+    """``train``; one evaluation split ``validation``, or several named ``validation_*`` (the first is the
+    primary); zero or more ``test*`` splits (labels -1 where missing). Each has the text columns
+    (``text_columns``) and ``label``, a ClassLabel with the label names."""
+    train, evals, tests = _sources(args, seed, cache_dir)
+    text = resolve_text_columns(_from_glue_columns(train, args)[0], args)
+    train, source = _select_columns(train, "train", text, args, labelled=True)
+    _check_texts(train, "train", text, labelled=True)
+    labels = resolve_label_names(train, source, args)
+    train = encode_labels(train, f"train data column {source}", labels, unlabelled_ok=False)
+    evals = {name: _checked_split(split, name, text, args, labels, True) for name, split in evals.items()}
+    tests = {name: _checked_split(split, name, text, args, labels, False) for name, split in tests.items()}
+    if not evals:
+        train, evals = _hold_out(train, args)
+    train = _first(train, args.max_train_samples)
+    evals = {name: _first(split, args.max_eval_samples) for name, split in evals.items()}
+    if len(train) == 0 or any(len(split) == 0 for split in evals.values()):
         raise UsageError("train or validation data is empty after --max_*_samples", "raise the limits")
-    return DatasetDict(train=train, validation=validation)
+    return DatasetDict({"train": train, **evals, **tests})
+
+
+def eval_split_names(ds: DatasetDict) -> list[str]:
+    """The evaluation splits, the primary one first."""
+    return [name for name in ds if name.startswith("validation")]
+
+
+def test_split_names(ds: DatasetDict) -> list[str]:
+    return [name for name in ds if name.startswith("test")]
+
+
+def text_columns(ds: DatasetDict) -> list[str]:
+    """The text columns of a load_raw_datasets result, in the order the tokenizer takes them."""
+    return [column for column in ds["train"].column_names if column != LABEL_COLUMN]
+
+
+def label_names(ds: DatasetDict) -> list[str]:
+    """The label names of a load_raw_datasets (``label``) or tokenized (``labels``) result."""
+    features = ds["train"].features
+    return list(features["labels" if "labels" in features else LABEL_COLUMN].names)
 
 
 def content_digest(*parts: object) -> str:
@@ -197,23 +346,36 @@ def content_digest(*parts: object) -> str:
 
 
 def tokenized_cache_path(
-    raw: DatasetDict, tokenizer: PreTrainedTokenizerBase, max_seq_length: int, cache_dir: Path
+    raw: DatasetDict, tokenizer: PreTrainedTokenizerBase, max_seq_length: int, cache_dir: Path, pad: bool = False
 ) -> Path:
     vocab = sorted(tokenizer.get_vocab().items())
-    digest = content_digest(raw["train"], raw["validation"], vocab, type(tokenizer).__name__, max_seq_length)
+    splits = [part for name in raw for part in (name, raw[name])]
+    length = (max_seq_length, "padded") if pad else max_seq_length
+    digest = content_digest(*splits, label_names(raw), vocab, type(tokenizer).__name__, length)
     return cache_dir / "tokenized" / digest
 
 
-def tokenize_to_disk(raw: DatasetDict, tokenizer: PreTrainedTokenizerBase, max_seq_length: int, target: Path) -> None:
-    if target.is_dir():
+def tokenize_to_disk(
+    raw: DatasetDict,
+    tokenizer: PreTrainedTokenizerBase,
+    max_seq_length: int,
+    target: Path,
+    pad: bool = False,
+    overwrite: bool = False,
+) -> None:
+    """Tokenize every split into ``target`` unless it is there (``overwrite``: again). ``pad``: every
+    example to ``max_seq_length`` (run_glue's --pad_to_max_length), else the collator pads per batch."""
+    if target.is_dir() and not overwrite:
         return
+    columns = text_columns(raw)
+    padding = "max_length" if pad else False
 
     def encode(batch: dict) -> dict:
-        return tokenizer(*(batch[c] for c in TEXT_COLUMNS), truncation=True, max_length=max_seq_length)
+        return tokenizer(*(batch[c] for c in columns), padding=padding, truncation=True, max_length=max_seq_length)
 
-    encoded = raw.map(encode, batched=True, remove_columns=list(TEXT_COLUMNS), keep_in_memory=True)
+    encoded = raw.map(encode, batched=True, remove_columns=columns, keep_in_memory=True)
     encoded = encoded.rename_column(LABEL_COLUMN, "labels")
-    with atomic_directory(target) as tmp:
+    with atomic_directory(target, replace=overwrite) as tmp:
         encoded.save_to_disk(str(tmp))
 
 

@@ -9,21 +9,32 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from horovod_train.errors import UsageError
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+@contextlib.contextmanager
+def atomic_file(path: Path, mode: str = "w") -> Iterator[IO]:
+    """A file object whose content replaces ``path`` (fsynced) only when the block succeeds."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp's 0600 would hide results from the group
-    with os.fdopen(fd, "w") as f:
+    try:
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp's 0600 would hide results from the group
+        with os.fdopen(fd, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    with atomic_file(path) as f:
         json.dump(data, f, indent=2, sort_keys=True)
         f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 @contextlib.contextmanager

@@ -212,7 +212,7 @@ def keep_outputs(ctx: Context, step: Step) -> None:
     assert step.run_dir is not None
     dest = ctx.out / "runs" / step.name
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("metrics.jsonl", "eval_results.json", "run_config.json"):
+    for name in ("metrics.jsonl", "all_results.json", "run_config.json"):
         if (step.run_dir / name).is_file():
             shutil.copy2(step.run_dir / name, dest / name)
 
@@ -222,7 +222,7 @@ def check_training(ctx: Context, step: Step, text: str) -> tuple[str, dict[str, 
     assert step.run_dir is not None
     keep_outputs(ctx, step)
     losses = read_losses(step.run_dir)
-    results = json.loads((step.run_dir / "eval_results.json").read_text())
+    results = json.loads((step.run_dir / "all_results.json").read_text())
     if len(losses) < 2 or not all(math.isfinite(x) for x in losses):
         raise CheckFailed(f"losses not finite or too few: {losses[:8]}")
     quarter = max(1, len(losses) // 4)
@@ -231,7 +231,7 @@ def check_training(ctx: Context, step: Step, text: str) -> tuple[str, dict[str, 
         "first_loss": first,
         "last_loss": last,
         "logged_losses": len(losses),
-        "accuracy": results.get("accuracy"),
+        "accuracy": results.get("eval_accuracy"),
         "engine": results.get("engine"),
         "backend": results.get("backend") or results.get("controller"),
         "world_size": results.get("world_size"),
@@ -384,7 +384,7 @@ DRY_BERT = ["--synthetic_num_examples", "400", "--per_device_train_batch_size", 
 def train_step(ctx: Context, name: str, what: str, launcher: list[str], args: list[str], **kw: Any) -> Step:
     run_dir = ctx.work / "runs" / name
     cmd = [*launcher, ctx.python, "-m", "horovod_train", "train", *args]
-    cmd += ["--output_dir", str(run_dir), "--overwrite_output_dir", "--disable_tqdm", "--save_total_limit", "0"]
+    cmd += ["--output_dir", str(run_dir), "--overwrite_output_dir", "--disable_tqdm", "--save_strategy", "no"]
     return Step(name, what, cmd, run_dir=run_dir, **kw)
 
 

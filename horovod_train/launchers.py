@@ -137,7 +137,7 @@ def execute(cmd: list[str], log: Path, env: Mapping[str, str] | None = None) -> 
 def summarize(run: Run, run_dir: Path, returncode: int, log: Path) -> dict[str, Any]:
     """One launched training run's outcome from its output directory."""
     row: dict[str, Any] = {**dataclasses.asdict(run), "ok": False, "log": str(log)}
-    results_file = run_dir / "eval_results.json"
+    results_file = run_dir / "all_results.json"
     if returncode != 0 or not results_file.is_file():
         return {**row, "error": f"exit code {returncode}"}
     results = json.loads(results_file.read_text())
@@ -150,7 +150,7 @@ def summarize(run: Run, run_dir: Path, returncode: int, log: Path) -> dict[str, 
         "samples_per_second": statistics.median(r["samples_per_second"] for r in records),
         "tokens_per_second": statistics.median(r["tokens_per_second"] for r in records),
         "final_train_loss": records[-1]["loss"],
-        "validation_accuracy": results["accuracy"],
+        "validation_accuracy": results["eval_accuracy"],
         "peak_memory_mb_per_rank": results["peak_memory_mb_per_rank"],
         "wall_time_s": results["wall_time_s"],
     }

@@ -14,29 +14,33 @@ import torch
 if TYPE_CHECKING:
     from horovod_train.engines.base import Engine
 
-ACCURACY_MODULE = Path(__file__).parent / "evaluate_metrics" / "accuracy"
+METRIC_MODULES = Path(__file__).parent / "evaluate_metrics"
 
 
 @cache
-def accuracy_metric():
+def metric_module(name: str):
     import evaluate
 
     # Shipped with the package: evaluate.load("accuracy") would fetch the script from the hub.
-    return evaluate.load(str(ACCURACY_MODULE), keep_in_memory=True)
+    return evaluate.load(str(METRIC_MODULES / name), keep_in_memory=True)
 
 
-def exact_accuracy(rows: torch.Tensor, expected_examples: int) -> dict[str, Any]:
-    """``rows`` holds (example index, prediction, label) from all ranks. Each example must appear
-    exactly once: the result is the accuracy over the set, not an average of per-rank accuracies."""
+def exact_metrics(rows: torch.Tensor, losses: torch.Tensor, expected_examples: int) -> dict[str, Any]:
+    """``rows`` holds (example index, prediction, label) and ``losses`` each example's loss, from all
+    ranks. Each example must appear exactly once: the metrics are over the set, not an average of
+    per-rank metrics. F1 is macro-averaged over the classes."""
     index = rows[:, 0]
     if index.numel() != expected_examples or torch.unique(index).numel() != expected_examples:
         raise RuntimeError(
             f"evaluation gathered {index.numel()} predictions ({torch.unique(index).numel()} distinct) "
-            f"for {expected_examples} validation examples"
+            f"for {expected_examples} examples"
         )
-    ordered = rows[torch.argsort(index)]
-    score = accuracy_metric().compute(predictions=ordered[:, 1].tolist(), references=ordered[:, 2].tolist())
-    return {"accuracy": float(score["accuracy"]), "eval_samples": int(index.numel())}
+    order = torch.argsort(index)
+    predictions, references = rows[order, 1].tolist(), rows[order, 2].tolist()
+    accuracy = metric_module("accuracy").compute(predictions=predictions, references=references)["accuracy"]
+    f1 = metric_module("f1").compute(predictions=predictions, references=references, average="macro")["f1"]
+    loss = float(losses.double().sum() / max(losses.numel(), 1))
+    return {"loss": loss, "accuracy": float(accuracy), "f1": float(f1), "samples": int(index.numel())}
 
 
 @dataclass

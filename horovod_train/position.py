@@ -15,6 +15,7 @@ class TrainingPosition:
     samples_in_epoch: int = 0  # examples (all ranks together) consumed inside `epoch`
     total_steps: int = 0  # the learning-rate schedule's length
     history: list[dict[str, Any]] = field(default_factory=list)  # the evaluation at each epoch end
+    log_history: list[dict[str, Any]] = field(default_factory=list)  # transformers' log_history: logs, evals
     world_sizes: list[list[int]] = field(default_factory=list)  # [global step, world size] at each change
     epoch_examples: list[int] = field(default_factory=list)  # --audit_samples: example indices seen this epoch
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from horovod_train import amp, rng, synthetic
+from horovod_train import amp, outputs, rng
 from horovod_train import checkpoint as ckpt
 from horovod_train import data as data_lib
 from horovod_train import model as model_lib
@@ -26,10 +26,11 @@ from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
 from horovod_train.files import follow_umask, reset_output_dir, write_json_atomic
 from horovod_train.memory import peak_memory_mb
-from horovod_train.metrics import Meter, audit_epoch, exact_accuracy
+from horovod_train.metrics import Meter, audit_epoch, exact_metrics
 from horovod_train.position import TrainingPosition
-from horovod_train.schedule import LinearSchedule
+from horovod_train.schedule import Schedule
 from horovod_train.stopping import StopSignals, TrainingStopped, parse_signals
+from horovod_train.trackers import Trackers, plot_training_curves
 
 
 class Trainer:
@@ -43,7 +44,9 @@ class Trainer:
         if self.args.tf32 and engine.device.type == "cuda":
             amp.enable_tf32()
         self.last_saved_step = -1
+        self.last_evaluation: tuple[int, dict[str, Any]] = (-1, {})  # (step, metrics)
         self.signals = StopSignals([])  # train() watches the --checkpoint_signals while it runs
+        self.trackers = Trackers({})  # rank 0's --report_to trackers, from setup() on
 
     def train(self) -> dict[str, Any]:
         started = time.perf_counter()
@@ -54,6 +57,7 @@ class Trainer:
             return self.finish(result, time.perf_counter() - started)
         finally:
             self.signals.close()
+            self.trackers.close()
 
     def log(self, message: str) -> None:
         if self.engine.is_main:
@@ -74,6 +78,7 @@ class Trainer:
         self.model, self.optimizer = engine.wrap(model, optimizer)
         self.build_train_loader()
         self.position = self.start_position(resumed)
+        self.first_step = self.position.global_step
         self.policy = engine.policy(self.model, self.optimizer, self.train_loader.sampler, len(self.train_set))
         lineage = resumed["trainer_state"].get("lineage", []) if resumed else []
         self.checkpoints = ckpt.Checkpoints(self.output_dir, args.save_total_limit, lineage)
@@ -85,38 +90,46 @@ class Trainer:
         if engine.is_main and not resumed and not engine.joins_running_job(args.output_dir):
             reset_output_dir(args.output_dir)
             write_json_atomic(self.output_dir / "run_config.json", {**self.config.to_dict(), **engine.describe()})
+        if engine.is_main:
+            name = args.run_name or self.output_dir.resolve().name
+            self.trackers = Trackers.create(args.report_to, self.output_dir, name, self.config.to_dict())
+        splits = " ".join(f"{name}={len(self.tokenized[name])}" for name in data_lib.eval_split_names(self.tokenized))
+        self.global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * engine.world_size
         self.log(
             f"engine={engine.name} world_size={engine.world_size} device={engine.device} "
-            f"train={len(self.train_set)} validation={len(self.tokenized['validation'])} "
-            f"global_batch={args.per_device_train_batch_size * args.gradient_accumulation_steps * engine.world_size} "
-            f"steps={self.position.total_steps}"
+            f"train={len(self.train_set)} {splits} global_batch={self.global_batch} steps={self.position.total_steps}"
         )
         if resumed:  # each rank its own generators (a rank beyond the saved world takes rank 0's)
             states = resumed["rng"]
             rng.restore(states[engine.rank] if engine.rank < len(states) else states[0])
-        # Under a launcher stderr is a pipe, not a terminal: redraw the bar rarely so logs stay readable.
-        interactive = sys.stderr.isatty()
-        self.progress = tqdm(total=self.position.total_steps, disable=not engine.is_main or args.disable_tqdm,
-                             desc="train", mininterval=0.1 if interactive else 10.0, ascii=not interactive)
+        # Under a launcher stderr is a pipe, not a terminal: no bar (its redraws garble tagged lines), a log line
+        # per --logging_steps instead.
+        self.show_bar = engine.is_main and sys.stderr.isatty() and not args.disable_tqdm
+        self.progress = tqdm(total=self.position.total_steps, disable=not self.show_bar, desc="train")
 
     def prepare_data(self):
         c, engine = self.config, self.engine
         raw = data_lib.load_raw_datasets(c.data, self.args.seed, c.model.cache_dir)
         tokenizer_name = c.model.tokenizer_name or c.model.model_name_or_path
         if tokenizer_name == model_lib.TINY_BERT:
-            texts = [t for column in data_lib.TEXT_COLUMNS for t in raw["train"][column]]
+            texts = [t for column in data_lib.text_columns(raw) for t in raw["train"][column]]
             tokenizer_dir = model_lib.tiny_tokenizer_dir(self.cache_dir, texts)
             engine.local_main_first(lambda: model_lib.prepare_tiny_tokenizer(tokenizer_dir, texts))
             tokenizer_name = str(tokenizer_dir)
         tokenizer = engine.local_main_first(lambda: model_lib.load_tokenizer(tokenizer_name, c.model.cache_dir))
-        cached = data_lib.tokenized_cache_path(raw, tokenizer, c.data.max_seq_length, self.cache_dir)
-        engine.local_main_first(lambda: data_lib.tokenize_to_disk(raw, tokenizer, c.data.max_seq_length, cached))
+        d = c.data
+        cached = data_lib.tokenized_cache_path(raw, tokenizer, d.max_seq_length, self.cache_dir, d.pad_to_max_length)
+        engine.local_main_first(
+            lambda: data_lib.tokenize_to_disk(
+                raw, tokenizer, d.max_seq_length, cached, d.pad_to_max_length, overwrite=d.overwrite_cache
+            )
+        )
         return tokenizer, data_lib.load_tokenized(cached)
 
     def build_model(self) -> torch.nn.Module:
         c = self.config
-        num_labels = c.data.num_labels
-        label_names = list(synthetic.LABEL_NAMES) if num_labels == 3 else [f"LABEL_{i}" for i in range(num_labels)]
+        label_names = data_lib.label_names(self.tokenized)  # checked against --num_labels when the data loaded
+        num_labels = len(label_names)
         model = model_lib.build_model(
             c.model.model_name_or_path,
             num_labels,
@@ -143,7 +156,8 @@ class Trainer:
             {"params": [p for n, p in params if n.endswith(no_decay)], "weight_decay": 0.0},
         ]
         lr = self.engine.effective_learning_rate(self.args.learning_rate)
-        return torch.optim.AdamW(groups, lr=lr, eps=self.args.adam_epsilon)
+        betas = (self.args.adam_beta1, self.args.adam_beta2)
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=self.args.adam_epsilon)
 
     def build_train_loader(self) -> None:
         args, engine = self.args, self.engine
@@ -213,19 +227,20 @@ class Trainer:
     def train_epochs(self, position: TrainingPosition) -> dict[str, Any]:
         """Re-entrant: a policy whose world can change calls it again, from its last commit, after a resize."""
         self.enter(position)
-        result = None
         while position.epoch < self.num_epochs and not self.policy.finished(position):
             completed = self.train_epoch(position)
-            result = self.end_epoch(position, completed)
-        return result or self.evaluate()
+            self.end_epoch(position, completed)
+        step, result = self.last_evaluation
+        return result if step == position.global_step else self.evaluate_all(position)
 
     def enter(self, position: TrainingPosition) -> None:
         """(Re)start from ``position`` in the current world: its size, its learning rate, the bar."""
         self.position = position
         position.record_world_size(self.engine.world_size)
         base_lr = self.engine.effective_learning_rate(self.args.learning_rate)
-        self.schedule = LinearSchedule.create(
-            base_lr, position.total_steps, self.args.warmup_steps, self.args.warmup_ratio
+        args = self.args
+        self.schedule = Schedule.create(
+            base_lr, position.total_steps, args.warmup_steps, args.warmup_ratio, args.lr_scheduler_type
         )
         self.schedule.apply(self.optimizer, self.policy.schedule_step(position))
         # A step cut short (a worker lost inside the all-reduce) must not leave its gradients behind, nor a
@@ -268,7 +283,9 @@ class Trainer:
         self.progress.update(1)
         if position.global_step % args.logging_steps == 0 or self.policy.finished(position):
             self.log_metrics(position, lr)
-        if args.save_steps and position.global_step % args.save_steps == 0:
+        if args.eval_strategy == "steps" and position.global_step % (args.eval_steps or args.logging_steps) == 0:
+            self.evaluate_all(position)
+        if args.save_steps and args.save_strategy != "no" and position.global_step % args.save_steps == 0:
             self.save_checkpoint(position)
         self.policy.after_step(position)
 
@@ -282,53 +299,88 @@ class Trainer:
     def log_metrics(self, position: TrainingPosition, learning_rate: float) -> None:
         record = {
             "step": position.global_step,
-            "epoch": round(position.epoch + position.steps_in_epoch / max(self.steps_per_epoch, 1), 4),
+            "epoch": self.epoch_float(position),
             "learning_rate": learning_rate,
             "world_size": self.engine.world_size,
             **self.meter.reduce(self.engine),
         }
         self.meter = Meter()
+        position.log_history.append({k: record[k] for k in ("loss", "learning_rate", "epoch", "step")})
+        self.trackers.log(record, position.global_step)
         if self.engine.is_main:  # opened per record: after a resize rank 0 may be a new process
             with (self.output_dir / "metrics.jsonl").open("a") as f:
                 f.write(json.dumps(record) + "\n")
-        self.progress.set_postfix(loss=f"{record['loss']:.4f}")
+        if self.show_bar:
+            self.progress.set_postfix(loss=f"{record['loss']:.4f}")
+        else:
+            self.log(
+                f"step {position.global_step}/{position.total_steps} epoch {record['epoch']:.2f} "
+                f"loss {record['loss']:.4f} lr {learning_rate:.3e} {record['samples_per_second']:.1f} samples/s"
+            )
 
-    def end_epoch(self, position: TrainingPosition, completed: bool) -> dict[str, Any]:
+    def epoch_float(self, position: TrainingPosition) -> float:
+        return round(position.epoch + position.steps_in_epoch / max(self.steps_per_epoch, 1), 4)
+
+    def end_epoch(self, position: TrainingPosition, completed: bool) -> None:
         """Evaluate, record the epoch, checkpoint; then the policy's epoch-end action."""
-        result = self.evaluate()
-        entry = {"epoch": position.epoch + 1, "step": position.global_step, "accuracy": result["accuracy"]}
+        result = self.evaluate_all(position) if self.args.eval_strategy == "epoch" else {}
+        entry = {"epoch": position.epoch + 1, "step": position.global_step, **self.primary_metrics(result)}
         if self.args.audit_samples and completed:
             entry["samples"] = audit_epoch(position.epoch_examples, len(self.train_set))
         position.history.append(entry)
-        self.log(
-            f"epoch {position.epoch + 1}/{self.num_epochs} step {position.global_step}: eval accuracy "
-            f"{result['accuracy']:.4f} on {result['eval_samples']} examples"
-        )
         if completed:
             position.next_epoch()
-        self.save_checkpoint(position)
+        strategy = self.args.save_strategy
+        if strategy == "epoch" or (strategy == "steps" and self.policy.finished(position)):
+            self.save_checkpoint(position)
         self.policy.after_epoch(position)
+
+    @staticmethod
+    def primary_metrics(result: dict[str, Any]) -> dict[str, Any]:
+        return {k: result[k] for k in ("eval_accuracy", "eval_f1", "eval_loss") if k in result}
+
+    def evaluate_all(self, position: TrainingPosition) -> dict[str, Any]:
+        """Every validation split, keyed as transformers does: ``eval_<metric>`` for the first (primary)
+        split, ``eval_<split>_<metric>`` for each other one (MNLI's validation_mismatched)."""
+        started = time.perf_counter()
+        result: dict[str, Any] = {}
+        for i, name in enumerate(data_lib.eval_split_names(self.tokenized)):
+            prefix = "eval" if i == 0 else f"eval_{name}"
+            result.update({f"{prefix}_{k}": v for k, v in self.evaluate(name).items()})
+        result["eval_runtime"] = round(time.perf_counter() - started, 4)
+        result["eval_samples_per_second"] = round(result["eval_samples"] / max(result["eval_runtime"], 1e-9), 3)
+        position.log_history.append(
+            {**{k: v for k, v in result.items() if not k.endswith("_per_rank")}, "epoch": self.epoch_float(position),
+             "step": position.global_step}
+        )
+        self.last_evaluation = (position.global_step, result)
+        self.trackers.log(position.log_history[-1], position.global_step)
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if k.endswith(("_accuracy", "_f1", "_loss")))
+        self.log(f"eval at step {position.global_step}: {shown} ({result['eval_samples']} examples)")
         return result
 
     @torch.no_grad()
-    def evaluate(self) -> dict[str, Any]:
+    def evaluate(self, split: str) -> dict[str, Any]:
         """Every example once over all ranks (the shard follows the current world size)."""
-        engine, dataset = self.engine, self.tokenized["validation"]
+        engine, dataset = self.engine, self.tokenized[split]
         loader = data_lib.eval_loader(
             dataset, self.tokenizer, self.args.per_device_eval_batch_size, engine.world_size, engine.rank
         )
         net = engine.unwrap(self.model)
         net.eval()
-        rows = [torch.zeros((0, 3), dtype=torch.int64)]
+        rows, losses = [torch.zeros((0, 3), dtype=torch.int64)], [torch.zeros(0, dtype=torch.float64)]
         for batch in loader:
             index = batch.pop("example_index")
             batch = {k: v.to(engine.device, non_blocking=True) for k, v in batch.items()}
             labels = batch.pop("labels")
             with self.precision.autocast():
-                predictions = net(**batch).logits.argmax(dim=-1)
-            rows.append(torch.stack([index, predictions.cpu(), labels.cpu()], dim=1))
+                logits = net(**batch).logits
+            loss = torch.nn.functional.cross_entropy(logits.float(), labels, reduction="none")
+            rows.append(torch.stack([index, logits.argmax(dim=-1).cpu(), labels.cpu()], dim=1))
+            losses.append(loss.double().cpu())
         gathered = engine.all_gather(torch.cat(rows).to(engine.device))
-        result = exact_accuracy(gathered.cpu(), len(dataset))
+        gathered_losses = engine.all_gather(torch.cat(losses).to(engine.device))
+        result = exact_metrics(gathered.cpu(), gathered_losses.cpu(), len(dataset))
         per_rank = engine.all_gather(torch.tensor([result["accuracy"]], dtype=torch.float64, device=engine.device))
         result["accuracy_per_rank"] = per_rank.cpu().tolist()
         net.train()
@@ -336,8 +388,6 @@ class Trainer:
 
     def save_checkpoint(self, position: TrainingPosition) -> None:
         """Collective: every rank's RNG states go into the checkpoint rank 0 writes."""
-        if self.args.save_total_limit == 0:
-            return
         rng_states = self.engine.gather_objects(rng.capture())
         if self.engine.is_main:
             training_state = {
@@ -348,7 +398,10 @@ class Trainer:
                 **self.precision.state_dict(),
             }
             model = self.engine.unwrap(self.model)
-            self.checkpoints.save(model, position, self.compatibility, self.config.to_dict(), training_state)
+            self.checkpoints.save(
+                model, position, self.compatibility, self.config.to_dict(), training_state,
+                write_loadable=lambda path: (model.config.save_pretrained(path), self.tokenizer.save_pretrained(path)),
+            )
         self.last_saved_step = position.global_step
 
     def stop_if_signalled(self, position: TrainingPosition) -> None:
@@ -359,7 +412,7 @@ class Trainer:
         if self.last_saved_step != position.global_step:
             self.save_checkpoint(position)
         self.engine.barrier()  # no rank exits (its launcher would end the job) before the checkpoint is complete
-        saved = f"saved {ckpt.PREFIX}{position.global_step}" if self.args.save_total_limit else "no checkpoint kept"
+        saved = f"saved {ckpt.PREFIX}{position.global_step}"
         raise TrainingStopped(
             f"stopped by {received} at step {position.global_step}: {saved} in {self.output_dir}; "
             "continue with --resume_from_checkpoint auto"
@@ -374,7 +427,11 @@ class Trainer:
         model = engine.unwrap(self.model)
         checksum = torch.tensor([model_lib.param_checksum(model)], dtype=torch.int64, device=engine.device)
         peak_memory = torch.tensor([peak_memory_mb(engine.device)], dtype=torch.float64, device=engine.device)
+        train_metrics = self.train_metrics(position, wall_time_s)
+        summary = {**train_metrics, "epoch": self.epoch_float(position), "step": position.global_step}
+        position.log_history.append(summary)
         results = {
+            **train_metrics,
             **result,
             **engine.describe(),
             "epoch": self.num_epochs,
@@ -385,10 +442,62 @@ class Trainer:
             "peak_memory_mb_per_rank": engine.all_gather(peak_memory).cpu().tolist(),
             "wall_time_s": round(wall_time_s, 3),
         }
+        predictions = self.predict() if self.args.do_predict else {}
         if engine.is_main:
             model.save_pretrained(self.output_dir)
             for weights in self.output_dir.glob("*.safetensors"):  # safetensors writes 0600 whatever the umask
                 follow_umask(weights)
             self.tokenizer.save_pretrained(self.output_dir)
-            write_json_atomic(self.output_dir / "eval_results.json", results)
+            outputs.write_predictions(self.output_dir, predictions, model.config.id2label)
+            outputs.write_results(self.output_dir, results, train_metrics, self.trainer_state(position))
+            plot_training_curves(position.log_history, self.output_dir / "training_curves.png")
         return results
+
+    def train_metrics(self, position: TrainingPosition, wall_time_s: float) -> dict[str, float]:
+        """transformers' train_* summary: the mean logged loss, and throughput over this process's run."""
+        losses = [entry["loss"] for entry in position.log_history if "loss" in entry]
+        samples = (position.global_step - self.first_step) * self.global_batch
+        return {
+            "train_loss": sum(losses) / len(losses) if losses else float("nan"),
+            "train_runtime": round(wall_time_s, 4),
+            "train_samples": len(self.train_set),
+            "train_samples_per_second": round(samples / max(wall_time_s, 1e-9), 3),
+            "train_steps_per_second": round((position.global_step - self.first_step) / max(wall_time_s, 1e-9), 3),
+        }
+
+    def trainer_state(self, position: TrainingPosition) -> dict[str, Any]:
+        args = self.args
+        return {
+            "global_step": position.global_step,
+            "max_steps": position.total_steps,
+            "epoch": self.epoch_float(position),
+            "num_train_epochs": self.num_epochs,
+            "logging_steps": args.logging_steps,
+            "eval_steps": args.eval_steps or args.logging_steps,
+            "save_steps": args.save_steps,
+            "train_batch_size": args.per_device_train_batch_size,
+            "is_world_process_zero": True,
+            "log_history": position.log_history,
+        }
+
+    @torch.no_grad()
+    def predict(self) -> dict[str, list[int]]:
+        """Predictions of every test split, in example order (all ranks take part; rank 0 keeps them)."""
+        engine, net = self.engine, self.engine.unwrap(self.model)
+        net.eval()
+        found = {}
+        for name in data_lib.test_split_names(self.tokenized):
+            dataset = self.tokenized[name]
+            loader = data_lib.eval_loader(
+                dataset, self.tokenizer, self.args.per_device_eval_batch_size, engine.world_size, engine.rank
+            )
+            rows = [torch.zeros((0, 2), dtype=torch.int64)]
+            for batch in loader:
+                index = batch.pop("example_index")
+                batch = {k: v.to(engine.device) for k, v in batch.items() if k != "labels"}
+                with self.precision.autocast():
+                    rows.append(torch.stack([index, net(**batch).logits.argmax(dim=-1).cpu()], dim=1))
+            gathered = engine.all_gather(torch.cat(rows).to(engine.device)).cpu()
+            found[name] = gathered[torch.argsort(gathered[:, 0]), 1].tolist()
+        net.train()
+        return found

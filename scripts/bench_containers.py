@@ -134,7 +134,7 @@ def train(name: str, cmd: list[str], out: Path, repeats: int) -> dict:
         start = time.monotonic()
         on_a(*cmd, *JOB, "--output_dir", f"/out/{name}-{i}")
         walls.append(time.monotonic() - start)
-        trains.append(json.loads((out / f"{name}-{i}" / "eval_results.json").read_text())["wall_time_s"])
+        trains.append(json.loads((out / f"{name}-{i}" / "all_results.json").read_text())["wall_time_s"])
     return {"wall_s": statistics.median(walls), "train_s": statistics.median(trains), "runs": repeats}
 
 

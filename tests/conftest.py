@@ -95,7 +95,7 @@ def mpirun(np: int, *args: str) -> list[str]:
 
 
 def read_results(output_dir: Path) -> dict:
-    return json.loads((output_dir / "eval_results.json").read_text())
+    return json.loads((output_dir / "all_results.json").read_text())
 
 
 def assert_ok(proc: subprocess.CompletedProcess) -> None:

@@ -40,11 +40,11 @@ CASES = {
     "missing train file": lambda tmp: (["--train_file", str(tmp / "missing.csv")], "does not exist"),
     "csv without nli columns": lambda tmp: (
         ["--train_file", csv_file(tmp, pd.DataFrame({"text": ["a b"], "y": [1]}))],
-        "lacks column",
+        "has no column 'label' (has: text, y)",
     ),
     "label out of range": lambda tmp: (
         ["--train_file", csv_file(tmp, good_frame().assign(label=[0, 1, 2, 5] * 10))],
-        "outside 0..2",
+        "outside 0..3",
     ),
     "empty dataset": lambda tmp: (["--train_file", csv_file(tmp, good_frame().head(0))], "no examples"),
     "batch size 0": lambda tmp: (["--per_device_train_batch_size", "0"], "must be > 0"),

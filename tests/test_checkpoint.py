@@ -243,7 +243,7 @@ def test_resume_of_a_checkpoint_over_2_gib(tmp_path, cache_dir, engine):
     (checkpoint / ckpt.MANIFEST).write_text(json.dumps(manifest))
 
     resumed = run(launch(engine, *args, "--max_steps", "12", "--output_dir", str(out), "--resume_from_checkpoint",
-                         "latest", "--save_total_limit", "0"), cache_dir, timeout=600)  # fmt: skip
+                         "latest", "--save_strategy", "no"), cache_dir, timeout=600)  # fmt: skip
     assert_ok(resumed)
     assert "resumed from step 10" in resumed.stdout
     results = read_results(out)

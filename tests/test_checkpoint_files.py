@@ -83,7 +83,7 @@ def test_auto_starts_fresh_where_there_is_no_checkpoint(tmp_path, cache_dir):
     (attempt / "metrics.jsonl").write_text('{"step": 1}\n')
     (attempt / ".checkpoint-2.x1y2.tmp").mkdir()
     assert_ok(train(tmp_path, cache_dir, attempt, "--max_steps", "4", "--resume_from_checkpoint", "auto"))
-    assert not list(attempt.glob(".checkpoint-*")) and (attempt / "eval_results.json").is_file()
+    assert not list(attempt.glob(".checkpoint-*")) and (attempt / "all_results.json").is_file()
 
 
 def test_auto_does_not_replace_another_runs_files(tmp_path, cache_dir):

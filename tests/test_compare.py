@@ -59,7 +59,7 @@ def test_compare_a_subset(tmp_path, cache_dir):
     assert_ok(proc)
     runs = json.loads((out / "compare.json").read_text())["runs"]
     assert [r["name"] for r in runs] == ["single", "dp"]
-    assert json.loads((out / "single" / "eval_results.json").read_text())["world_size"] == 1
+    assert json.loads((out / "single" / "all_results.json").read_text())["world_size"] == 1
     # Global batch 2 x 8 on a CPU machine: one process reads batches of 16.
     config = json.loads((out / "dp" / "run_config.json").read_text())
     assert config["per_device_train_batch_size"] == 16 and config["engine"] == "dp"

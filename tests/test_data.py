@@ -72,7 +72,7 @@ def test_a_model_given_the_hypothesis_alone_stays_near_chance(tmp_path, cache_di
         cache_dir,
     )
     assert_ok(proc)
-    accuracy = read_results(out)["accuracy"]
+    accuracy = read_results(out)["eval_accuracy"]
     assert accuracy < 0.42, f"hypothesis-only accuracy {accuracy:.3f} should stay near chance (0.33)"
 
 
@@ -111,9 +111,10 @@ def test_local_files_load_with_extra_columns_dropped(tmp_path, suffix):
 @pytest.mark.parametrize(
     ("frame", "message"),
     [
-        (pd.DataFrame({"sentence1": ["a"], "sentence2": ["b"], "label": [0]}), "lacks column"),
-        (pd.DataFrame({"premise": ["a", "b"], "hypothesis": ["b", "c"], "label": [0, 3]}), "outside 0..2"),
-        (pd.DataFrame({"premise": ["a", "b"], "hypothesis": ["b", "c"], "label": [0, -1]}), "outside 0..2"),
+        (pd.DataFrame({"s1": ["a"], "s2": ["b"], "label": [0]}), "has no text column"),
+        (pd.DataFrame({"premise": ["a"], "hypothesis": ["b"], "y": [0]}), "has no column 'label'"),
+        (pd.DataFrame({"premise": ["a", "b"], "hypothesis": ["b", "c"], "label": [0, 3]}), "outside 0..1"),
+        (pd.DataFrame({"premise": ["a", "b"], "hypothesis": ["b", "c"], "label": [0, -1]}), "outside 0..1"),
         (pd.DataFrame({"premise": [], "hypothesis": [], "label": []}), "no examples"),
         (pd.DataFrame({"premise": ["a", None], "hypothesis": ["b", "c"], "label": [0, 1]}), "empty or non-text"),
     ],

@@ -19,7 +19,7 @@ def test_ddp_gathers_uneven_shards_exactly(tmp_path, cache_dir):
     results = read_results(out)
     assert (results["engine"], results["world_size"], results["launcher"]) == ("ddp", 2, "torchrun")
     assert (results["backend"], results["ddp_bucket_cap_mb"], results["eval_samples"]) == ("gloo", 1, 101)
-    assert results["accuracy_per_rank"] == [results["accuracy"]] * 2
+    assert results["eval_accuracy_per_rank"] == [results["eval_accuracy"]] * 2
     assert len(set(results["param_checksum_per_rank"])) == 1
     assert len(results["peak_memory_mb_per_rank"]) == 2
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import BIN, SMALL_JOB, assert_ok, horovodrun, mpirun, read_results, run
+from conftest import BIN, REPO, SMALL_JOB, assert_ok, base_env, horovodrun, mpirun, read_results, run
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
 from horovod_train.config import DataArguments
@@ -17,18 +19,28 @@ from horovod_train.data import load_raw_datasets
 pytestmark = pytest.mark.slow
 
 
-def recompute_accuracy(output_dir: Path, data_args: DataArguments, seed: int) -> tuple[float, int]:
-    """Single process, from the saved model alone: the number every rank should have reported."""
+def recompute_metrics(output_dir: Path, data_args: DataArguments, seed: int) -> dict[str, float]:
+    """Single process, from the saved model alone: the numbers every rank should have reported
+    (accuracy, macro F1 computed here from the confusion counts, mean cross-entropy)."""
     validation = load_raw_datasets(data_args, seed)["validation"]
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     model = AutoModelForSequenceClassification.from_pretrained(output_dir).eval()
-    correct = 0
+    predictions, losses = [], []
     with torch.no_grad():
         for start in range(0, len(validation), 64):
             rows = validation[start : start + 64]
             batch = tokenizer(rows["premise"], rows["hypothesis"], padding=True, return_tensors="pt")
-            correct += int((model(**batch).logits.argmax(-1) == torch.tensor(rows["label"])).sum())
-    return correct / len(validation), len(validation)
+            logits = model(**batch).logits
+            predictions += logits.argmax(-1).tolist()
+            losses += torch.nn.functional.cross_entropy(logits, torch.tensor(rows["label"]), reduction="none").tolist()
+    labels = validation["label"]
+    f1s = []
+    for c in sorted(set(labels) | set(predictions)):
+        tp = sum(p == y == c for p, y in zip(predictions, labels, strict=True))
+        predicted, actual = predictions.count(c), labels.count(c)
+        f1s.append(2 * tp / (predicted + actual) if predicted + actual else 0.0)
+    accuracy = sum(p == y for p, y in zip(predictions, labels, strict=True)) / len(labels)
+    return {"accuracy": accuracy, "f1": sum(f1s) / len(f1s), "loss": sum(losses) / len(losses), "n": len(labels)}
 
 
 def check_metrics_jsonl(path: Path, expected_last_step: int) -> None:
@@ -57,11 +69,13 @@ def test_two_ranks_train_identically_and_report_exact_accuracy(launcher, tmp_pat
     checksums = results["param_checksum_per_rank"]
     assert len(checksums) == 2 and checksums[0] == checksums[1]
 
-    # Every rank reports the same accuracy, over every validation example once, equal to a recomputation.
-    accuracy, n = recompute_accuracy(out, DataArguments(synthetic_num_examples=1200), seed=42)
-    assert results["eval_samples"] == n == 120
-    assert results["accuracy_per_rank"] == [results["accuracy"]] * 2
-    assert results["accuracy"] == pytest.approx(accuracy, abs=1e-12)
+    # Every rank reports the same metrics, over every validation example once, equal to a recomputation.
+    expected = recompute_metrics(out, DataArguments(synthetic_num_examples=1200), seed=42)
+    assert results["eval_samples"] == expected["n"] == 120
+    assert results["eval_accuracy_per_rank"] == [results["eval_accuracy"]] * 2
+    assert results["eval_accuracy"] == pytest.approx(expected["accuracy"], abs=1e-12)
+    assert results["eval_f1"] == pytest.approx(expected["f1"], abs=1e-12)
+    assert results["eval_loss"] == pytest.approx(expected["loss"], rel=1e-5)
 
     steps_per_epoch = math.ceil(1080 / 2 / 16)  # the sampler pads each rank's shard to 540
     check_metrics_jsonl(out / "metrics.jsonl", expected_last_step=3 * steps_per_epoch)
@@ -73,19 +87,24 @@ def test_two_ranks_train_identically_and_report_exact_accuracy(launcher, tmp_pat
     assert prediction["label"] in {"entailment", "neutral", "contradiction"}
 
 
-def test_demo_job_reaches_080(tmp_path, cache_dir):
-    """The embedded default (`make demo`): 2 Gloo ranks, synthetic-nli, tiny BERT."""
+def test_demo_job_reaches_080_and_its_output_reads_like_a_log(tmp_path, cache_dir):
+    """`make demo` as it runs it: 2 ranks under horovodrun's MPI controller (which tags every line with
+    the rank), output captured: no progress-bar redraws, one log line per --logging_steps from rank 0,
+    and the result as the last line."""
     out = tmp_path / "demo"
-    proc = run(
-        horovodrun(2, "--config", "configs/demo.yaml", "--output_dir", str(out), "--disable_tqdm"),
-        cache_dir,
-        timeout=600,
-    )
-    assert_ok(proc)
+    cmd = horovodrun(2, "--config", "configs/demo.yaml", "--output_dir", str(out), controller="--mpi")
+    proc = subprocess.run(cmd, cwd=REPO, env=base_env(cache_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:]
     results = read_results(out)
-    assert results["accuracy"] >= 0.80, results["history"]
-    assert "accuracy" in proc.stdout and str(out) in proc.stdout
-    for name in ("metrics.jsonl", "eval_results.json", "config.json", "model.safetensors", "tokenizer.json"):
+    assert results["eval_accuracy"] >= 0.80, results["history"]
+    assert "\r" not in proc.stdout and "it/s" not in proc.stdout, proc.stdout[-2000:]
+    lines = [re.sub(r"^\[\d+,\d+\]<std(out|err)>:", "", line) for line in proc.stdout.splitlines() if line.strip()]
+    result = r"accuracy [01]\.\d{4} \(f1 [01]\.\d{4}, \d+ examples\); horovod, world size 2, [\d.]+s"
+    assert re.fullmatch(result, lines[-1]), lines[-5:]
+    steps = [line for line in lines if re.match(r"step \d+/\d+ epoch [\d.]+ loss [\d.]+ lr ", line)]
+    assert len(steps) == len((out / "metrics.jsonl").read_text().splitlines()), lines[:20]  # rank 0's only
+    for name in ("metrics.jsonl", "all_results.json", "config.json", "model.safetensors", "tokenizer.json"):
         assert (out / name).is_file(), name
 
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import SMALL_JOB
-from transformers import get_linear_schedule_with_warmup
+from transformers import get_scheduler
 
 from horovod_train.config import parse_run_config
 from horovod_train.engines.horovod.elastic import ElasticPolicy
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.engines.single import SingleEngine
 from horovod_train.position import TrainingPosition
-from horovod_train.schedule import LinearSchedule
+from horovod_train.schedule import SCHEDULES, Schedule
 from horovod_train.trainer import Trainer
 
 
@@ -42,14 +42,15 @@ def test_elastic_run_ends_by_epochs_and_schedules_by_data_seen():
     assert by_steps.schedule_step(position) == 77 and not by_steps.finished(position)
 
 
+@pytest.mark.parametrize("kind", SCHEDULES)
 @pytest.mark.parametrize(("warmup_steps", "warmup_ratio"), [(0, 0.0), (7, 0.0), (0, 0.1)])
-def test_linear_schedule_is_transformers_linear_schedule(warmup_steps, warmup_ratio):
+def test_each_schedule_is_transformers_schedule(kind, warmup_steps, warmup_ratio):
     total, base = 50, 3e-4
-    ours = LinearSchedule.create(base, total, warmup_steps, warmup_ratio)
+    ours = Schedule.create(base, total, warmup_steps, warmup_ratio, kind)
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=base)
-    theirs = get_linear_schedule_with_warmup(optimizer, ours.warmup_steps, total)
+    theirs = get_scheduler(kind, optimizer, num_warmup_steps=ours.warmup_steps, num_training_steps=total)
     for step in range(total + 1):
-        assert ours.base_lr * ours.factor(step) == theirs.get_last_lr()[0], step  # bit-identical
+        assert ours.base_lr * ours.factor(step) == pytest.approx(theirs.get_last_lr()[0], rel=1e-12, abs=0), step
         optimizer.step()
         theirs.step()
     assert ours.apply(optimizer, 10) == optimizer.param_groups[0]["lr"] == base * ours.factor(10)

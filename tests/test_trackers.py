@@ -1,0 +1,150 @@
+"""Trackers (tensorboard, wandb offline, mlflow file store) and the training-curves plot: fast, no network."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from horovod_train.errors import UsageError
+from horovod_train.trackers import Trackers, check_report_to, plot_training_curves
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = {"learning_rate": 5e-5, "seed": 42, "model_name_or_path": "tiny-bert", "dropout": None}
+TRAIN = [(10, {"loss": 0.69, "learning_rate": 5e-5, "samples_per_second": 120.0, "epoch": 0.5, "note": "warm"}),
+         (20, {"loss": 0.41, "learning_rate": 2.5e-5, "samples_per_second": 125.0, "epoch": 1.0})]  # fmt: skip
+EVAL = (20, {"eval_accuracy": 0.8, "eval_loss": 0.5, "eval_f1": 0.79})
+
+
+def installed(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+def log_all(trackers: Trackers) -> None:
+    for step, record in [*TRAIN, EVAL]:
+        trackers.log(record, step=step)
+    trackers.close()
+
+
+def test_tensorboard_writes_hf_style_tags(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    log_all(Trackers.create("tensorboard", output_dir=tmp_path, run_name="my-run", config=CONFIG))
+    events = EventAccumulator(str(tmp_path / "runs" / "my-run"))
+    events.Reload()
+    scalars = {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    assert set(scalars) == {
+        *(f"train/{k}" for k in ("loss", "learning_rate", "samples_per_second", "epoch")),
+        *(f"eval/{k}" for k in ("accuracy", "loss", "f1")),
+    }  # the string "note" is skipped
+    assert scalars["train/loss"] == [(10, pytest.approx(0.69)), (20, pytest.approx(0.41))]
+    assert scalars["eval/accuracy"] == [(20, pytest.approx(0.8))]
+    config_text = events.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert '"model_name_or_path": "tiny-bert"' in config_text
+
+
+@pytest.mark.parametrize("value", ["none", "", " NONE ", "None,"])
+def test_none_means_no_tracker_and_writes_nothing(tmp_path, value):
+    assert check_report_to(value) == []
+    trackers = Trackers.create(value, output_dir=tmp_path / "out", config=CONFIG)
+    log_all(trackers)
+    assert trackers.trackers == {} and not (tmp_path / "out").exists()
+
+
+def test_names_are_validated(monkeypatch):
+    assert check_report_to("TensorBoard, tensorboard") == ["tensorboard"]
+    for name in ("wandb", "mlflow"):
+        monkeypatch.setitem(sys.modules, name, None)
+    assert check_report_to("all") == ["tensorboard"]  # only what is installed
+    with pytest.raises(UsageError, match="unknown tracker 'neptune'") as error:
+        check_report_to("tensorboard,neptune")
+    assert "tensorboard, wandb, mlflow, all or none" in error.value.fix
+    with pytest.raises(UsageError, match="stand alone"):
+        check_report_to("none,tensorboard")
+
+
+@pytest.mark.parametrize("name", ["tensorboard", "wandb", "mlflow"])
+def test_missing_package_is_a_one_line_usage_error(tmp_path, monkeypatch, name):
+    monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(UsageError) as error:
+        Trackers.create(f"tensorboard,{name}", output_dir=tmp_path / "out")
+    assert error.value.problem == f"--report_to {name} needs the {name} package (not installed)"
+    assert error.value.fix == f"pip install {name}, or drop {name} from --report_to"
+    assert not (tmp_path / "out").exists()  # validated before any tracker was started
+
+
+@pytest.mark.parametrize("name", ["wandb", "mlflow"])
+def test_missing_package_message_on_the_command_line(tmp_path, name):
+    """What a user without the package sees: one stderr line and exit code 2 (run with the package blocked)."""
+    script = textwrap.dedent(f"""
+        import sys
+        sys.modules[{name!r}] = None
+        from horovod_train.errors import UsageError, exit_with
+        from horovod_train.trackers import Trackers
+        try:
+            Trackers.create({name!r}, output_dir={str(tmp_path)!r})
+        except UsageError as error:
+            exit_with(error)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"error: --report_to {name} needs the {name} package (not installed); "
+        f"fix: pip install {name}, or drop {name} from --report_to"
+    ]
+
+
+@pytest.mark.skipif(not installed("wandb"), reason="wandb not installed (optional; see requirements.txt)")
+def test_wandb_offline(tmp_path, monkeypatch):
+    for key in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):  # keep wandb's own logs out of ~
+        monkeypatch.setenv(key, str(tmp_path / key.lower()))
+    for key, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wandb-dir"), "WANDB_SILENT": "true",
+                       "WANDB_ERROR_REPORTING": "false", "WANDB_PROJECT": "hvt-test"}.items():  # fmt: skip
+        monkeypatch.setenv(key, value)
+    log_all(Trackers.create("wandb", output_dir=tmp_path / "out", run_name="my-run", config=CONFIG))
+    runs = list((tmp_path / "wandb-dir" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb")), runs
+
+
+@pytest.mark.skipif(not installed("mlflow"), reason="mlflow not installed (optional; see requirements.txt)")
+def test_mlflow_file_store(tmp_path, monkeypatch):
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # mlflow 3.17 refuses file: stores without it
+    config = {**CONFIG, **{f"p{i}": i for i in range(150)}, "long": "x" * 800}  # over one batch, over 500 chars
+    trackers = Trackers.create("mlflow", output_dir=tmp_path / "out", run_name="my-run", config=config)
+    run_id = trackers.trackers["mlflow"].run.info.run_id
+    log_all(trackers)
+    trackers.log({"eval_acc@top(1)": 0.5}, step=30)  # after close: nothing, no error
+    client = mlflow.tracking.MlflowClient()
+    run = client.get_run(run_id)
+    assert run.info.run_name == "my-run" and run.info.status == "FINISHED"
+    assert len(run.data.params) == len(config) and run.data.params["long"] == "x" * 500
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "loss")] == [(10, 0.69), (20, 0.41)]
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "eval_accuracy")] == [(20, 0.8)]
+    assert "note" not in run.data.metrics
+
+
+def test_plot_training_curves(tmp_path):
+    import matplotlib.image
+
+    history = [{**record, "step": step} for step, record in [*TRAIN, EVAL]]
+    history.append({"eval_accuracy": 0.85, "eval_loss": 0.45, "eval_runtime": 1.2, "step": 40})
+    path = tmp_path / "plots" / "training_curves.png"
+    assert plot_training_curves(history, path) is True
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    image = matplotlib.image.imread(path)
+    assert image.shape[0] > 400 and image.shape[1] > 400 and image.std() > 0.01  # 4 panels, not blank
+    assert [p.name for p in path.parent.iterdir()] == ["training_curves.png"]  # no temporary file left
+
+
+@pytest.mark.parametrize("history", [[], [{"step": 1, "epoch": 0.1}], [{"loss": 0.5}], [{"step": 2, "loss": "nan?"}]])
+def test_plot_without_points_writes_nothing(tmp_path, history):
+    assert plot_training_curves(history, tmp_path / "training_curves.png") is False
+    assert list(tmp_path.iterdir()) == []
