@@ -8,6 +8,7 @@ import sys
 
 from horovod_train import bench, compare, doctor
 from horovod_train.config import FALSE_VALUES, TRUE_VALUES, Parser, add_run_arguments, parse_run_config, str_to_bool
+from horovod_train.console import write_line
 from horovod_train.errors import UsageError, exit_with
 from horovod_train.stopping import STOPPED_EXIT_CODE, TrainingStopped
 
@@ -64,11 +65,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             results = Trainer(config, engine).train()
     except TrainingStopped as stopped:
         if engine.is_main:
-            print(stopped.message, flush=True)
+            write_line(stopped.message)
         return STOPPED_EXIT_CODE
     if engine.is_main:  # the result is the last line, whatever the launcher adds before it
-        print(f"wrote {training.output_dir}/: model + tokenizer, all_results.json, trainer_state.json, metrics.jsonl")
-        print(result_line(results), flush=True)
+        files = "model + tokenizer, all_results.json, trainer_state.json, metrics.jsonl"
+        write_line(f"wrote {training.output_dir}/: {files}")
+        write_line(result_line(results))
     return 0
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from horovod_train.console import write_line
+
 USAGE_EXIT_CODE = 2
 
 
@@ -20,5 +22,5 @@ class UsageError(Exception):
 
 
 def exit_with(error: UsageError) -> None:
-    print(f"error: {error}", file=sys.stderr, flush=True)
+    write_line(f"error: {error}", sys.stderr)
     raise SystemExit(USAGE_EXIT_CODE)

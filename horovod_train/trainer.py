@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 from tqdm.auto import tqdm
@@ -22,6 +22,7 @@ from horovod_train import checkpoint as ckpt
 from horovod_train import data as data_lib
 from horovod_train import model as model_lib
 from horovod_train.config import RunConfig
+from horovod_train.console import write_line
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
 from horovod_train.files import follow_umask, reset_output_dir, write_json_atomic
@@ -44,6 +45,7 @@ class Trainer:
         if self.args.tf32 and engine.device.type == "cuda":
             amp.enable_tf32()
         self.last_saved_step = -1
+        self.show_bar = False  # setup() draws one on rank 0 at a terminal
         self.last_evaluation: tuple[int, dict[str, Any]] = (-1, {})  # (step, metrics)
         self.signals = StopSignals([])  # train() watches the --checkpoint_signals while it runs
         self.trackers = Trackers({})  # rank 0's --report_to trackers, from setup() on
@@ -59,13 +61,17 @@ class Trainer:
             self.signals.close()
             self.trackers.close()
 
-    def log(self, message: str) -> None:
-        if self.engine.is_main:
-            tqdm.write(message)
+    def log(self, message: str, file: TextIO | None = None) -> None:
+        """Rank 0 only; above the progress bar when there is one."""
+        if not self.engine.is_main:
+            return
+        if self.show_bar:
+            tqdm.write(message, file=file)
+        else:
+            write_line(message, file)
 
     def warn(self, message: str) -> None:
-        if self.engine.is_main:
-            tqdm.write(message, file=sys.stderr)
+        self.log(message, sys.stderr)
 
     # ---- setup -------------------------------------------------------------------------------
     def setup(self) -> None:

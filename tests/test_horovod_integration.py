@@ -100,6 +100,7 @@ def test_demo_job_reaches_080_and_its_output_reads_like_a_log(tmp_path, cache_di
     assert results["eval_accuracy"] >= 0.80, results["history"]
     assert "\r" not in proc.stdout and "it/s" not in proc.stdout, proc.stdout[-2000:]
     lines = [re.sub(r"^\[\d+,\d+\]<std(out|err)>:", "", line) for line in proc.stdout.splitlines() if line.strip()]
+    assert not [line for line in lines if "]<std" in line], lines[-5:]  # a rank tag only at a line's start
     result = r"accuracy [01]\.\d{4} \(f1 [01]\.\d{4}, \d+ examples\); horovod, world size 2, [\d.]+s"
     assert re.fullmatch(result, lines[-1]), lines[-5:]
     steps = [line for line in lines if re.match(r"step \d+/\d+ epoch [\d.]+ loss [\d.]+ lr ", line)]

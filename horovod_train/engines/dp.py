@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from horovod_train.console import write_line
 from horovod_train.engines.single import SingleEngine, refuse_a_launcher
 
 
@@ -39,7 +40,7 @@ class DataParallelEngine(SingleEngine):
         if self.device_ids:
             self.device = torch.device("cuda", self.device_ids[0])
         else:
-            print("dp: no GPU visible, running DataParallel on the CPU with one replica", flush=True)
+            write_line("dp: no GPU visible, running DataParallel on the CPU with one replica")
         self.set_cpu_threads()
 
     def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, torch.optim.Optimizer]:
