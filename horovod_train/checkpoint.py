@@ -100,12 +100,19 @@ class Checkpoints:
             manifest = {path.name: _sha256(path) for path in sorted(tmp.iterdir()) if path.is_file()}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
             _fsync_files(tmp)
-        self.rotate(keep_also=target.name)
+        best = Path(position.best_model_checkpoint).name if position.best_model_checkpoint else None
+        self.rotate(keep_also=target.name, best=best)
         return target
 
-    def rotate(self, keep_also: str) -> None:
+    def rotate(self, keep_also: str, best: str | None = None) -> None:
+        """Delete the oldest beyond ``keep``, sparing the best checkpoint as transformers does (a limit of 1
+        then keeps two: the best and the newest)."""
         present = [name for name in self.lineage if (self.output_dir / name).is_dir()]
-        for name in present[: -self.keep] if self.keep else []:
+        doomed = present[: -self.keep] if self.keep else []
+        if self.keep and best in present and best != present[-1]:
+            others = [name for name in present if name != best]
+            doomed = others[: -max(self.keep - 1, 1)]
+        for name in doomed:
             if name != keep_also:
                 shutil.rmtree(self.output_dir / name, ignore_errors=True)
         self.lineage = [name for name in self.lineage if (self.output_dir / name).is_dir()]

@@ -33,6 +33,13 @@ class ModelArguments:
         default="tiny-bert",
         metadata={"help": "Hub name or local directory, or 'tiny-bert' (random init, tokenizer trained locally)."},
     )
+    config_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Config name or directory if not the model's (as in run_glue.py); with tiny-bert, the "
+            "architecture to random-init (e.g. a bert-base-cased config.json's directory)."
+        },
+    )
     tokenizer_name: str | None = field(default=None, metadata={"help": "Defaults to model_name_or_path."})
     cache_dir: str | None = field(
         default=None, metadata={"help": "Where tokenized data and trained tokenizers are cached."}
@@ -147,6 +154,9 @@ class TrainingArguments:
         default=1, metadata={"help": "Micro-steps per optimizer step (Horovod's backward_passes_per_step)."}
     )
     max_grad_norm: float = field(default=1.0, metadata={"help": "0 disables clipping."})
+    label_smoothing_factor: float = field(
+        default=0.0, metadata={"help": "Label smoothing epsilon in the training and eval loss (0: off)."}
+    )
     seed: int = field(default=42, metadata={"help": "Seed of the model init, the data order and synthetic-nli."})
     logging_steps: int = field(default=50, metadata={"help": "Log the training loss every N steps."})
     eval_strategy: str = field(
@@ -175,6 +185,19 @@ class TrainingArguments:
         default=None, metadata={"help": "The run's name in the trackers (default: the output_dir's name)."}
     )
     # Checkpoints.
+    load_best_model_at_end: bool = field(
+        default=False,
+        metadata={"help": "Keep the checkpoint with the best --metric_for_best_model (rotation spares it) and end "
+                  "the run with its weights; needs --save_strategy equal to --eval_strategy."},
+    )
+    metric_for_best_model: str | None = field(
+        default=None,
+        metadata={"help": "What makes a checkpoint best: loss, accuracy, f1, or <split>_<metric> for another "
+                  "validation split, with or without eval_ (default: loss with --load_best_model_at_end)."},
+    )
+    greater_is_better: bool | None = field(
+        default=None, metadata={"help": "Whether a larger metric is better (default: false for a loss, else true)."}
+    )
     save_strategy: str = field(
         default="epoch",
         metadata={"help": "epoch: checkpoint at epoch ends (and every --save_steps if > 0); steps: every --save_steps "
@@ -466,6 +489,10 @@ def _validate_training(t: TrainingArguments) -> None:
     for name in ("adam_beta1", "adam_beta2"):
         if not 0.0 <= getattr(t, name) < 1.0:
             raise UsageError(f"--{name} must be in [0, 1) (got {getattr(t, name)})", f"pass e.g. --{name} 0.9")
+    if not 0.0 <= t.label_smoothing_factor < 1.0:
+        raise UsageError(f"--label_smoothing_factor must be in [0, 1) (got {t.label_smoothing_factor})",
+                         "pass e.g. --label_smoothing_factor 0.1")
+    _validate_best_model(t)
     if t.bf16 and t.fp16:
         raise UsageError("--bf16 and --fp16 are both set", "choose one of them")
     if t.ddp_timeout <= 0:
@@ -475,6 +502,29 @@ def _validate_training(t: TrainingArguments) -> None:
         parse_signals(t.checkpoint_signals)
     except KeyError as unknown:
         raise UsageError(f"--checkpoint_signals: unknown signal {unknown}", "pass e.g. SIGTERM,SIGUSR1") from None
+
+
+def _validate_best_model(t: TrainingArguments) -> None:
+    """transformers' rules: the best checkpoint is chosen among checkpoints written right after an evaluation."""
+    if t.metric_for_best_model is None and t.load_best_model_at_end:
+        t.metric_for_best_model = "loss"
+    if t.metric_for_best_model is not None:
+        if not t.metric_for_best_model.startswith("eval_"):
+            t.metric_for_best_model = f"eval_{t.metric_for_best_model}"
+        if t.greater_is_better is None:
+            t.greater_is_better = not t.metric_for_best_model.endswith("_loss")
+    if not t.load_best_model_at_end:
+        return
+    if t.eval_strategy == "no" or t.save_strategy != t.eval_strategy:
+        raise UsageError(
+            f"--load_best_model_at_end needs --save_strategy equal to --eval_strategy (got save {t.save_strategy}, "
+            f"eval {t.eval_strategy})", "pass the same epoch or steps to both")
+    eval_steps = t.eval_steps or t.logging_steps
+    if t.save_strategy == "steps" and t.save_steps % eval_steps:
+        raise UsageError(
+            f"--load_best_model_at_end needs --save_steps to be a multiple of the evaluation interval (got "
+            f"--save_steps {t.save_steps}, evaluation every {eval_steps} steps)",
+            f"pass e.g. --save_steps {eval_steps * max(1, t.save_steps // eval_steps)}")
 
 
 def _validate_horovod(h: HorovodArguments, t: TrainingArguments) -> None:

@@ -444,20 +444,20 @@ def peak_tflops(ctx: Context) -> float:
 def bench_steps(ctx: Context) -> list[Step]:
     """`bench gpu`: bert-base-cased, random init, MNLI-like lengths grouped by length, bf16, plain vs
     Horovod np=1 in one process; batch sizes swept, then with torch.compile (tiny and one size when dry)."""
-    base = [ctx.python, "-m", "horovod_train", "bench", "gpu", "--precision", "bf16", "--group_by_length"]
+    base = [ctx.python, "-m", "horovod_train", "bench", "gpu", "--bf16", "--group_by_length"]
     if ctx.dry:
         sweeps = [(False, 8)]
-        base += ["--tiny", "--steps", "2", "--warmup_steps", "1", "--repeats", "2"]
+        base += ["--tiny", "--steps", "2", "--warmup", "1", "--repeats", "2"]
     else:
         sizes = [(False, int(b)) for b in ctx.args.batch_sizes.split(",") if b]
         sweeps = sizes + [(True, int(b)) for b in ctx.args.compile_batch_sizes.split(",") if b]
-        base += ["--steps", "30", "--warmup_steps", "5", "--repeats", "3", "--peak_tflops", str(peak_tflops(ctx))]
+        base += ["--steps", "30", "--warmup", "5", "--repeats", "3", "--peak_tflops", str(peak_tflops(ctx))]
     steps = []
     for compiled, batch in sweeps:
         name = f"bench{'_compile' if compiled else ''}_b{batch}"
         out = ctx.out / "bench" / name
-        cmd = [*base, "--batch_size", str(batch), "--output_dir", str(out)]
-        cmd += ["--torch_compile", "--warmup_steps", "15"] if compiled else []
+        cmd = [*base, "--per_device_train_batch_size", str(batch), "--output_dir", str(out)]
+        cmd += ["--torch_compile", "--warmup", "15"] if compiled else []
         what = f"bench gpu bf16 batch {batch}{' torch.compile' if compiled else ''}: plain vs Horovod np=1"
         steps.append(Step(name, what, cmd, check=check_bench, timeout_s=240, run_dir=out))
     return steps

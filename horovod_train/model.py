@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 from transformers import (
+    AutoConfig,
     AutoModelForSequenceClassification,
     AutoTokenizer,
     BertConfig,
@@ -80,6 +81,16 @@ def param_checksum(model: torch.nn.Module) -> int:
     return int.from_bytes(h.digest()[:8], "little") >> 1
 
 
+def load_config(name: str, cache_dir: str | None, labels: dict, overrides: dict):
+    try:
+        return AutoConfig.from_pretrained(name, cache_dir=cache_dir, **labels, **overrides)
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"cannot load config {name!r} ({str(exc).splitlines()[0][:160]})",
+            "pass a directory holding a config.json, or a hub name with network access",
+        ) from None
+
+
 def build_model(
     model_name_or_path: str,
     num_labels: int,
@@ -88,13 +99,21 @@ def build_model(
     seed: int,
     dropout: float | None = None,
     cache_dir: str | None = None,
+    config_name: str | None = None,
 ) -> PreTrainedModel:
+    """``config_name`` (run_glue.py's --config_name): the configuration to load the weights into, or with
+    tiny-bert the architecture to random-init instead of the built-in tiny one."""
     id2label = dict(enumerate(label_names))
     label2id = {name: i for i, name in id2label.items()}
     overrides = {}
     if dropout is not None:
         overrides = {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
     torch.manual_seed(seed)  # same random init on every rank (rank 0's is broadcast anyway)
+    labels = {"num_labels": num_labels, "id2label": id2label, "label2id": label2id}
+    config = load_config(config_name, cache_dir, labels, overrides) if config_name else None
+    if model_name_or_path == TINY_BERT and config is not None:
+        config.vocab_size = vocab_size  # the tokenizer trained on the run's data
+        return AutoModelForSequenceClassification.from_config(config, dtype=torch.float32)
     if model_name_or_path == TINY_BERT:
         config = BertConfig(
             vocab_size=vocab_size,
@@ -107,14 +126,11 @@ def build_model(
     try:
         model = AutoModelForSequenceClassification.from_pretrained(
             model_name_or_path,
-            num_labels=num_labels,
-            id2label=id2label,
-            label2id=label2id,
+            **({"config": config} if config is not None else {**labels, **overrides}),
             cache_dir=cache_dir,
             ignore_mismatched_sizes=True,
             # transformers 5 loads in the saved dtype by default; training needs fp32 master weights (AMP casts)
             dtype=torch.float32,
-            **overrides,
         )
     except (OSError, ValueError) as exc:
         raise UsageError(

@@ -18,6 +18,8 @@ class TrainingPosition:
     log_history: list[dict[str, Any]] = field(default_factory=list)  # transformers' log_history: logs, evals
     world_sizes: list[list[int]] = field(default_factory=list)  # [global step, world size] at each change
     epoch_examples: list[int] = field(default_factory=list)  # --audit_samples: example indices seen this epoch
+    best_metric: float | None = None  # --metric_for_best_model's best value at a checkpoint (transformers' names)
+    best_model_checkpoint: str | None = None
 
     def epochs_done(self, train_examples: int) -> float:
         """Epochs completed, counting the current one by the share of its examples consumed."""

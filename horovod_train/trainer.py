@@ -56,6 +56,8 @@ class Trainer:
         try:
             self.setup()
             result = self.policy.run(self.train_epochs, self.position)
+            if self.args.load_best_model_at_end:
+                result = self.load_best_model(result)
             return self.finish(result, time.perf_counter() - started)
         finally:
             self.signals.close()
@@ -78,6 +80,7 @@ class Trainer:
         args, engine = self.args, self.engine
         rng.seed_everything(args.seed)
         self.tokenizer, self.tokenized = self.prepare_data()
+        self.check_metric_for_best_model()
         model = self.build_model()
         optimizer = self.build_optimizer(model)
         resumed = self.load_checkpoint(model) if args.resume_from_checkpoint else None
@@ -132,6 +135,17 @@ class Trainer:
         )
         return tokenizer, data_lib.load_tokenized(cached)
 
+    def check_metric_for_best_model(self) -> None:
+        metric = self.args.metric_for_best_model
+        if metric is None:
+            return
+        splits = data_lib.eval_split_names(self.tokenized)
+        known = [f"{'eval' if i == 0 else f'eval_{name}'}_{m}" for i, name in enumerate(splits)
+                 for m in ("loss", "accuracy", "f1")]  # fmt: skip
+        if metric not in known:
+            raise UsageError(f"--metric_for_best_model {metric} is not a metric of this run",
+                             f"use one of {', '.join(known)}")
+
     def build_model(self) -> torch.nn.Module:
         c = self.config
         label_names = data_lib.label_names(self.tokenized)  # checked against --num_labels when the data loaded
@@ -144,6 +158,7 @@ class Trainer:
             self.args.seed,
             dropout=self.args.dropout,
             cache_dir=c.model.cache_dir,
+            config_name=c.model.config_name,
         )
         if self.args.torch_compile:
             model.compile()  # in place: state_dict keys and save_pretrained are unchanged
@@ -277,7 +292,7 @@ class Trainer:
             batch = self.next_batch(batches, position)
             with engine.accumulation_context(model, is_last_micro_step=micro == accum - 1):
                 with self.precision.autocast():
-                    loss = engine.forward_loss(model, batch)
+                    loss = engine.forward_loss(model, batch, args.label_smoothing_factor)
                 self.precision.backward(loss / accum)
             self.meter.add(loss.item(), batch)
         engine.clip_and_step(model, self.optimizer, args.max_grad_norm, self.precision.scaler)
@@ -381,7 +396,9 @@ class Trainer:
             labels = batch.pop("labels")
             with self.precision.autocast():
                 logits = net(**batch).logits
-            loss = torch.nn.functional.cross_entropy(logits.float(), labels, reduction="none")
+            loss = torch.nn.functional.cross_entropy(
+                logits.float(), labels, reduction="none", label_smoothing=self.args.label_smoothing_factor
+            )
             rows.append(torch.stack([index, logits.argmax(dim=-1).cpu(), labels.cpu()], dim=1))
             losses.append(loss.double().cpu())
         gathered = engine.all_gather(torch.cat(rows).to(engine.device))
@@ -395,6 +412,7 @@ class Trainer:
     def save_checkpoint(self, position: TrainingPosition) -> None:
         """Collective: every rank's RNG states go into the checkpoint rank 0 writes."""
         rng_states = self.engine.gather_objects(rng.capture())
+        self.track_best_checkpoint(position)
         if self.engine.is_main:
             training_state = {
                 "optimizer": self.optimizer.state_dict(),
@@ -409,6 +427,38 @@ class Trainer:
                 write_loadable=lambda path: (model.config.save_pretrained(path), self.tokenizer.save_pretrained(path)),
             )
         self.last_saved_step = position.global_step
+
+    def track_best_checkpoint(self, position: TrainingPosition) -> None:
+        """A checkpoint written right after an evaluation competes on --metric_for_best_model (every rank
+        holds the same metrics, so every rank's position agrees)."""
+        metric = self.args.metric_for_best_model
+        step, result = self.last_evaluation
+        if metric is None or step != position.global_step:
+            return
+        value, best = result[metric], position.best_metric
+        if best is None or (value > best if self.args.greater_is_better else value < best):
+            position.best_metric = value
+            position.best_model_checkpoint = str(self.output_dir / f"{ckpt.PREFIX}{position.global_step}")
+
+    def load_best_model(self, result: dict[str, Any]) -> dict[str, Any]:
+        """--load_best_model_at_end: rank 0 reads and verifies the best checkpoint's weights, every rank loads
+        them, and the run's final evaluation is that model's."""
+        position = self.position
+        best = position.best_model_checkpoint
+        if best is None or Path(best).name == f"{ckpt.PREFIX}{position.global_step}":
+            return result  # the final weights are the best ones (or nothing was ever compared)
+        payload: Any = None
+        if self.engine.is_main:
+            try:
+                payload = ckpt.load_checkpoint(Path(best))[0]
+            except UsageError as error:
+                payload = error
+        payload = self.engine.broadcast_object(payload)
+        if isinstance(payload, UsageError):
+            raise payload
+        self.engine.unwrap(self.model).load_state_dict(payload)
+        self.log(f"loaded the best model: {best} ({self.args.metric_for_best_model} {position.best_metric:.4f})")
+        return self.evaluate_all(position)
 
     def stop_if_signalled(self, position: TrainingPosition) -> None:
         """At a step boundary: if any rank got a stop signal, checkpoint here and stop every rank."""
@@ -483,6 +533,8 @@ class Trainer:
             "save_steps": args.save_steps,
             "train_batch_size": args.per_device_train_batch_size,
             "is_world_process_zero": True,
+            "best_metric": position.best_metric,
+            "best_model_checkpoint": position.best_model_checkpoint,
             "log_history": position.log_history,
         }
 

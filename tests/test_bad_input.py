@@ -71,6 +71,21 @@ CASES = {
     "unknown stop signal": lambda tmp: (["--checkpoint_signals", "SIGTERM,SIGNOPE"], "unknown signal"),
     "collective timeout 0": lambda tmp: (["--ddp_timeout", "0"], "--ddp_timeout must be > 0"),
     "latest without a valid checkpoint": lambda tmp: (["--resume_from_checkpoint", "latest"], "no valid checkpoint"),
+    "best model with unmatched strategies": lambda tmp: (
+        ["--load_best_model_at_end", "--eval_strategy", "steps", "--eval_steps", "5"],
+        "needs --save_strategy equal to --eval_strategy",
+    ),
+    "best model saved between evaluations": lambda tmp: (
+        ["--load_best_model_at_end", "--eval_strategy", "steps", "--eval_steps", "4", "--save_strategy", "steps",
+         "--save_steps", "6"],
+        "--save_steps to be a multiple",
+    ),
+    "unknown metric for best model": lambda tmp: (
+        ["--metric_for_best_model", "bleu"],
+        "eval_bleu is not a metric of this run",
+    ),
+    "label smoothing of 1": lambda tmp: (["--label_smoothing_factor", "1"], "must be in [0, 1)"),
+    "missing config_name": lambda tmp: (["--config_name", str(tmp / "no-config")], "cannot load config"),
 }
 
 

@@ -151,7 +151,8 @@ def test_train_timeline_and_autotune_flags(tmp_path, cache_dir):
         (["allreduce", "--min_bytes", "1MB", "--max_bytes", "4KB"], "are empty"),
         (["train", "--repeats", "0"], "--repeats must be >= 1"),
         (["train", "--engine", "ddp"], "--engine does not apply"),
-        (["gpu", "--batch_size", "0"], "bad benchmark sizes"),
+        (["gpu", "--per_device_train_batch_size", "0"], "bad benchmark sizes"),
+        (["gpu", "--bf16", "--fp16"], "--bf16 and --fp16 are both set"),
         (["gpu", "--mean_length", "500"], "bad benchmark sizes"),
     ],
 )

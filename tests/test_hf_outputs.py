@@ -105,6 +105,13 @@ HF_NAMES = [  # flag, value, where it lands in the run's configuration
     ("--overwrite_cache", "true", "overwrite_cache", True),
     ("--report_to", "none", "report_to", "none"),
     ("--run_name", "bert-mnli", "run_name", "bert-mnli"),
+    ("--label_smoothing_factor", "0.1", "label_smoothing_factor", 0.1),
+    ("--load_best_model_at_end", "true", "load_best_model_at_end", True),
+    ("--metric_for_best_model", "accuracy", "metric_for_best_model", "eval_accuracy"),
+    ("--greater_is_better", "false", "greater_is_better", False),
+    ("--config_name", "bert-base-cased", "config_name", "bert-base-cased"),
+    ("--task_name", "mnli", "task_name", "mnli"),
+    ("--do_predict", "false", "do_predict", False),
 ]
 
 

@@ -9,38 +9,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import torch
 from conftest import BIN, REPO, SMALL_JOB, assert_ok, base_env, horovodrun, mpirun, read_results, run
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+from metrics_support import recompute_metrics
+from transformers import pipeline
 
 from horovod_train.config import DataArguments
-from horovod_train.data import load_raw_datasets
 
 pytestmark = pytest.mark.slow
-
-
-def recompute_metrics(output_dir: Path, data_args: DataArguments, seed: int) -> dict[str, float]:
-    """Single process, from the saved model alone: the numbers every rank should have reported
-    (accuracy, macro F1 computed here from the confusion counts, mean cross-entropy)."""
-    validation = load_raw_datasets(data_args, seed)["validation"]
-    tokenizer = AutoTokenizer.from_pretrained(output_dir)
-    model = AutoModelForSequenceClassification.from_pretrained(output_dir).eval()
-    predictions, losses = [], []
-    with torch.no_grad():
-        for start in range(0, len(validation), 64):
-            rows = validation[start : start + 64]
-            batch = tokenizer(rows["premise"], rows["hypothesis"], padding=True, return_tensors="pt")
-            logits = model(**batch).logits
-            predictions += logits.argmax(-1).tolist()
-            losses += torch.nn.functional.cross_entropy(logits, torch.tensor(rows["label"]), reduction="none").tolist()
-    labels = validation["label"]
-    f1s = []
-    for c in sorted(set(labels) | set(predictions)):
-        tp = sum(p == y == c for p, y in zip(predictions, labels, strict=True))
-        predicted, actual = predictions.count(c), labels.count(c)
-        f1s.append(2 * tp / (predicted + actual) if predicted + actual else 0.0)
-    accuracy = sum(p == y for p, y in zip(predictions, labels, strict=True)) / len(labels)
-    return {"accuracy": accuracy, "f1": sum(f1s) / len(f1s), "loss": sum(losses) / len(losses), "n": len(labels)}
 
 
 def check_metrics_jsonl(path: Path, expected_last_step: int) -> None:

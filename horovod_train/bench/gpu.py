@@ -8,7 +8,7 @@ precision's autocast, Precision.backward, Engine.clip_and_step with the GradScal
 engine with no wrapper, and the Horovod engine with hvd.DistributedOptimizer at hvd.size() == 1. Timing
 windows alternate between them (--repeats) and medians are reported. The data are random token ids
 with an MNLI-like length distribution (log-normal around --mean_length tokens, clipped to
-[--min_length, --max_length]), padded per batch to a multiple of 8, optionally grouped by length as
+[--min_length, --max_seq_length]), padded per batch to a multiple of 8, optionally grouped by length as
 --group_by_length does in training. Model FLOPs utilisation = 6 x parameters x (non-padding) tokens/s
 / --peak_tflops; the H200's dense bf16 peak is about 989 TFLOP/s.
 """
@@ -26,7 +26,7 @@ import torch
 
 from horovod_train.amp import Precision, enable_tf32
 from horovod_train.bench import common
-from horovod_train.config import RunConfig, TrainingArguments
+from horovod_train.config import RunConfig, TrainingArguments, str_to_bool
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
 from horovod_train.tables import format_table
@@ -50,21 +50,26 @@ COLUMNS = [
     "vs_single",
 ]
 # (tiny, full) defaults of the size-dependent arguments
-SIZES = {"batch_size": (8, 128), "steps": (3, 50), "warmup_steps": (1, 10), "max_length": (64, 128)}
+SIZES = {"per_device_train_batch_size": (8, 128), "steps": (3, 50), "warmup": (1, 10), "max_seq_length": (64, 128)}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output_dir", default="runs/bench/gpu")
     parser.add_argument("--model", default="bert-base-cased", choices=common.MODELS)
     parser.add_argument("--tiny", action="store_true", help="tiny-bert, few small steps (automatic without CUDA)")
-    parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "fp16"])
-    parser.add_argument("--batch_size", type=int, default=None, help="examples per step (default 128; tiny 8)")
+    # train's names: --bf16/--fp16 (here bf16 unless --bf16 false: fp32), --per_device_train_batch_size, ...
+    parser.add_argument("--bf16", type=str_to_bool, nargs="?", const=True, default=None, metavar="BOOL",
+                        help="bfloat16 autocast (default: true here; --bf16 false without --fp16: fp32)")
+    parser.add_argument("--fp16", type=str_to_bool, nargs="?", const=True, default=False, metavar="BOOL",
+                        help="float16 autocast with a GradScaler (default: false)")
+    parser.add_argument("--per_device_train_batch_size", type=int, default=None,
+                        help="examples per step (default 128; tiny 8)")
     parser.add_argument("--steps", type=int, default=None, help="timed steps per window (default 50; tiny 3)")
-    parser.add_argument("--warmup_steps", type=int, default=None, help="untimed steps first (default 10; tiny 1)")
+    parser.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 10; tiny 1)")
     parser.add_argument("--repeats", type=int, default=3, help="timing windows per engine, interleaved")
     parser.add_argument("--mean_length", type=float, default=40.0, help="mean tokens per example (MNLI: ~40)")
     parser.add_argument("--min_length", type=int, default=8)
-    parser.add_argument("--max_length", type=int, default=None, help="truncation (default 128; tiny 64)")
+    parser.add_argument("--max_seq_length", type=int, default=None, help="truncation (default 128; tiny 64)")
     parser.add_argument("--group_by_length", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--torch_compile", action="store_true", help="model.compile() before training")
     parser.add_argument("--peak_tflops", type=float, default=H200_BF16_DENSE_TFLOPS, help="for MFU (H200 bf16)")
@@ -73,18 +78,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve(args: argparse.Namespace) -> None:
+    if args.bf16 and args.fp16:
+        raise UsageError("--bf16 and --fp16 are both set", "choose one of them")
+    args.precision = "fp16" if args.fp16 else "fp32" if args.bf16 is False else "bf16"
     args.tiny = args.tiny or not torch.cuda.is_available()
     if args.tiny:
         args.model = "tiny-bert"
     for name, (tiny, full) in SIZES.items():
         if getattr(args, name) is None:
             setattr(args, name, tiny if args.tiny else full)
-    positive = {k: getattr(args, k) for k in ("batch_size", "steps", "repeats", "min_length", "peak_tflops")}
+    sizes = ("per_device_train_batch_size", "steps", "repeats", "min_length", "peak_tflops")
+    positive = {k: getattr(args, k) for k in sizes}
     bad = [f"--{k} {v}" for k, v in positive.items() if v <= 0]
-    if bad or args.warmup_steps < 0 or not args.min_length <= args.mean_length <= args.max_length:
+    if bad or args.warmup < 0 or not args.min_length <= args.mean_length <= args.max_seq_length:
         raise UsageError(
             f"bad benchmark sizes ({', '.join(bad) or 'lengths'})",
-            "use positive sizes and --min_length <= --mean_length <= --max_length",
+            "use positive sizes and --min_length <= --mean_length <= --max_seq_length",
         )
 
 
@@ -93,20 +102,20 @@ def sample_lengths(n: int, args: argparse.Namespace, generator: torch.Generator)
     sigma = 0.45
     mu = math.log(args.mean_length) - sigma**2 / 2
     draws = torch.exp(mu + sigma * torch.randn(n, generator=generator))
-    return draws.round().clamp(args.min_length, args.max_length).int().tolist()
+    return draws.round().clamp(args.min_length, args.max_seq_length).int().tolist()
 
 
 def make_batches(args: argparse.Namespace, vocab_size: int, pin: bool) -> list[dict[str, torch.Tensor]]:
     """A pool of random batches (pinned when on CUDA), each padded to its longest example (x8)."""
     generator = torch.Generator().manual_seed(args.seed)
     n_batches = max(8, min(64, args.steps))
-    lengths = sample_lengths(n_batches * args.batch_size, args, generator)
+    lengths = sample_lengths(n_batches * args.per_device_train_batch_size, args, generator)
     if args.group_by_length:  # as LengthGroupedSampler: sort inside megabatches of 50 batches
-        mega = 50 * args.batch_size
+        mega = 50 * args.per_device_train_batch_size
         lengths = [n for i in range(0, len(lengths), mega) for n in sorted(lengths[i : i + mega], reverse=True)]
     batches = []
     for b in torch.randperm(n_batches, generator=generator).tolist():
-        chunk = lengths[b * args.batch_size : (b + 1) * args.batch_size]
+        chunk = lengths[b * args.per_device_train_batch_size : (b + 1) * args.per_device_train_batch_size]
         width = 8 * math.ceil(max(chunk) / 8)
         mask = (torch.arange(width)[None, :] < torch.tensor(chunk)[:, None]).long()
         ids = torch.randint(1000, vocab_size, (len(chunk), width), generator=generator) * mask
@@ -185,7 +194,7 @@ def main(args: argparse.Namespace) -> int:
         contenders = {name: Contender(engine, args, args.precision) for name, engine in engines.items()}
         batches = make_batches(args, common.bert_config(args.model).vocab_size, pin=cuda)
         for c in contenders.values():
-            window(c, batches, args.warmup_steps, 0)
+            window(c, batches, args.warmup, 0)
         raw = [
             {"engine": name, "repeat": rep, **window(c, batches, args.steps, rep * args.steps)}
             for rep in range(args.repeats)
@@ -223,7 +232,7 @@ def summarize(raw: list[dict], contenders: dict[str, Contender], args: argparse.
                 "device": str(c.engine.device),
                 "precision": args.precision,
                 "attention": c.engine.unwrap(c.model).config._attn_implementation,  # sdpa: transformers 5's default
-                "batch_size": args.batch_size,
+                "batch_size": args.per_device_train_batch_size,
                 "repeats": len(runs),
                 "samples_per_second": w["samples"] / w["seconds"],
                 "tokens_per_second": tokens,

@@ -26,6 +26,16 @@ from horovod_train.engines.policy import RunPolicy
 T = TypeVar("T")
 
 
+def classification_loss(model: nn.Module, batch: dict[str, torch.Tensor], label_smoothing: float) -> torch.Tensor:
+    """The model's own loss, or with label smoothing the cross-entropy transformers' LabelSmoother computes
+    ((1 - eps) * NLL + eps * the mean over classes of -log p: torch's ``label_smoothing``)."""
+    if not label_smoothing:
+        return model(**batch).loss
+    logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+    logits, labels = logits.float().view(-1, logits.size(-1)), batch["labels"].view(-1)
+    return nn.functional.cross_entropy(logits, labels, label_smoothing=label_smoothing)
+
+
 class Engine(ABC):
     name: str = ""
     rank: int = 0
@@ -81,8 +91,10 @@ class Engine(ABC):
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model
 
-    def forward_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return model(**batch).loss
+    def forward_loss(
+        self, model: nn.Module, batch: dict[str, torch.Tensor], label_smoothing: float = 0.0
+    ) -> torch.Tensor:
+        return classification_loss(model, batch, label_smoothing)
 
     def accumulation_context(self, model: nn.Module, is_last_micro_step: bool) -> contextlib.AbstractContextManager:
         """Context for a micro-step's forward and backward (DDP skips its all-reduce in it)."""

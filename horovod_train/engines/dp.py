@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from horovod_train.console import write_line
+from horovod_train.engines.base import classification_loss
 from horovod_train.engines.single import SingleEngine, refuse_a_launcher
 
 
@@ -22,8 +23,8 @@ class LossPerReplica(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, **batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        loss = self.model(**batch).loss
+    def forward(self, label_smoothing: float = 0.0, **batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loss = classification_loss(self.model, batch, label_smoothing)
         count = torch.tensor([batch["labels"].shape[0]], dtype=loss.dtype, device=loss.device)
         return loss.reshape(1), count
 
@@ -50,8 +51,10 @@ class DataParallelEngine(SingleEngine):
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model.module.model if isinstance(model, nn.DataParallel) else model
 
-    def forward_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        losses, counts = model(**batch)
+    def forward_loss(
+        self, model: nn.Module, batch: dict[str, torch.Tensor], label_smoothing: float = 0.0
+    ) -> torch.Tensor:
+        losses, counts = model(**batch, label_smoothing=label_smoothing)
         # Each replica's loss is a mean over its share; weight by share so unequal splits average exactly.
         return (losses * (counts / counts.sum())).sum()
 
