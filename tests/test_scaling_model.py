@@ -129,7 +129,8 @@ def test_published_horovod_runs_are_predicted_in_the_papers_order():
 
 def test_cli_prints_and_writes_csv_json_and_png(tmp_path, capsys):
     out = tmp_path / "project"
-    args = ["bench", "project", "--model", "resnet-50", "--samples_per_second_1gpu", "400", "--batch_per_gpu", "64"]
+    args = ["bench", "project", "--model", "resnet-50", "--samples_per_second_1gpu", "400",
+            "--per_device_train_batch_size", "64"]
     assert main([*args, "--gpus_per_node", "4", "--max_gpus", "64", "--check_published", "--output_dir", str(out)]) == 0
     report = json.loads((out / "project.json").read_text())
     worlds = [1, 2, 4, 8, 16, 32, 64]

@@ -6,7 +6,7 @@ gradients are all-reduced in buckets while the backward pass still runs. The mod
 - gradients: one tensor per trainable parameter (a BERT config built on the meta device, as
   ``bench allreduce`` does, or a CNN's published layer sizes), float32 unless told otherwise;
   backward produces them in reverse order, each tensor after an equal share of the backward time;
-- buckets: DDP's fixed buckets (``--bucket_cap_mb``, the first 1 MiB) launched when their last
+- buckets: DDP's fixed buckets (``--ddp_bucket_cap_mb``, the first 1 MiB) launched when their last
   gradient is ready; Horovod's background thread wakes every ``--cycle_time_ms`` and fuses what is
   ready, up to ``--fusion_threshold_mb`` per operation;
 - one communication stream: bucket k starts when it is ready and bucket k-1 is done;
@@ -220,7 +220,7 @@ def horovod_setting(args: argparse.Namespace) -> Setting:
 
 
 def ddp_setting(args: argparse.Namespace) -> Setting:
-    return Setting("ddp", "ddp", int(args.bucket_cap_mb * MB), MB, overlap=not args.no_overlap)
+    return Setting("ddp", "ddp", int(args.ddp_bucket_cap_mb * MB), MB, overlap=not args.no_overlap)
 
 
 def fit_link(path: Path) -> tuple[Link, int]:
@@ -257,9 +257,10 @@ def workload_from(args: argparse.Namespace) -> Workload:
     if args.compute_from:
         compute, batch = compute_from(Path(args.compute_from))
     elif args.compute_ms:
-        compute, batch = args.compute_ms / 1e3, args.batch_per_gpu
+        compute, batch = args.compute_ms / 1e3, args.per_device_train_batch_size
     elif args.samples_per_second_1gpu:
-        compute, batch = args.batch_per_gpu / args.samples_per_second_1gpu, args.batch_per_gpu
+        batch = args.per_device_train_batch_size
+        compute = batch / args.samples_per_second_1gpu
     else:
         raise UsageError(
             "the model needs the compute time of one step on one GPU",
@@ -346,7 +347,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--output_dir", default="runs/bench/project")
     parser.add_argument("--model", default="bert-base-cased", choices=MODELS, help="whose gradients are reduced")
-    parser.add_argument("--batch_per_gpu", type=int, default=32)
+    parser.add_argument("--per_device_train_batch_size", type=int, default=32)
     parser.add_argument("--compute_ms", type=float, default=None, help="one step on one GPU (forward+backward+update)")
     parser.add_argument("--samples_per_second_1gpu", type=float, default=None, help="or the one-GPU speed")
     parser.add_argument("--compute_from", default=None, help="or bench train's bench_train.json (its single run)")
@@ -361,20 +362,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algorithm", default="auto", choices=("auto", "ring", "hierarchical"))
     parser.add_argument("--fusion_threshold_mb", type=float, default=128.0, help="Horovod (0.28 default 128)")
     parser.add_argument("--cycle_time_ms", type=float, default=1.0, help="Horovod (0.28 default 1)")
-    parser.add_argument("--bucket_cap_mb", type=float, default=25.0, help="DDP (default 25)")
+    parser.add_argument("--ddp_bucket_cap_mb", type=float, default=25.0, help="DDP (default 25)")
     parser.add_argument("--no_overlap", action="store_true", help="communicate only after backward")
     parser.add_argument("--max_gpus", type=int, default=1024)
     parser.add_argument("--check_published", action="store_true", help="also predict the Horovod paper's 512-GPU runs")
 
 
 def validate(args: argparse.Namespace) -> None:
-    if args.gpus_per_node < 1 or args.max_gpus < 1 or args.batch_per_gpu < 1:
-        raise UsageError("--gpus_per_node, --max_gpus and --batch_per_gpu must be >= 1", "pass e.g. --gpus_per_node 8")
+    if args.gpus_per_node < 1 or args.max_gpus < 1 or args.per_device_train_batch_size < 1:
+        raise UsageError("--gpus_per_node, --max_gpus and --per_device_train_batch_size must be >= 1",
+                         "pass e.g. --gpus_per_node 8")
     if min(args.intra_gbps, args.inter_gbps) <= 0 or min(args.intra_latency_us, args.inter_latency_us) < 0:
         raise UsageError("bandwidths must be > 0 and latencies >= 0", "pass e.g. --inter_gbps 12.5")
     if not 0 < args.backward_fraction <= 1:
         raise UsageError(f"--backward_fraction {args.backward_fraction} is not in (0, 1]", "pass e.g. 0.667")
-    if args.fusion_threshold_mb <= 0 or args.bucket_cap_mb <= 0 or args.cycle_time_ms < 0:
+    if args.fusion_threshold_mb <= 0 or args.ddp_bucket_cap_mb <= 0 or args.cycle_time_ms < 0:
         raise UsageError("fusion threshold and bucket cap must be > 0, cycle time >= 0", "pass the defaults")
 
 
