@@ -84,11 +84,14 @@ def result_line(results: dict) -> str:
     return f"{scores}; {results['engine']}, world size {results['world_size']}, {results['wall_time_s']:.1f}s"
 
 
+CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
 COMMANDS = {"train": cmd_train, "compare": compare.main, "doctor": doctor.main, "bench": bench.main}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 2 and argv[0] == "train" and argv[1].endswith(CONFIG_SUFFIXES) and not argv[1].startswith("-"):
+        argv = ["train", "--config", argv[1]]  # run_glue.py's `python run_glue.py args.json`
     debug = debug_requested(argv) or os.environ.get("HOROVOD_TRAIN_DEBUG") == "1"
     try:
         args = build_parser().parse_args(argv)

@@ -353,6 +353,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
             if kind is bool:
                 group.add_argument(f"--{f.name}", type=str_to_bool, nargs="?", const=True, help=help_text,
                                    metavar="BOOL")  # fmt: skip
+                if f.default is True:  # HfArgumentParser's spelling of false for a flag that defaults to true
+                    group.add_argument(f"--no_{f.name}", dest=f.name, action="store_const", const=False,
+                                       help=f"The same as --{f.name} false. (default: not given)")  # fmt: skip
             else:
                 group.add_argument(f"--{f.name}", type=_optional(kind) if optional else kind, help=help_text,
                                    metavar=kind.__name__.upper())  # fmt: skip

@@ -112,12 +112,30 @@ HF_NAMES = [  # flag, value, where it lands in the run's configuration
     ("--config_name", "bert-base-cased", "config_name", "bert-base-cased"),
     ("--task_name", "mnli", "task_name", "mnli"),
     ("--do_predict", "false", "do_predict", False),
+    ("--test_file", "test.csv", "test_file", "test.csv"),
 ]
 
 
 @pytest.mark.parametrize(("flag", "value", "name", "expected"), HF_NAMES, ids=[h[0] for h in HF_NAMES])
 def test_transformers_argument_names_are_accepted(flag, value, name, expected):
     assert parse_run_config([flag, value]).to_dict()[name] == expected
+
+
+def test_hf_argument_parser_habits_no_flags_and_a_lone_json_file(tmp_path, cache_dir):
+    """`--no_<flag>` for a flag that defaults to true, and `train args.json` as `python run_glue.py args.json`."""
+    from horovod_train.cli import build_parser
+
+    args = build_parser().parse_args(["train", "--no_do_eval"])
+    assert args.do_eval is False and build_parser().parse_args(["train"]).do_eval is None  # None: the default
+    refused = run(train_cmd("--no_do_eval", "--output_dir", str(tmp_path / "x")), cache_dir)
+    assert refused.returncode == 2 and "--do_eval false" in refused.stderr, refused.stderr
+
+    out = tmp_path / "from-json"
+    config = {"engine": "single", "model_name_or_path": "tiny-bert", "synthetic_num_examples": 300, "max_steps": 2,
+              "per_device_train_batch_size": 16, "learning_rate": 3e-4, "output_dir": str(out)}  # fmt: skip
+    (tmp_path / "args.json").write_text(json.dumps(config))
+    assert_ok(run(train_cmd(str(tmp_path / "args.json")), cache_dir))
+    assert read(out / "run_config.json")["learning_rate"] == 3e-4 and read(out / "all_results.json")["global_step"] == 2
 
 
 def test_adam_betas_reach_the_optimizer(tmp_path, cache_dir):
