@@ -9,7 +9,7 @@ NP ?= 2
 CONTROLLER ?= mpi
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint clean bench gpu-check gpu-bundle
+.PHONY: setup demo test lint clean bench gpu-check gpu-bundle nccl-build
 
 setup:
 	@bash scripts/setup.sh
@@ -32,6 +32,11 @@ gpu-check:
 
 gpu-bundle:
 	@bash scripts/gpu_bundle.sh
+
+# No GPU needed, nvcc (CUDA 13) is: Horovod with NCCL against PyPI's CUDA torch, in its own environment cached in
+# ~/.cache/horovod-train (not .venv), then --check-build must list NCCL (docs/launch.md; tests/test_nccl_build.py).
+nccl-build:
+	@bash scripts/build_horovod_nccl.sh
 
 lint: setup
 	@$(VENV)/bin/ruff check horovod_train tests

@@ -12,6 +12,9 @@
 # before; build tools already present are not reinstalled (pip honours PIP_NO_INDEX/PIP_FIND_LINKS).
 # NCCL is found through HOROVOD_NCCL_HOME or HOROVOD_NCCL_INCLUDE/HOROVOD_NCCL_LIB (+ HOROVOD_NCCL_LINK),
 # passed through to Horovod's CMake; HOROVOD_WITHOUT_MPI=1 builds without MPI (a node with no mpicxx).
+# GPU builds: the CUDA toolkit is the one `nvcc` belongs to (HOROVOD_CUDA_HOME overrides), and on CUDA >= 13
+# the kernels are compiled for HOROVOD_BUILD_CUDA_CC_LIST (default 75,80,86,89,90,100,120). Without a GPU
+# too: scripts/build_horovod_nccl.sh (`make nccl-build`) builds and checks the NCCL variant on CUDA 13.
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
@@ -26,16 +29,72 @@ print(torch.__version__.replace("+", "_"), torch.version.cuda or "cpu", f"cp{sys
 PY
 )
 
-if "$PYTHON" - "$HOROVOD_VERSION" <<'PY' 2>/dev/null; then
+if [ "$TORCH_CUDA" != "cpu" ]; then
+    # Horovod's CMake (its bundled FindCUDAToolkit) and torch's cpp_extension (CUDA_HOME, where Horovod's
+    # CMake looks for libcudart) take the toolkit's root from the directory `nvcc` is found in. An nvcc that
+    # is a wrapper script elsewhere (here: /usr/local/bin/nvcc runs /usr/local/cuda-13.0/bin/nvcc) makes that
+    # /usr/local, and configuring fails ("Could NOT find CUDAToolkit (missing: CUDAToolkit_INCLUDE_DIR
+    # CUDA_CUDART)", then "FOUND_LIB_cudart NOTFOUND"). nvcc says where it really is: --dryrun prints _HERE_.
+    if [ -z "${HOROVOD_CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then
+        nvcc_here=$(nvcc --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ _HERE_=//p' | head -n 1)
+        if [ -n "$nvcc_here" ] && [ -f "$nvcc_here/../include/cuda_runtime.h" ]; then
+            HOROVOD_CUDA_HOME=$(cd "$nvcc_here/.." && pwd)
+            export HOROVOD_CUDA_HOME
+        fi
+    fi
+    if [ -n "${HOROVOD_CUDA_HOME:-}" ]; then
+        export CUDA_HOME=${CUDA_HOME:-$HOROVOD_CUDA_HOME}
+        NVCC=$HOROVOD_CUDA_HOME/bin/nvcc
+    else
+        NVCC=nvcc
+    fi
+    # Horovod compiles its CUDA kernels for every sm_XX that `nvcc --help` lists, twice (two C++ ABIs): on
+    # CUDA 13.0 that is 12 architectures (75..121), 1 min of compiling on 2 cores. It never asks for one that
+    # nvcc lacks (CUDA 13 dropped sm_50..sm_72), so nothing breaks; on CUDA >= 13 the default is the GPUs in
+    # data centres and workstations (Turing to Blackwell; H100/H200 are 90), plus PTX of the last for newer
+    # ones. HOROVOD_BUILD_CUDA_CC_LIST (Horovod's own knob, read by its cmake/build_utils.py; commas) overrides
+    # it on any CUDA. Each entry must be an architecture this nvcc compiles for.
+    if nvcc_release=$("$NVCC" --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9]*\)\..*/\1/p') \
+        && [ -n "$nvcc_release" ]; then
+        if [ -z "${HOROVOD_BUILD_CUDA_CC_LIST:-}" ] && [ "$nvcc_release" -ge 13 ]; then
+            HOROVOD_BUILD_CUDA_CC_LIST=75,80,86,89,90,100,120
+        fi
+        if [ -n "${HOROVOD_BUILD_CUDA_CC_LIST:-}" ]; then
+            HOROVOD_BUILD_CUDA_CC_LIST=$(tr ' ;' ',,' <<<"$HOROVOD_BUILD_CUDA_CC_LIST" | tr -s ',' | sed 's/^,//; s/,$//')
+            export HOROVOD_BUILD_CUDA_CC_LIST
+            supported=" $("$NVCC" --list-gpu-arch 2>/dev/null | sed -n 's/^compute_//p' | tr '\n' ' ')" || supported=" "
+            for cc in ${HOROVOD_BUILD_CUDA_CC_LIST//,/ }; do
+                if [ "$supported" != " " ] && [[ "$supported" != *" $cc "* ]]; then
+                    echo "error: HOROVOD_BUILD_CUDA_CC_LIST has $cc, which $NVCC (CUDA $nvcc_release) does not compile for; fix: use some of:$supported" >&2
+                    exit 2
+                fi
+            done
+        fi
+    fi
+fi
+
+KEY="horovod-${HOROVOD_VERSION}-torch${TORCH_VERSION}-cuda${TORCH_CUDA}-${PYTAG}"
+if [ "$TORCH_CUDA" != "cpu" ] && [ -n "${HOROVOD_BUILD_CUDA_CC_LIST:-}" ]; then
+    KEY="$KEY-sm${HOROVOD_BUILD_CUDA_CC_LIST//,/_}"  # another architecture list is another wheel
+fi
+# What was installed last is recorded next to the environment; a GPU build for other architectures is redone.
+MARK=$("$PYTHON" -c 'import sys; print(sys.prefix)')/.horovod-build-key
+if [ "$TORCH_CUDA" != "cpu" ] && [ -n "${HOROVOD_BUILD_CUDA_CC_LIST:-}" ] && [ -f "$MARK" ]; then
+    WANT_KEY=$KEY
+else
+    WANT_KEY=any
+fi
+if "$PYTHON" - "$HOROVOD_VERSION" "$MARK" "$WANT_KEY" <<'PY' 2>/dev/null; then
 import sys, torch, horovod, horovod.torch as hvd  # the extension must load, not just the package
+version, mark, want = sys.argv[1:]
+same_build = want == "any" or open(mark).read().strip() == want
 # a CUDA torch needs a Horovod built with NCCL: a CPU-only build is rebuilt
-sys.exit(0 if horovod.__version__ == sys.argv[1] and (not torch.version.cuda or hvd.nccl_built()) else 1)
+sys.exit(0 if horovod.__version__ == version and (not torch.version.cuda or hvd.nccl_built()) and same_build else 1)
 PY
     echo "[horovod] $HOROVOD_VERSION already installed"
     exit 0
 fi
 
-KEY="horovod-${HOROVOD_VERSION}-torch${TORCH_VERSION}-cuda${TORCH_CUDA}-${PYTAG}"
 WHEEL_DIR="$CACHE_DIR/$KEY"
 if [ -n "${HOROVOD_WHEEL:-}" ]; then
     echo "[horovod] installing the given wheel $HOROVOD_WHEEL"
@@ -77,4 +136,5 @@ else
     echo "[horovod] using cached wheel in $WHEEL_DIR"
 fi
 "$PYTHON" -m pip install -q --no-deps --force-reinstall "$WHEEL_DIR"/horovod-*.whl
+{ echo "$KEY" >"$MARK"; } 2>/dev/null || true  # a read-only prefix keeps no record
 # horovod's own runtime dependencies (cloudpickle, psutil, pyyaml, packaging) are in requirements.txt.
