@@ -190,6 +190,12 @@ def load_checkpoint(path: Path) -> Payload:
     return tensors, training_state, trainer_state
 
 
+def load_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The model tensors of a verified checkpoint, without its training state."""
+    verify_checkpoint(path)
+    return load_file(path / MODEL_FILE)
+
+
 def load_resumable(spec: str, output_dir: Path, warn: Callable[[str], None]) -> tuple[Path, Payload] | None:
     """The checkpoint ``--resume_from_checkpoint`` names: a directory, or the newest valid one in
     ``output_dir`` (``latest``: one must exist; ``auto``: None if there is none). Newer checkpoints that

@@ -115,13 +115,7 @@ def build_model(
         config.vocab_size = vocab_size  # the tokenizer trained on the run's data
         return AutoModelForSequenceClassification.from_config(config, dtype=torch.float32)
     if model_name_or_path == TINY_BERT:
-        config = BertConfig(
-            vocab_size=vocab_size,
-            num_labels=num_labels,
-            id2label=id2label,
-            label2id=label2id,
-            **{**TINY_BERT_CONFIG, **overrides},
-        )
+        config = BertConfig(vocab_size=vocab_size, **labels, **{**TINY_BERT_CONFIG, **overrides})
         return BertForSequenceClassification(config)
     try:
         model = AutoModelForSequenceClassification.from_pretrained(

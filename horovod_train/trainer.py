@@ -10,7 +10,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -139,9 +139,7 @@ class Trainer:
         metric = self.args.metric_for_best_model
         if metric is None:
             return
-        splits = data_lib.eval_split_names(self.tokenized)
-        known = [f"{'eval' if i == 0 else f'eval_{name}'}_{m}" for i, name in enumerate(splits)
-                 for m in ("loss", "accuracy", "f1")]  # fmt: skip
+        known = [f"{prefix}_{m}" for prefix in self.eval_prefixes().values() for m in ("loss", "accuracy", "f1")]
         if metric not in known:
             raise UsageError(f"--metric_for_best_model {metric} is not a metric of this run",
                              f"use one of {', '.join(known)}")
@@ -217,15 +215,7 @@ class Trainer:
     def load_checkpoint(self, model: torch.nn.Module) -> dict[str, Any] | None:
         """Rank 0 finds, verifies and reads the checkpoint and broadcasts it; every rank raises the same
         error. None: ``auto`` found no valid checkpoint, and the run starts fresh."""
-        payload: Any = None
-        if self.engine.is_main:
-            try:
-                payload = self.read_checkpoint()
-            except UsageError as error:
-                payload = error
-        payload = self.engine.broadcast_object(payload)
-        if isinstance(payload, UsageError):
-            raise payload
+        payload = self.read_on_main(self.read_checkpoint)
         if payload is None:
             self.log(f"no valid checkpoint in {self.output_dir}: starting fresh")
             return None
@@ -233,6 +223,20 @@ class Trainer:
         model.load_state_dict(tensors)
         self.log(f"resumed from step {trainer_state['global_step']} (epoch {trainer_state['epoch']})")
         return {**training_state, "trainer_state": trainer_state}
+
+    def read_on_main(self, read: Callable[[], Any]) -> Any:
+        """Rank 0 reads (files may be on rank 0's node alone) and every rank gets the result, or raises the
+        same error."""
+        payload: Any = None
+        if self.engine.is_main:
+            try:
+                payload = read()
+            except UsageError as error:
+                payload = error
+        payload = self.engine.broadcast_object(payload)
+        if isinstance(payload, UsageError):
+            raise payload
+        return payload
 
     def read_checkpoint(self) -> ckpt.Payload | None:
         ckpt.clean_stale(self.output_dir)  # what a crash left: temporaries, a replaced checkpoint set aside
@@ -360,13 +364,17 @@ class Trainer:
     def primary_metrics(result: dict[str, Any]) -> dict[str, Any]:
         return {k: result[k] for k in ("eval_accuracy", "eval_f1", "eval_loss") if k in result}
 
+    def eval_prefixes(self) -> dict[str, str]:
+        """Each validation split's metric prefix: ``eval`` for the first (primary), ``eval_<split>`` after."""
+        names = data_lib.eval_split_names(self.tokenized)
+        return {name: "eval" if i == 0 else f"eval_{name}" for i, name in enumerate(names)}
+
     def evaluate_all(self, position: TrainingPosition) -> dict[str, Any]:
         """Every validation split, keyed as transformers does: ``eval_<metric>`` for the first (primary)
         split, ``eval_<split>_<metric>`` for each other one (MNLI's validation_mismatched)."""
         started = time.perf_counter()
         result: dict[str, Any] = {}
-        for i, name in enumerate(data_lib.eval_split_names(self.tokenized)):
-            prefix = "eval" if i == 0 else f"eval_{name}"
+        for name, prefix in self.eval_prefixes().items():
             result.update({f"{prefix}_{k}": v for k, v in self.evaluate(name).items()})
         result["eval_runtime"] = round(time.perf_counter() - started, 4)
         result["eval_samples_per_second"] = round(result["eval_samples"] / max(result["eval_runtime"], 1e-9), 3)
@@ -447,16 +455,8 @@ class Trainer:
         best = position.best_model_checkpoint
         if best is None or Path(best).name == f"{ckpt.PREFIX}{position.global_step}":
             return result  # the final weights are the best ones (or nothing was ever compared)
-        payload: Any = None
-        if self.engine.is_main:
-            try:
-                payload = ckpt.load_checkpoint(Path(best))[0]
-            except UsageError as error:
-                payload = error
-        payload = self.engine.broadcast_object(payload)
-        if isinstance(payload, UsageError):
-            raise payload
-        self.engine.unwrap(self.model).load_state_dict(payload)
+        weights = self.read_on_main(lambda: ckpt.load_weights(Path(best)))
+        self.engine.unwrap(self.model).load_state_dict(weights)
         self.log(f"loaded the best model: {best} ({self.args.metric_for_best_model} {position.best_metric:.4f})")
         return self.evaluate_all(position)
 
