@@ -110,25 +110,20 @@ if [ "${TORCH_CUDA%%.*}" != "${CUDA_RELEASE%%.*}" ]; then
     exit 1
 fi
 
-# NCCL from its wheel: nccl.h and libnccl.so.2, but no libnccl.so, which CMake's find_library looks for.
-# Links to it in the environment, linked shared: the same libnccl.so.2 torch loads. The directory lands in
-# the extension's RUNPATH, so its libnccl.so.2 link resolves NCCL even before torch has loaded it.
-read -r NCCL_INCLUDE NCCL_SO < <("$PY" - <<'PY'
-import importlib.metadata as m
-files = [f.locate() for f in m.distribution("nvidia-nccl-cu13").files or []]
-header = next(p for p in files if p.name == "nccl.h")
-lib = next(p for p in files if p.name.startswith("libnccl.so"))
-print(header.parent.resolve(), lib.resolve())
+# NCCL from its wheel (nccl.h and libnccl.so.2, but no libnccl.so, which CMake's find_library looks for):
+# found and linked in the environment by gpu_check.py's nccl_dirs, as the GPU check does on a GPU node.
+nccl_env=$(HOROVOD_NCCL_HOME='' HOROVOD_NCCL_LIB='' PYTHONPATH="$ROOT" "$PY" - "$VENV/nccl-link" <<'PY'
+import shlex, sys
+from pathlib import Path
+from horovod_train.gpu_check import nccl_dirs
+print("".join(f"export {key}={shlex.quote(value)}\n" for key, value in nccl_dirs(Path(sys.argv[1])).items()))
 PY
 )
-if [ ! -f "$NCCL_INCLUDE/nccl.h" ] || [ ! -f "$NCCL_SO" ]; then
+if [ -z "$nccl_env" ]; then
     echo "error: nvidia-nccl-cu13 in $VENV has no nccl.h or libnccl.so.2; fix: rm -rf $VENV and rerun" >&2
     exit 1
 fi
-mkdir -p "$VENV/nccl-link"
-ln -sfn "$NCCL_SO" "$VENV/nccl-link/libnccl.so"
-ln -sfn "$NCCL_SO" "$VENV/nccl-link/libnccl.so.2"
-export HOROVOD_NCCL_INCLUDE=$NCCL_INCLUDE HOROVOD_NCCL_LIB=$VENV/nccl-link HOROVOD_NCCL_LINK=SHARED
+eval "$nccl_env"
 
 BUILD_START=$SECONDS
 PYTHON="$PY" PATH="$VENV/bin:$PATH" bash scripts/build_horovod.sh
