@@ -51,7 +51,7 @@ def quiet_libraries() -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from horovod_train.engines import create_engine
-    from horovod_train.files import check_output_dir
+    from horovod_train.output_dir import check_output_dir
     from horovod_train.trainer import Trainer
 
     config = parse_run_config(namespace=args)
@@ -59,17 +59,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     engine = create_engine(config)
     training = config.training
     if not engine.joins_running_job(training.output_dir):  # resuming continues the run already there
-        check_output_dir(training.output_dir, training.overwrite_output_dir or bool(training.resume_from_checkpoint))
+        resuming = bool(training.resume_from_checkpoint)
+        check_output_dir(training.output_dir, training.overwrite_output_dir, resuming=resuming)
     try:
         with engine.running():
-            results = Trainer(config, engine).train()
+            trainer = Trainer(config, engine)
+            results = trainer.train()
     except TrainingStopped as stopped:
         if engine.is_main:
             write_line(stopped.message)
         return STOPPED_EXIT_CODE
-    if engine.is_main:  # the result is the last line, whatever the launcher adds before it
+    if engine.is_main and trainer.finished_before is None:
         files = "model + tokenizer, all_results.json, trainer_state.json, metrics.jsonl"
         write_line(f"wrote {training.output_dir}/: {files}")
+    if engine.is_main:  # the result is the last line, whatever the launcher adds before it
         write_line(result_line(results))
     return 0
 

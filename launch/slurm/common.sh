@@ -89,7 +89,10 @@ hvt_slurm_run() {
         kill -0 "$HVT_LAUNCHER_PID" 2>/dev/null || break
     done
     trap - USR1
-    if [ -n "$HVT_STOP_SIGNAL" ]; then
+    # A run that finished (exit 0) while the signal was being handled, e.g. in its final evaluation, is done.
+    if [ -n "$HVT_STOP_SIGNAL" ] && [ "$status" -eq 0 ]; then
+        echo "[slurm] got SIG$HVT_STOP_SIGNAL but the run finished: not requeueing job $SLURM_JOB_ID"
+    elif [ -n "$HVT_STOP_SIGNAL" ]; then
         echo "[slurm] the job stopped on SIG$HVT_STOP_SIGNAL (launcher exit $status): requeueing job $SLURM_JOB_ID"
         scontrol requeue "$SLURM_JOB_ID" && exit 0
         hvt_die "scontrol requeue $SLURM_JOB_ID failed" "resubmit with --resume_from_checkpoint auto"
