@@ -59,6 +59,7 @@ class Trainer:
         self.trackers = Trackers({})  # rank 0's --report_to trackers, from setup() on
         self.lock = OutputDirLock(self.output_dir)  # rank 0 holds it from setup() on: one job per output directory
         self.finished_before: dict[str, Any] | None = None  # setup(): the results of a run that had already finished
+        self.joining = False  # setup(): a worker that an engine adds to a running job
 
     def train(self) -> dict[str, Any]:
         started = time.perf_counter()
@@ -94,12 +95,15 @@ class Trainer:
     def setup(self) -> None:
         args, engine = self.args, self.engine
         rng.seed_everything(args.seed)
+        # A worker added to a running job: it gets the job's state when it joins (the others are training,
+        # so its setup takes part in no collective, and it loads no checkpoint) and writes nothing.
+        self.joining = engine.joins_running_job(args.output_dir)
         self.main_first(self.lock.acquire)  # before anything reads or cleans the output directory
         self.tokenizer, self.tokenized = self.prepare_data()
         self.check_metric_for_best_model()
         model = self.build_model()
         optimizer = self.build_optimizer(model)
-        resumed = self.load_checkpoint(model) if args.resume_from_checkpoint else None
+        resumed = self.load_checkpoint(model) if args.resume_from_checkpoint and not self.joining else None
         self.model, self.optimizer = engine.wrap(model, optimizer)
         self.build_train_loader()
         self.position = self.start_position(resumed)
@@ -116,9 +120,11 @@ class Trainer:
                 if self.finished_before is not None:
                     return
         # Every input has been validated: only now is anything written.
-        if engine.is_main and not resumed and not engine.joins_running_job(args.output_dir):
-            reset_output_dir(args.output_dir)
-            record(self.output_dir, "run_config.json", "metrics.jsonl")
+        if engine.is_main and not self.joining:
+            if not resumed:
+                reset_output_dir(args.output_dir)
+                record(self.output_dir, "run_config.json", "metrics.jsonl")
+            # This attempt's configuration, resumed or not: a worker added later recognises its job by it.
             write_json_atomic(self.output_dir / "run_config.json", {**self.config.to_dict(), **engine.describe()})
         if engine.is_main:
             name = args.run_name or self.output_dir.resolve().name
@@ -143,7 +149,7 @@ class Trainer:
         setup has no collective (workers join a running job): rank 0 alone, in the job's first setup."""
         if self.engine.collective_setup:
             self.read_on_main(work)
-        elif self.engine.is_main and not self.engine.joins_running_job(self.args.output_dir):
+        elif self.engine.is_main and not self.joining:
             work()
 
     def prepare_data(self):
