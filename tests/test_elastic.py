@@ -98,6 +98,21 @@ def check_epochs_covered_every_example(results: dict) -> None:
         assert audit["repeated"] < 2, entry
 
 
+def stop_after(tmp_path: Path, cache_dir: Path, hosts: list[str], out: Path, steps: int) -> int:
+    """Start an elastic job on ``hosts``, SIGTERM it after ``steps`` steps; the step it checkpointed."""
+    job = start_elastic(tmp_path, cache_dir, hosts, len(hosts), out)
+    try:
+        wait_for(lambda: last_logged_step(out) >= steps, 240, f"{steps} steps on {len(hosts)} worker(s)")
+        os.killpg(job.pid, signal.SIGTERM)
+        output = finish(job, 120)
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        raise
+    stopped = re.search(r"stopped by SIGTERM at step (\d+): saved checkpoint-\1", output)
+    assert stopped, output[-4000:]
+    return int(stopped[1])
+
+
 def test_killed_worker_leaves_the_job_running_on_the_survivor(tmp_path, cache_dir):
     out = tmp_path / "run"
     job = start_elastic(tmp_path, cache_dir, ["localhost:1", "127.0.0.1:1"], 2, out)
@@ -132,19 +147,10 @@ def test_stopped_elastic_job_resumes_on_another_world_size(tmp_path, cache_dir):
     elastic sampler re-shards the rest of the epoch by examples seen, so each epoch still covers every
     example once (the audit spans the stop)."""
     out = tmp_path / "run"
-    job = start_elastic(tmp_path, cache_dir, ["localhost:1", "127.0.0.1:1"], 2, out)
-    try:
-        wait_for(lambda: last_logged_step(out) >= 30, 240, "30 steps on 2 workers")
-        os.killpg(job.pid, signal.SIGTERM)
-        output = finish(job, 120)
-    except BaseException:
-        os.killpg(job.pid, signal.SIGKILL)
-        raise
-    stopped = re.search(r"stopped by SIGTERM at step (\d+): saved checkpoint-\1", output)
-    assert stopped, output[-4000:]
+    stopped = stop_after(tmp_path, cache_dir, ["localhost:1", "127.0.0.1:1"], out, steps=30)
     job = start_elastic(tmp_path, cache_dir, ["localhost:1"], 1, out, "--resume_from_checkpoint", "auto")
     results, sizes, output = completed_run(job, out)
-    assert f"resumed from step {stopped[1]}" in output
+    assert f"resumed from step {stopped}" in output
     assert sizes == [2, 1] and results["world_size"] == 1, results["world_size_changes"]
     assert [entry["epoch"] for entry in results["history"]] == [1, 2]
 
@@ -153,24 +159,15 @@ def test_resumed_elastic_job_grows_when_a_host_is_added(tmp_path, cache_dir):
     """A worker added to a resumed elastic job used to broadcast the checkpoint from its setup while the
     running worker was inside Horovod's state sync: both hung. It takes the job's state when it joins."""
     out = tmp_path / "run"
-    job = start_elastic(tmp_path, cache_dir, ["localhost:1"], 1, out)
-    try:
-        wait_for(lambda: last_logged_step(out) >= 20, 240, "20 steps on 1 worker")
-        os.killpg(job.pid, signal.SIGTERM)
-        output = finish(job, 120)
-    except BaseException:
-        os.killpg(job.pid, signal.SIGKILL)
-        raise
-    stopped = re.search(r"stopped by SIGTERM at step (\d+): saved checkpoint-\1", output)
-    assert stopped, output[-4000:]
+    stopped = stop_after(tmp_path, cache_dir, ["localhost:1"], out, steps=20)
     job = start_elastic(tmp_path, cache_dir, ["localhost:1"], 1, out, "--resume_from_checkpoint", "auto")
     try:
-        wait_for(lambda: last_logged_step(out) >= int(stopped[1]) + 10, 240, "10 more steps on 1 worker")
+        wait_for(lambda: last_logged_step(out) >= stopped + 10, 240, "10 more steps on 1 worker")
         write_hosts(tmp_path, ["localhost:1", "127.0.0.1:1"])
     except BaseException:
         os.killpg(job.pid, signal.SIGKILL)
         raise
     results, sizes, output = completed_run(job, out)
-    assert f"resumed from step {stopped[1]}" in output
+    assert f"resumed from step {stopped}" in output
     assert sizes == [1, 2] and results["world_size"] == 2, results["world_size_changes"]
     assert results["param_checksum_per_rank"][0] == results["param_checksum_per_rank"][1]
