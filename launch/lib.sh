@@ -43,9 +43,29 @@ hvt_need_command() {
     command -v "$1" >/dev/null 2>&1 || hvt_die "$1 is not on PATH" "$2"
 }
 
-# hvt_positive_int OPTION VALUE
+# hvt_positive_int OPTION VALUE [MAX]: a whole number in 1..MAX (default 1000000). Checked by its digits first:
+# bash arithmetic on a longer one overflows (a second error line, or a wrong comparison).
 hvt_positive_int() {
-    [[ $2 =~ ^[1-9][0-9]*$ ]] || hvt_die "$1 needs a whole number > 0 (got '$2')" "pass e.g. $1 2"
+    local max=${3:-1000000}
+    [[ $2 =~ ^[1-9][0-9]{0,8}$ ]] && [ "$2" -le "$max" ] ||
+        hvt_die "$1 needs a whole number in 1..$max (got '$2')" "pass e.g. $1 2"
+}
+
+# hvt_count OPTION VALUE [MAX]: a whole number in 0..MAX (default 1000000).
+hvt_count() {
+    local max=${3:-1000000}
+    [[ $2 =~ ^[0-9]{1,9}$ ]] && [ "$((10#$2))" -le "$max" ] ||
+        hvt_die "$1 needs a whole number in 0..$max (got '$2')" "pass e.g. $1 64"
+}
+
+# hvt_ssh_identity OPTION FILE: a private key ssh can be given on the launchers' command lines. Open MPI's
+# plm_rsh_args and horovodrun's ssh command are split at whitespace, so a path with a space would reach ssh
+# as two arguments.
+hvt_ssh_identity() {
+    [ -f "$2" ] || hvt_die "$1 $2 does not exist" "pass the private key ssh should use"
+    [[ $2 =~ ^[A-Za-z0-9_./+@%:,=-]+$ ]] ||
+        hvt_die "$1 '$2' has a space or a shell character (the launchers split ssh's arguments at spaces)" \
+            "use a path without them, e.g. a link: ln -s '$2' ~/.ssh/hvt_key"
 }
 
 # hvt_number OPTION VALUE: a non-negative number (integer or decimal).
@@ -72,8 +92,8 @@ hvt_host_slots() {
     IFS=, read -r -a entries <<<"$1"
     [ "${#entries[@]}" -gt 0 ] || hvt_die "-H needs host:slots entries" "pass e.g. -H node1:4,node2:4"
     for entry in "${entries[@]}"; do
-        [[ $entry =~ ^[A-Za-z0-9._-]+:([1-9][0-9]*)$ ]] ||
-            hvt_die "-H entry '$entry' is not host:slots" "pass e.g. -H node1:4,node2:4"
+        [[ $entry =~ ^[A-Za-z0-9._-]+:([1-9][0-9]{0,5})$ ]] ||
+            hvt_die "-H entry '$entry' is not host:slots (slots 1..999999)" "pass e.g. -H node1:4,node2:4"
         total=$((total + BASH_REMATCH[1]))
     done
     echo "$total"
@@ -91,7 +111,7 @@ hvt_hostfile_hosts() {
         line=${line#"${line%%[![:space:]]*}"}
         line=${line%"${line##*[![:space:]]}"}
         [ -n "$line" ] || continue
-        [[ $line =~ ^([A-Za-z0-9._-]+)[[:space:]]+slots=([1-9][0-9]*)$ ]] ||
+        [[ $line =~ ^([A-Za-z0-9._-]+)[[:space:]]+slots=([1-9][0-9]{0,5})$ ]] ||
             hvt_die "line $n of hostfile $file ('$line') is not 'host slots=N'" "write one 'host slots=N' per line"
         found+=("${BASH_REMATCH[1]}:${BASH_REMATCH[2]}")
     done <"$file"
@@ -202,11 +222,8 @@ hvt_horovodrun() {
             case $1 in
             -H | --hosts) hosts=$2 ;;
             --hostfile) hostfile=$2 ;;
-            --ssh-port) hvt_positive_int "$1" "$2" && placement+=("$1" "$2") ;;
-            --ssh-identity-file)
-                [ -f "$2" ] || hvt_die "--ssh-identity-file $2 does not exist" "pass the private key ssh should use"
-                placement+=("$1" "$2")
-                ;;
+            --ssh-port) hvt_positive_int "$1" "$2" 65535 && placement+=("$1" "$2") ;;
+            --ssh-identity-file) hvt_ssh_identity "$1" "$2" && placement+=("$1" "$2") ;;
             esac
             shift 2
             ;;
@@ -220,8 +237,7 @@ hvt_horovodrun() {
             shift 2
             ;;
         --fusion-threshold-mb | --cache-capacity | --start-timeout)
-            hvt_value "$1" "$#"
-            [[ $2 =~ ^[0-9]+$ ]] || hvt_die "$1 needs a whole number >= 0 (got '$2')" "pass e.g. $1 64"
+            hvt_value "$1" "$#" && hvt_count "$1" "$2"
             knobs+=("$1" "$2")
             shift 2
             ;;
