@@ -47,15 +47,17 @@ hvt_need_command() {
 # bash arithmetic on a longer one overflows (a second error line, or a wrong comparison).
 hvt_positive_int() {
     local max=${3:-1000000}
-    [[ $2 =~ ^[1-9][0-9]{0,8}$ ]] && [ "$2" -le "$max" ] ||
+    if ! [[ $2 =~ ^[1-9][0-9]{0,8}$ ]] || [ "$2" -gt "$max" ]; then
         hvt_die "$1 needs a whole number in 1..$max (got '$2')" "pass e.g. $1 2"
+    fi
 }
 
 # hvt_count OPTION VALUE [MAX]: a whole number in 0..MAX (default 1000000).
 hvt_count() {
     local max=${3:-1000000}
-    [[ $2 =~ ^[0-9]{1,9}$ ]] && [ "$((10#$2))" -le "$max" ] ||
+    if ! [[ $2 =~ ^[0-9]{1,9}$ ]] || [ "$((10#$2))" -gt "$max" ]; then
         hvt_die "$1 needs a whole number in 0..$max (got '$2')" "pass e.g. $1 64"
+    fi
 }
 
 # hvt_ssh_identity OPTION FILE: a private key ssh can be given on the launchers' command lines. Open MPI's
@@ -201,6 +203,29 @@ hvt_nic_list() {
 # shellcheck disable=SC2034  # used by launch/mpirun.sh
 HVT_MPI_BTL_OVERRIDE=(-gmca btl '^openib,ofi')
 
+# Variables whose values are secrets. Under the Gloo controller horovodrun starts each rank as `env VAR=value ...
+# python ...` with every exported variable, through ssh on other hosts: the values are on command lines that `ps`
+# shows on every host. So these are not passed to horovodrun --gloo; the ranks read tokens from files instead
+# (Hugging Face: ~/.cache/huggingface/token or HF_TOKEN_PATH; wandb: ~/.netrc). A *_PATH/*_FILE variable says
+# where a secret is, and is kept.
+HVT_SECRET_NAMES='(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|SECRET_KEY|PRIVATE_KEY|CREDENTIALS?)(_|$)'
+
+# hvt_drop_secrets: unset the exported variables named like secrets (HVT_SECRET_NAMES), saying which.
+hvt_drop_secrets() {
+    local name upper
+    local -a dropped=()
+    while IFS= read -r name; do
+        upper=${name^^}
+        if ! [[ $upper =~ $HVT_SECRET_NAMES ]] || [[ $upper =~ _(PATH|FILE)$ ]]; then
+            continue
+        fi
+        unset "$name"
+        dropped+=("$name")
+    done < <(compgen -e)
+    [ "${#dropped[@]}" -eq 0 ] || echo "[launch] not passed to horovodrun --gloo, which puts every variable on" \
+        "the ranks' command lines (ps shows them): ${dropped[*]}; give the ranks token files (docs/launch.md)"
+}
+
 # hvt_horovodrun MODE ARGS...: the horovodrun recipes. MODE is local (-np N on this machine) or
 # multihost (-H host:slots,... or --hostfile FILE; ssh to the other hosts).
 hvt_horovodrun() {
@@ -284,6 +309,8 @@ hvt_horovodrun() {
     hvt_command "$@"
     if [ "$controller" = --mpi ]; then
         knobs+=("--mpi-args=${HVT_MPI_BTL_OVERRIDE[*]}")
+    else
+        hvt_drop_secrets
     fi
     hvt_run horovodrun -np "$np" "${placement[@]}" "$controller" "${knobs[@]}" "$HVT_PY" -m horovod_train "${HVT_CMD[@]}"
 }

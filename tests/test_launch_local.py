@@ -133,6 +133,23 @@ def test_discovery_script_follows_edits_of_the_hosts_file(tmp_path, monkeypatch)
         discovery.find_available_hosts_and_slots()
 
 
+def test_secrets_are_not_put_on_gloo_command_lines() -> None:
+    """horovodrun --gloo starts ranks as `env VAR=value ... python`, through ssh on other hosts: a token in the
+    environment would be on command lines every user of every host can read."""
+    secrets = {"HF_TOKEN": "hf_s3cret", "WANDB_API_KEY": "k", "AWS_SECRET_ACCESS_KEY": "a",
+               "MLFLOW_TRACKING_PASSWORD": "p", "hf_token": "lower"}  # fmt: skip
+    kept = {"HF_TOKEN_PATH": "/secrets/hf", "TOKENIZERS_PARALLELISM": "false", "HF_HOME": "/hf", "NCCL_DEBUG": "WARN"}
+    script = 'source launch/lib.sh && hvt_drop_secrets && env'
+    proc = subprocess.run(["bash", "-c", script], cwd=REPO, env={**os.environ, **secrets, **kept},
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    left = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line and not line.startswith("["))
+    assert not set(secrets) & set(left) and "hf_s3cret" not in proc.stdout
+    assert all(left.get(name) == value for name, value in kept.items())
+    note = next(line for line in proc.stdout.splitlines() if line.startswith("[launch] not passed"))
+    assert all(name in note for name in secrets)
+
+
 def _check_two_rank_run(out: Path, controller: str) -> None:
     results = read_results(out)
     assert results["world_size"] == 2 and results["engine"] == "horovod", results
