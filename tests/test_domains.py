@@ -114,6 +114,12 @@ def places(tmp_path) -> dict[str, str]:
     return {"file": str(tmp_path / "a-file"), "dir": str(tmp_path), "long": LONG}
 
 
+def test_the_engine_domain_is_the_engine_registry():
+    from horovod_train.engines import ENGINES
+
+    assert sorted(domains.ENGINE_NAMES) == sorted(ENGINES)
+
+
 def test_every_argument_has_a_domain_and_out_of_domain_values():
     assert sorted(domains.DOMAINS) == sorted(FIELDS), "give each new argument a domain in horovod_train/domains.py"
     assert sorted(BAD) == sorted(FIELDS), "add the new argument's out-of-domain values to BAD"
