@@ -112,3 +112,17 @@ def test_warning_signal_checkpoints_requeues_and_resumes(slurm, tmp_path, cache_
     started = time.monotonic()
     _, _, stop = stop_and_resume(slurm, job_id, stopped)
     assert_resumed_exactly(reference, stopped, engine, job, stop, started)
+
+
+def test_torchrun_job_under_a_pmix_default_stops_without_killing_its_agent(tmp_path_factory, tmp_path, cache_dir):
+    """MpiDefault=pmix: srun gives torchrun's agent PMIX_RANK too. The warning signal must reach its workers
+    only (SIGUSR1 killed the agent while they checkpointed); the job checkpoints, requeues and resumes."""
+    require_slurm()
+    with running(SlurmCluster(tmp_path_factory.mktemp("slurm-pmix"), mpi_default="pmix")) as cluster:
+        out = tmp_path / "stopped"
+        env = launch_env(cache_dir, HVT_RDZV_PORT=str(free_port()))
+        job_id = cluster.submit("ddp_torchrun", *STOP_JOB, "--output_dir", str(out), env=env, workdir=tmp_path)[0]
+        _, output, _ = stop_and_resume(cluster, job_id, out)
+        assert check_training(out, "ddp")["global_step"] == 80
+        signalled = re.findall(r"SIGUSR1 -> rank processes ([\d ]+) on", output)
+        assert signalled and all(len(pids.split()) == 2 for pids in signalled), output[-4000:]  # the two workers
