@@ -210,15 +210,29 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
     """Check every file against the manifest; return the trainer state. Nothing is loaded on failure."""
     try:
         manifest = json.loads((path / MANIFEST).read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         raise UsageError(f"checkpoint {path} has no readable {MANIFEST} (incomplete or not a checkpoint)",
                          "resume from an earlier checkpoint") from None
-    for name, digest in manifest.items():
+    # A manifest is {file name: SHA-256} covering at least the files a resume reads.
+    entries = manifest if isinstance(manifest, dict) else {}
+    missing = sorted({MODEL_FILE, STATE_FILE, TRAINER_FILE} - set(entries))
+    if missing or not all(isinstance(k, str) and isinstance(v, str) and "/" not in k for k, v in entries.items()):
+        shown = f"lists no {', '.join(missing)}" if missing else "is not a mapping of file names to SHA-256 digests"
+        raise UsageError(f"checkpoint {path} has a {MANIFEST} that {shown} (not written by this trainer)",
+                         "resume from an earlier checkpoint")
+    for name, digest in entries.items():
         file = path / name
         if not file.is_file() or _sha256(file) != digest:
             raise UsageError(f"checkpoint {path} is corrupted ({name} does not match its checksum)",
                              "resume from an earlier checkpoint")
-    return json.loads((path / TRAINER_FILE).read_text())
+    try:
+        state = json.loads((path / TRAINER_FILE).read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        state = None
+    if not isinstance(state, dict):
+        raise UsageError(f"checkpoint {path} has a {TRAINER_FILE} that is not a JSON object",
+                         "resume from an earlier checkpoint")
+    return state
 
 
 def load_checkpoint(path: Path) -> Payload:

@@ -6,9 +6,10 @@ import argparse
 import os
 import sys
 
-from horovod_train import bench, compare, doctor
+from horovod_train import bench, compare, distributed_env, doctor
 from horovod_train.config import FALSE_VALUES, TRUE_VALUES, Parser, add_run_arguments, parse_run_config, str_to_bool
 from horovod_train.console import write_line
+from horovod_train.domains import fit_max_seq_length
 from horovod_train.errors import UsageError, exit_with
 from horovod_train.stopping import STOPPED_EXIT_CODE, TrainingStopped
 
@@ -56,6 +57,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     config = parse_run_config(namespace=args)
     quiet_libraries()
+    fit_max_seq_length(config, warn=warn_on_rank_0)
     engine = create_engine(config)
     training = config.training
     if not engine.joins_running_job(training.output_dir):  # resuming continues the run already there
@@ -75,6 +77,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     if engine.is_main:  # the result is the last line, whatever the launcher adds before it
         write_line(result_line(results))
     return 0
+
+
+def warn_on_rank_0(message: str) -> None:
+    """Before the engine joins the job: rank 0 by the launcher's variables."""
+    if distributed_env.detect(resolve_master=False).rank == 0:
+        write_line(message, sys.stderr)
 
 
 def result_line(results: dict) -> str:

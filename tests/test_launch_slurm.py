@@ -140,3 +140,17 @@ def test_a_run_that_finishes_while_the_warning_signal_is_handled_is_not_requeued
     output = assert_completed(fields)
     assert fields["Restarts"] == "0", fields
     assert f"got SIGUSR1 but the run finished: not requeueing job {job_id}" in output, output
+
+
+def test_torchrun_job_under_a_pmix_default_stops_without_killing_its_agent(tmp_path_factory, tmp_path, cache_dir):
+    """MpiDefault=pmix: srun gives torchrun's agent PMIX_RANK too. The warning signal must reach its workers
+    only (SIGUSR1 killed the agent while they checkpointed); the job checkpoints, requeues and resumes."""
+    require_slurm()
+    with running(SlurmCluster(tmp_path_factory.mktemp("slurm-pmix"), mpi_default="pmix")) as cluster:
+        out = tmp_path / "stopped"
+        env = launch_env(cache_dir, HVT_RDZV_PORT=str(free_port()))
+        job_id = cluster.submit("ddp_torchrun", *STOP_JOB, "--output_dir", str(out), env=env, workdir=tmp_path)[0]
+        _, output, _ = stop_and_resume(cluster, job_id, out)
+        assert check_training(out, "ddp")["global_step"] == 80
+        signalled = re.findall(r"SIGUSR1 -> rank processes ([\d ]+) on", output)
+        assert signalled and all(len(pids.split()) == 2 for pids in signalled), output[-4000:]  # the two workers

@@ -130,18 +130,23 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
-def main(namespace: argparse.Namespace) -> int:
+def validate(namespace: argparse.Namespace) -> tuple[RunConfig, list[int]]:
+    """Every argument against its domain (the runs' as `train` checks them); nothing is launched or written."""
     if namespace.engine is not None:
         raise UsageError("bench train runs every engine itself, so --engine does not apply", "select with --engines")
     if namespace.repeats < 1:
         raise UsageError(f"--repeats must be >= 1 (got {namespace.repeats})", "pass --repeats 1 or more")
-    namespace.config = namespace.config or DEFAULT_CONFIG  # the embedded job
-    namespace.max_steps = namespace.max_steps or DEFAULT_MAX_STEPS
-    namespace.output_dir = namespace.output_dir or "runs/bench/train"
-    config = parse_run_config(namespace=namespace)
     world_sizes = namespace.world_sizes or sorted({1, launchers.machine_world_size()})
     if min(world_sizes) < 1:
         raise UsageError(f"--world_sizes must be >= 1 (got {world_sizes})", "pass e.g. --world_sizes 1 2")
+    namespace.config = namespace.config or DEFAULT_CONFIG  # the embedded job
+    namespace.max_steps = namespace.max_steps or DEFAULT_MAX_STEPS
+    namespace.output_dir = namespace.output_dir or "runs/bench/train"
+    return parse_run_config(namespace=namespace), world_sizes
+
+
+def main(namespace: argparse.Namespace) -> int:
+    config, world_sizes = validate(namespace)
     runs = plan(world_sizes, namespace.engines)
     names = [f"{run_name(run)}-r{rep}" for rep in range(namespace.repeats) for run in runs]
     outputs = ["logs", *names, *(f"bench_train.{suffix}" for suffix in ("csv", "json", "png"))]
