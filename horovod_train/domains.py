@@ -136,7 +136,7 @@ def existing_ancestor(target: Path) -> Path:
 
 def writable_below(name: str, value: str, target: Path) -> None:
     """What the run will create at ``target`` can be created: its nearest existing ancestor is a directory we
-    can write to (a real probe, as files.check_output_dir does: root passes os.access on read-only mounts)."""
+    can write to (a real probe: root passes os.access on read-only mounts)."""
     existing = existing_ancestor(target)
     if not existing.is_dir():
         raise UsageError(f"--{name} {value} lies inside the file {existing}", "pass a path under a directory")
@@ -262,7 +262,7 @@ DOMAINS: dict[str, Check] = {
     "synthetic_num_examples": count(2, example="8000"),
     "num_labels": count(2, example="3"),
     # training
-    "output_dir": path,  # its own checks (a file, not writable, an earlier run): files.check_output_dir
+    "output_dir": path,  # its own checks (a file, not writable, an earlier run): output_dir.check_output_dir
     "overwrite_output_dir": boolean,
     "engine": engine,
     "per_device_train_batch_size": count(1, example="32"),

@@ -17,12 +17,12 @@ import os
 import re
 import shutil
 import socket
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from horovod_train.checkpoint import MANIFEST, NAME, STALE
+from horovod_train.domains import writable_below
 from horovod_train.errors import UsageError
 from horovod_train.files import write_json_atomic
 
@@ -102,15 +102,7 @@ def check_output_dir(output_dir: str, overwrite: bool, resuming: bool = False) -
                 "pass --overwrite_output_dir to replace them, or choose another --output_dir",
             )
         refuse_foreign(path, "--overwrite_output_dir")
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise UsageError(f"--output_dir {output_dir} lies inside the file {existing}", "choose a directory path")
-    try:  # a real probe: root passes os.access() checks on read-only mounts
-        tempfile.TemporaryFile(dir=existing).close()
-    except OSError:
-        raise UsageError(f"--output_dir {output_dir} is not writable", "choose a directory you can write to") from None
+    writable_below("output_dir", output_dir, path)
 
 
 def check_fresh_start(output_dir: Path, overwrite: bool) -> None:

@@ -50,7 +50,7 @@ CASES = {
     "batch size 0": lambda tmp: (["--per_device_train_batch_size", "0"], "must be > 0"),
     "malformed yaml": lambda tmp: (["--config", str(_write(tmp / "c.yaml", "learning_rate: [1e-4\n"))], "malformed"),
     "output dir inside a file": lambda tmp: (["--output_dir", str(_write(tmp / "f", "x") / "out")], "inside the file"),
-    "output dir not writable": lambda tmp: (["--output_dir", "/proc/horovod-train-out"], "not writable"),
+    "output dir not writable": lambda tmp: (["--output_dir", "/proc/horovod-train-out"], "cannot write in /proc"),
     "missing checkpoint": lambda tmp: (["--resume_from_checkpoint", str(tmp / "checkpoint-9")], "does not exist"),
     "nccl without cuda": lambda tmp: (["--engine", "ddp", "--ddp_backend", "nccl"], "needs CUDA"),
     "tokenizer/model mismatch": lambda tmp: (
