@@ -88,7 +88,9 @@ class Trainer:
         self.build_train_loader()
         self.position = self.start_position(resumed)
         self.first_step = self.position.global_step
-        self.policy = engine.policy(self.model, self.optimizer, self.train_loader.sampler, len(self.train_set))
+        self.policy = engine.policy(
+            self.model, self.optimizer, self.train_loader.sampler, len(self.train_set), self.precision.scaler
+        )
         lineage = resumed["trainer_state"].get("lineage", []) if resumed else []
         self.checkpoints = ckpt.Checkpoints(self.output_dir, args.save_total_limit, lineage)
         if resumed:

@@ -75,8 +75,11 @@ class Engine(ABC):
         """A sampler with begin_epoch/record_step (see data.ResumableDistributedSampler); None: that one."""
         return None
 
-    def policy(self, model: nn.Module, optimizer: Optimizer, sampler: Any, train_examples: int) -> RunPolicy:
-        """How the loop runs, ends, places the learning rate and commits (fixed world size: RunPolicy)."""
+    def policy(
+        self, model: nn.Module, optimizer: Optimizer, sampler: Any, train_examples: int, scaler: Any = None
+    ) -> RunPolicy:
+        """How the loop runs, ends, places the learning rate and commits (fixed world size: RunPolicy).
+        ``scaler``: fp16's GradScaler, part of the state a policy commits (elastic), or None."""
         return RunPolicy()
 
     def step_examples(self, per_rank: int) -> int | None:

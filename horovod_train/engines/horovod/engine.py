@@ -49,7 +49,9 @@ class HorovodEngine(Engine):
     def train_sampler(self, dataset: Any, seed: int) -> Any:
         return elastic.make_elastic_sampler(dataset, seed) if self.options.elastic else None
 
-    def policy(self, model: nn.Module, optimizer: Optimizer, sampler: Any, train_examples: int) -> RunPolicy:
+    def policy(
+        self, model: nn.Module, optimizer: Optimizer, sampler: Any, train_examples: int, scaler: Any = None
+    ) -> RunPolicy:
         if not self.options.elastic:
             return super().policy(model, optimizer, sampler, train_examples)
         return elastic.ElasticPolicy(
@@ -62,6 +64,7 @@ class HorovodEngine(Engine):
             by_epochs=self.training.max_steps <= 0,
             commit_steps=self.options.elastic_commit_steps,
             on_reset=self.read_topology,
+            scaler=scaler,
         )
 
     def step_examples(self, per_rank: int) -> int | None:
