@@ -43,6 +43,7 @@ class Engine(ABC):
     world_size: int = 1
     local_world_size: int = 1
     device: torch.device = torch.device("cpu")
+    device_rule: str = "cpu"  # how the device was chosen: a key of distributed_env.DEVICE_RULES
 
     def __init__(self, config: RunConfig) -> None:
         self.training = config.training

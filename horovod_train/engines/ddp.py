@@ -43,13 +43,8 @@ class DDPEngine(Engine):
             raise UsageError("--ddp_backend nccl needs CUDA GPUs but this machine has none",
                              "use --ddp_backend gloo (or auto) on CPUs")
         if torch.cuda.is_available() and self.options.ddp_backend != "gloo":
-            if env.local_rank >= torch.cuda.device_count():
-                raise UsageError(
-                    f"local rank {env.local_rank} but only {torch.cuda.device_count()} GPU(s) on this node",
-                    "launch at most one process per GPU on each node",
-                )
-            torch.cuda.set_device(env.local_rank)  # pin by local rank: global ranks exceed a node's GPUs
-            self.device = torch.device("cuda", env.local_rank)
+            # By local rank (global ranks exceed a node's GPUs), or the task's only GPU.
+            self.device, self.device_rule = distributed_env.pin_cuda_device(env.local_rank)
             self.backend, options["device_id"] = "nccl", self.device
         # --ddp_timeout: long enough for rank 0's one-sided work (writing a checkpoint) while the others wait.
         timeout = timedelta(seconds=self.training.ddp_timeout)

@@ -59,7 +59,7 @@ class DataParallelEngine(SingleEngine):
         refuse_a_launcher(self.name)
         self.device_ids = list(range(torch.cuda.device_count()))
         if self.device_ids:
-            self.device = torch.device("cuda", self.device_ids[0])
+            self.device, self.device_rule = torch.device("cuda", self.device_ids[0]), "first"
         else:
             write_line("dp: no GPU visible, running DataParallel on the CPU with one replica")
         self.set_cpu_threads()

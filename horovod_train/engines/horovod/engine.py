@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from horovod_train import amp
+from horovod_train import amp, distributed_env
 from horovod_train.config import RunConfig
 from horovod_train.engines.base import Engine
 from horovod_train.engines.horovod import elastic, env
@@ -36,9 +36,8 @@ class HorovodEngine(Engine):
         self.horovod_env = env.apply(self.options, cuda, self.training.ddp_timeout)  # read by hvd.init
         hvd.init()
         self.read_topology()
-        if torch.cuda.is_available():
-            torch.cuda.set_device(self.local_rank)  # pin by local rank: global ranks exceed a node's GPUs
-            self.device = torch.device("cuda", self.local_rank)
+        if torch.cuda.is_available():  # by local rank (global ranks exceed a node's GPUs), or a task's only GPU
+            self.device, self.device_rule = distributed_env.pin_cuda_device(self.local_rank)
         self.set_cpu_threads()
 
     def read_topology(self) -> None:
