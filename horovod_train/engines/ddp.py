@@ -73,9 +73,25 @@ class DDPEngine(Engine):
         return self.all_reduce_sum_async(tensor)()
 
     def all_reduce_sum_async(self, tensor: torch.Tensor) -> Callable[[], torch.Tensor]:
+        if self.device.type == "cuda" and tensor.device.type == "cpu":
+            return self.all_reduce_sum_on_gpu(tensor)
         summed = tensor.to(self.device, copy=True)
         work = dist.all_reduce(summed, op=dist.ReduceOp.SUM, async_op=True)
         return lambda: (work.wait(), summed.to(tensor.device))[1]
+
+    def all_reduce_sum_on_gpu(self, tensor: torch.Tensor) -> Callable[[], torch.Tensor]:
+        """NCCL sums GPU memory only. Both copies are queued on the stream from pinned memory and the host
+        waits for neither: the result is read through an event recorded after the copy back, which the
+        GPU has passed by the time it is read a step later (the stop flags), so the host never waits for
+        the step in flight. A pageable copy (``tensor.to(device)`` and back) waits for the whole stream."""
+        staged = tensor.pin_memory().to(self.device, non_blocking=True)
+        work = dist.all_reduce(staged, op=dist.ReduceOp.SUM, async_op=True)
+        work.wait()  # NCCL: the current stream waits for the all-reduce, the host does not
+        result = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        result.copy_(staged, non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record()
+        return lambda: (copied.synchronize(), result)[1]
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """torch.distributed gathers equal shapes only: pad every rank to the longest, gather, trim."""
