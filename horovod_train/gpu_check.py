@@ -510,17 +510,6 @@ def training_steps(ctx: Context) -> list[Step]:
     return steps
 
 
-def peak_tflops(ctx: Context) -> float:
-    if ctx.args.peak_tflops:
-        return ctx.args.peak_tflops
-    query = ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]
-    try:
-        name = subprocess.run(query, capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        name = ""
-    return 756.0 if "PCIe" in name else 989.0  # dense bf16: H100 PCIe, else H100 SXM / H200
-
-
 def bench_steps(ctx: Context) -> list[Step]:
     """`bench gpu`: bert-base-cased, random init, MNLI-like lengths grouped by length, bf16, plain vs
     Horovod np=1 in one process; batch sizes swept, then with torch.compile (tiny and one size when dry)."""
@@ -531,7 +520,8 @@ def bench_steps(ctx: Context) -> list[Step]:
     else:
         sizes = [(False, int(b)) for b in ctx.args.batch_sizes.split(",") if b]
         sweeps = sizes + [(True, int(b)) for b in ctx.args.compile_batch_sizes.split(",") if b]
-        base += ["--steps", "30", "--warmup", "5", "--repeats", "3", "--peak_tflops", str(peak_tflops(ctx))]
+        base += ["--steps", "30", "--warmup", "5", "--repeats", "3"]
+        base += ["--peak_tflops", str(ctx.args.peak_tflops)] if ctx.args.peak_tflops else []  # else by GPU name
     steps = []
     for compiled, batch in sweeps:
         name = f"bench{'_compile' if compiled else ''}_b{batch}"
