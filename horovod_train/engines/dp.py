@@ -80,4 +80,9 @@ class DataParallelEngine(SingleEngine):
         return (losses * (counts / counts.sum())).sum()
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "replicas": max(1, len(self.device_ids))}
+        described = {**super().describe(), "replicas": max(1, len(self.device_ids))}
+        if self.device_ids:  # peak_memory_mb_per_rank is GPU 0's: every replica's GPU fills up
+            described["peak_memory_mb_per_gpu"] = [
+                round(torch.cuda.max_memory_allocated(i) / 2**20, 1) for i in self.device_ids
+            ]
+        return described

@@ -6,6 +6,7 @@ Gradients are all-reduced by Horovod's background thread as the backward pass pr
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ from torch.optim import Optimizer
 
 from horovod_train import amp, distributed_env
 from horovod_train.config import RunConfig
+from horovod_train.console import write_line
 from horovod_train.engines.base import Engine
 from horovod_train.engines.horovod import elastic, env
 from horovod_train.engines.policy import RunPolicy
@@ -27,6 +29,7 @@ class HorovodEngine(Engine):
     def __init__(self, config: RunConfig) -> None:
         super().__init__(config)
         self.options = config.horovod
+        env.check_groups(self.options)
 
     def setup(self) -> None:
         import horovod.torch as hvd
@@ -36,6 +39,9 @@ class HorovodEngine(Engine):
         self.horovod_env = env.apply(self.options, cuda, self.training.ddp_timeout)  # read by hvd.init
         hvd.init()
         self.read_topology()
+        warning = env.nccl_warning(hvd, cuda)
+        if warning and self.is_main:
+            write_line(warning, sys.stderr)
         if torch.cuda.is_available():  # by local rank (global ranks exceed a node's GPUs), or a task's only GPU
             self.device, self.device_rule = distributed_env.pin_cuda_device(self.local_rank)
         self.set_cpu_threads()
