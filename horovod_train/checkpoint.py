@@ -92,7 +92,7 @@ class Checkpoints:
             "lineage": self.lineage,
         }
         with atomic_directory(target, replace=True) as tmp:
-            save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, tmp / MODEL_FILE)
+            save_file(distinct_tensors(model), tmp / MODEL_FILE)
             torch.save(training_state, tmp / STATE_FILE)
             (tmp / TRAINER_FILE).write_text(json.dumps(trainer_state, indent=2, sort_keys=True) + "\n")
             if write_loadable is not None:
@@ -116,6 +116,45 @@ class Checkpoints:
             if name != keep_also:
                 shutil.rmtree(self.output_dir / name, ignore_errors=True)
         self.lineage = [name for name in self.lineage if (self.output_dir / name).is_dir()]
+
+
+def _storage_groups(model: torch.nn.Module) -> list[list[str]]:
+    """The state dict's names grouped by the tensor they name (tied weights: one tensor, several names)."""
+    groups: dict[tuple, list[str]] = {}
+    for name, tensor in model.state_dict().items():
+        view = (tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tensor.shape,
+                tensor.stride())
+        groups.setdefault(view, []).append(name)
+    return list(groups.values())
+
+
+def distinct_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The state dict with each tied tensor once, under the name ``save_pretrained`` keeps (the tie's source),
+    as safetensors refuses tensors that share memory (BART/T5-style tied embeddings)."""
+    state = model.state_dict()
+    tied_copies = set(getattr(model, "all_tied_weights_keys", None) or {})
+    kept = {}
+    for names in _storage_groups(model):
+        name = next((n for n in names if n not in tied_copies), names[0])
+        kept[name] = state[name].detach().cpu().contiguous()
+    # Views of one storage that are not the same tensor (rare): saved as copies of their own.
+    seen: set[int] = set()
+    for name, tensor in kept.items():
+        pointer = tensor.untyped_storage().data_ptr()
+        if pointer in seen:
+            kept[name] = tensor.clone()
+        seen.add(pointer)
+    return kept
+
+
+def with_shared_tensors(tensors: dict[str, torch.Tensor], model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``tensors`` (saved by ``distinct_tensors``) with every name of a tied tensor, for a strict load."""
+    full = dict(tensors)
+    for names in _storage_groups(model):
+        present = next((n for n in names if n in tensors), None)
+        if present is not None:
+            full.update({n: tensors[present] for n in names if n not in tensors})
+    return full
 
 
 def _sha256(path: Path) -> str:
@@ -171,15 +210,29 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
     """Check every file against the manifest; return the trainer state. Nothing is loaded on failure."""
     try:
         manifest = json.loads((path / MANIFEST).read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         raise UsageError(f"checkpoint {path} has no readable {MANIFEST} (incomplete or not a checkpoint)",
                          "resume from an earlier checkpoint") from None
-    for name, digest in manifest.items():
+    # A manifest is {file name: SHA-256} covering at least the files a resume reads.
+    entries = manifest if isinstance(manifest, dict) else {}
+    missing = sorted({MODEL_FILE, STATE_FILE, TRAINER_FILE} - set(entries))
+    if missing or not all(isinstance(k, str) and isinstance(v, str) and "/" not in k for k, v in entries.items()):
+        shown = f"lists no {', '.join(missing)}" if missing else "is not a mapping of file names to SHA-256 digests"
+        raise UsageError(f"checkpoint {path} has a {MANIFEST} that {shown} (not written by this trainer)",
+                         "resume from an earlier checkpoint")
+    for name, digest in entries.items():
         file = path / name
         if not file.is_file() or _sha256(file) != digest:
             raise UsageError(f"checkpoint {path} is corrupted ({name} does not match its checksum)",
                              "resume from an earlier checkpoint")
-    return json.loads((path / TRAINER_FILE).read_text())
+    try:
+        state = json.loads((path / TRAINER_FILE).read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        state = None
+    if not isinstance(state, dict):
+        raise UsageError(f"checkpoint {path} has a {TRAINER_FILE} that is not a JSON object",
+                         "resume from an earlier checkpoint")
+    return state
 
 
 def load_checkpoint(path: Path) -> Payload:
@@ -218,23 +271,3 @@ def load_resumable(spec: str, output_dir: Path, warn: Callable[[str], None]) -> 
         raise UsageError(f"--resume_from_checkpoint latest: no valid checkpoint in {output_dir} ({found})",
                          "pass an earlier checkpoint directory, or 'auto' to start fresh when there is none")
     return None
-
-
-
-# What a run writes before its first checkpoint: a directory holding only these (and checkpoints that
-# failed verification) is an earlier attempt of the run that `auto` may start over.
-ATTEMPT_FILES = {"run_config.json", "metrics.jsonl"}
-
-
-def check_fresh_start(output_dir: Path, overwrite: bool) -> None:
-    """``auto`` found no valid checkpoint: start over only in an empty directory, an unfinished earlier
-    attempt, or with --overwrite_output_dir."""
-    if overwrite or not output_dir.is_dir():
-        return
-    others = [p.name for p in output_dir.iterdir() if p.name not in ATTEMPT_FILES and not NAME.fullmatch(p.name)]
-    if others:
-        raise UsageError(
-            f"--output_dir {output_dir} holds files of an earlier run ({', '.join(sorted(others)[:3])}) "
-            "and no valid checkpoint to resume",
-            "pass --overwrite_output_dir to replace them, or choose another --output_dir",
-        )

@@ -6,9 +6,10 @@ import argparse
 import os
 import sys
 
-from horovod_train import bench, compare, doctor
+from horovod_train import bench, compare, distributed_env, doctor
 from horovod_train.config import FALSE_VALUES, TRUE_VALUES, Parser, add_run_arguments, parse_run_config, str_to_bool
 from horovod_train.console import write_line
+from horovod_train.domains import fit_max_seq_length
 from horovod_train.errors import UsageError, exit_with
 from horovod_train.stopping import STOPPED_EXIT_CODE, TrainingStopped
 
@@ -51,27 +52,37 @@ def quiet_libraries() -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from horovod_train.engines import create_engine
-    from horovod_train.files import check_output_dir
+    from horovod_train.output_dir import check_output_dir
     from horovod_train.trainer import Trainer
 
     config = parse_run_config(namespace=args)
     quiet_libraries()
+    fit_max_seq_length(config, warn=warn_on_rank_0)
     engine = create_engine(config)
     training = config.training
     if not engine.joins_running_job(training.output_dir):  # resuming continues the run already there
-        check_output_dir(training.output_dir, training.overwrite_output_dir or bool(training.resume_from_checkpoint))
+        resuming = bool(training.resume_from_checkpoint)
+        check_output_dir(training.output_dir, training.overwrite_output_dir, resuming=resuming)
     try:
         with engine.running():
-            results = Trainer(config, engine).train()
+            trainer = Trainer(config, engine)
+            results = trainer.train()
     except TrainingStopped as stopped:
         if engine.is_main:
             write_line(stopped.message)
         return STOPPED_EXIT_CODE
-    if engine.is_main:  # the result is the last line, whatever the launcher adds before it
+    if engine.is_main and trainer.finished_before is None:
         files = "model + tokenizer, all_results.json, trainer_state.json, metrics.jsonl"
         write_line(f"wrote {training.output_dir}/: {files}")
+    if engine.is_main:  # the result is the last line, whatever the launcher adds before it
         write_line(result_line(results))
     return 0
+
+
+def warn_on_rank_0(message: str) -> None:
+    """Before the engine joins the job: rank 0 by the launcher's variables."""
+    if distributed_env.detect(resolve_master=False).rank == 0:
+        write_line(message, sys.stderr)
 
 
 def result_line(results: dict) -> str:

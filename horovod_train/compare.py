@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from horovod_train import launchers
-from horovod_train.config import add_run_arguments, parse_run_config
+from horovod_train.config import RunConfig, add_run_arguments, parse_run_config
 from horovod_train.errors import UsageError
-from horovod_train.files import check_output_dir, reset_output_dir, write_json_atomic
+from horovod_train.files import write_json_atomic
+from horovod_train.output_dir import claimed
 from horovod_train.tables import format_table
 
 DEFAULT_OUTPUT_DIR = "runs/compare"
@@ -81,11 +82,13 @@ def main(namespace: argparse.Namespace) -> int:
     config = parse_run_config(namespace=namespace)
     world = launchers.machine_world_size()
     runs = launchers.select_runs(launchers.supported_runs(world), namespace.engines)
-    out = Path(config.training.output_dir)
-    check_output_dir(str(out), config.training.overwrite_output_dir)
-    reset_output_dir(str(out))
-    (out / "logs").mkdir()
+    outputs = ["logs", *(run.name for run in runs), "compare.json", "compare.png"]
+    with claimed(config.training.output_dir, config.training.overwrite_output_dir, outputs) as out:
+        return run_all(namespace, config, runs, world, out)
 
+
+def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[launchers.Run], world: int, out: Path) -> int:
+    (out / "logs").mkdir()
     batch = config.training.per_device_train_batch_size
     common = launchers.passthrough_args(namespace)
     rows = []

@@ -17,13 +17,11 @@ from typing import Any
 
 import yaml
 
-from horovod_train import glue  # datasets-free: config stays light to import
+from horovod_train.domains import STRATEGIES, check_domains, path_problem
 from horovod_train.errors import UsageError
 from horovod_train.schedule import SCHEDULES
-from horovod_train.stopping import parse_signals
-from horovod_train.trackers import check_report_to
 
-EVAL_STRATEGIES = SAVE_STRATEGIES = ("epoch", "steps", "no")
+EVAL_STRATEGIES = SAVE_STRATEGIES = STRATEGIES
 PACKAGED_CONFIGS = "configs"  # horovod_train/configs/<name>.yaml, found by name after any install
 
 
@@ -112,17 +110,18 @@ class DataArguments:
         return [name.strip() for name in self.text_column_names.split(",")] if self.text_column_names else None
 
     def check(self) -> None:
-        glue.check_task(self.task_name)
         columns = self.text_columns()
         if columns is not None and (not 1 <= len(columns) <= 2 or not all(columns)):
             raise UsageError(
                 f"--text_column_names takes one or two column names (got {self.text_column_names!r})",
                 "pass e.g. --text_column_names sentence or --text_column_names sentence1,sentence2",
             )
-        if not self.label_column_name.strip():
-            raise UsageError("--label_column_name is empty", "pass the label column's name (default: label)")
-        if self.num_labels is not None and self.num_labels < 2:
-            raise UsageError(f"--num_labels must be >= 2 (got {self.num_labels})", "drop it to infer it from the data")
+        if self.validation_split_name is not None and (
+            self.train_file or (self.dataset_name in (None, "synthetic-nli") and not self.task_name)
+        ):
+            source = f"--train_file {self.train_file}" if self.train_file else f"--dataset_name {self.dataset_name}"
+            raise UsageError(f"--validation_split_name {self.validation_split_name}: {source} has no named splits",
+                             "drop it (10% of train is held out), or pass --validation_file")
 
 
 @dataclass
@@ -364,7 +363,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_path(spec: str) -> Path:
     """A config file by path, else by the name of one shipped in the package (``demo``)."""
+    problem = path_problem(spec)
+    if problem:
+        raise UsageError(f"--config {spec[:60]}... {problem}", "pass a shorter path to --config")
     path = Path(spec)
+    if path.is_dir():
+        raise UsageError(f"config file {spec} is a directory", "pass a YAML/JSON file (or 'demo') to --config")
     if path.is_file():
         return path
     packaged = resources.files("horovod_train") / PACKAGED_CONFIGS / f"{spec}.yaml"
@@ -373,9 +377,19 @@ def config_path(spec: str) -> Path:
     raise UsageError(f"config file {spec} does not exist", "pass an existing YAML/JSON file (or 'demo') to --config")
 
 
+def _read_config_text(spec: str, config_file: Path) -> str:
+    try:
+        return config_file.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"config file {spec} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                         f"{exc.start})", "save it as UTF-8") from None
+    except OSError as exc:
+        raise UsageError(f"config file {spec} cannot be read ({exc.strerror})", "pass a readable file") from None
+
+
 def load_config_file(spec: str) -> dict[str, Any]:
     config_file = config_path(spec)
-    text = config_file.read_text()
+    text = _read_config_text(spec, config_file)
     try:
         data = json.loads(text) if config_file.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
@@ -384,6 +398,10 @@ def load_config_file(spec: str) -> dict[str, Any]:
     data = data or {}
     if not isinstance(data, dict):
         raise UsageError(f"config file {spec} is not a mapping of argument names", "write `name: value` lines")
+    odd = [repr(key) for key in data if not isinstance(key, str)]
+    if odd:
+        raise UsageError(f"config file {spec} has key(s) that are not argument names: {', '.join(odd[:5])}",
+                         "use argument names from `horovod-train train --help` as keys")
     unknown = sorted(set(data) - set(_all_fields()))
     if unknown:
         raise UsageError(
@@ -394,18 +412,22 @@ def load_config_file(spec: str) -> dict[str, Any]:
 
 
 def _coerce(name: str, value: Any) -> Any:
+    """A config file's value as the argument's type: YAML's scalars only (a list, a mapping, or true for a
+    number is refused, not turned into text or 1)."""
     kind, optional = _field_type(_all_fields()[name])
     if value is None:
         if optional:
             return None
         raise UsageError(f"{name} must not be null", f"give {name} a value or drop it")
     try:
+        if isinstance(value, list | dict | set | tuple) or (isinstance(value, bool) and kind is not bool):
+            raise ValueError
         if kind is bool:
             return str_to_bool(value if isinstance(value, bool) else str(value))
         if kind is int and isinstance(value, float) and not value.is_integer():
             raise ValueError
         return kind(value)
-    except (TypeError, ValueError, argparse.ArgumentTypeError):
+    except (TypeError, ValueError, OverflowError, argparse.ArgumentTypeError):
         raise UsageError(
             f"{name}={value!r} is not a valid {kind.__name__}", f"set {name} to a {kind.__name__}"
         ) from None
@@ -435,76 +457,25 @@ def parse_run_config(argv: list[str] | None = None, namespace: argparse.Namespac
 
 
 def validate(config: RunConfig) -> None:
-    _validate_sizes(config)
+    """Each argument against its domain (domains.py), then the rules between arguments."""
+    check_domains(config.to_dict())
+    config.data.check()
     _validate_training(config.training)
     _validate_horovod(config.horovod, config.training)
-    if config.ddp.ddp_backend not in ("auto", "nccl", "gloo"):
-        raise UsageError(f"unknown --ddp_backend {config.ddp.ddp_backend!r}", "use auto, nccl or gloo")
-
-
-def _validate_sizes(config: RunConfig) -> None:
-    t, d = config.training, config.data
-    positive = {
-        "per_device_train_batch_size": t.per_device_train_batch_size,
-        "per_device_eval_batch_size": t.per_device_eval_batch_size,
-        "gradient_accumulation_steps": t.gradient_accumulation_steps,
-        "max_seq_length": d.max_seq_length,
-        "synthetic_num_examples": d.synthetic_num_examples,
-        "logging_steps": t.logging_steps,
-    }
-    for name, value in positive.items():
-        if value <= 0:
-            raise UsageError(f"--{name} must be > 0 (got {value})", f"pass --{name} 1 or more")
-    if not 0 < d.validation_split_percentage < 100:
-        raise UsageError(
-            f"--validation_split_percentage must be in 1..99 (got {d.validation_split_percentage})",
-            "pass e.g. 10",
-        )
-    d.check()
 
 
 def _validate_training(t: TrainingArguments) -> None:
-    if t.save_steps < 0:
-        raise UsageError(f"--save_steps must be >= 0 (got {t.save_steps})", "pass --save_steps 0 or more")
-    if t.save_total_limit is not None and t.save_total_limit <= 0:
-        raise UsageError(f"--save_total_limit must be >= 1 or None (got {t.save_total_limit})",
-                         "pass --save_strategy no to write no checkpoints, or None to keep them all")
-    if t.save_strategy not in SAVE_STRATEGIES:
-        raise UsageError(f"unknown --save_strategy {t.save_strategy!r}", f"use {', '.join(SAVE_STRATEGIES)}")
     if t.save_strategy == "steps" and not t.save_steps:
         raise UsageError("--save_strategy steps needs --save_steps", "pass e.g. --save_steps 500")
-    if t.learning_rate <= 0:
-        raise UsageError(f"--learning_rate must be > 0 (got {t.learning_rate})", "pass e.g. --learning_rate 5e-5")
     if t.max_steps <= 0 and t.num_train_epochs <= 0:
         raise UsageError("nothing to train: --num_train_epochs <= 0 and no --max_steps", "set one of them > 0")
-    if t.dropout is not None and not 0.0 <= t.dropout < 1.0:
-        raise UsageError(f"--dropout must be in [0, 1) (got {t.dropout})", "pass e.g. --dropout 0.1")
     if not (t.do_train and t.do_eval):
         flag = "--do_train" if not t.do_train else "--do_eval"
         raise UsageError(f"{flag} false: `train` always trains and evaluates",
                          "drop the flag (--eval_strategy no evaluates only once, at the end)")
-    if t.lr_scheduler_type not in SCHEDULES:
-        raise UsageError(f"unknown --lr_scheduler_type {t.lr_scheduler_type!r}", f"use {', '.join(SCHEDULES)}")
-    if t.eval_strategy not in EVAL_STRATEGIES:
-        raise UsageError(f"unknown --eval_strategy {t.eval_strategy!r}", f"use {', '.join(EVAL_STRATEGIES)}")
-    if t.eval_steps is not None and t.eval_steps <= 0:
-        raise UsageError(f"--eval_steps must be > 0 (got {t.eval_steps})", "pass e.g. --eval_steps 500")
-    for name in ("adam_beta1", "adam_beta2"):
-        if not 0.0 <= getattr(t, name) < 1.0:
-            raise UsageError(f"--{name} must be in [0, 1) (got {getattr(t, name)})", f"pass e.g. --{name} 0.9")
-    if not 0.0 <= t.label_smoothing_factor < 1.0:
-        raise UsageError(f"--label_smoothing_factor must be in [0, 1) (got {t.label_smoothing_factor})",
-                         "pass e.g. --label_smoothing_factor 0.1")
     _validate_best_model(t)
     if t.bf16 and t.fp16:
         raise UsageError("--bf16 and --fp16 are both set", "choose one of them")
-    if t.ddp_timeout <= 0:
-        raise UsageError(f"--ddp_timeout must be > 0 seconds (got {t.ddp_timeout})", "pass e.g. --ddp_timeout 1800")
-    check_report_to(t.report_to)
-    try:
-        parse_signals(t.checkpoint_signals)
-    except KeyError as unknown:
-        raise UsageError(f"--checkpoint_signals: unknown signal {unknown}", "pass e.g. SIGTERM,SIGUSR1") from None
 
 
 def _validate_best_model(t: TrainingArguments) -> None:
@@ -531,18 +502,10 @@ def _validate_best_model(t: TrainingArguments) -> None:
 
 
 def _validate_horovod(h: HorovodArguments, t: TrainingArguments) -> None:
-    if h.compression not in ("none", "fp16"):
-        raise UsageError(f"unknown --compression {h.compression!r}", "use none or fp16")
-    if h.op not in ("average", "adasum"):
-        raise UsageError(f"unknown --op {h.op!r}", "use average or adasum")
     if h.op == "adasum" and h.gradient_predivide_factor != 1.0:
         raise UsageError("--gradient_predivide_factor only applies to --op average", "drop it or use average")
-    if h.horovod_groups is not None and h.horovod_groups < 0:
-        raise UsageError(f"--horovod_groups must be >= 0 (got {h.horovod_groups})", "pass 0 (per tensor), 1, 2, ...")
     if h.autotune_log and not h.autotune:
         raise UsageError("--autotune_log without --autotune", "add --autotune or drop --autotune_log")
-    if h.elastic_commit_steps <= 0:
-        raise UsageError(f"--elastic_commit_steps must be > 0 (got {h.elastic_commit_steps})", "pass e.g. 10")
     if h.op == "adasum" and t.engine == "horovod":
         _validate_adasum(t)
     if not h.elastic:

@@ -51,7 +51,8 @@ def _read_file(path: str, flag: str) -> Dataset:
         raise UsageError(f"{flag} {path} does not exist", f"pass an existing file to {flag}")
     try:
         if FILE_READERS[suffix] is None:
-            frame = pd.read_json(file, lines=suffix == ".jsonl" or _looks_like_jsonl(file))
+            # dtype=False: the values as written (inference would turn a true among integer labels into 1)
+            frame = pd.read_json(file, lines=suffix == ".jsonl" or _looks_like_jsonl(file), dtype=False)
         else:
             # TSV (GLUE's included) is not quoted: a '"' in a text is a character, not the start of a quoted field.
             # Only an empty cell is missing: a text "NA", "None" or "null" stays text.
@@ -64,7 +65,37 @@ def _read_file(path: str, flag: str) -> Dataset:
         raise UsageError(f"{flag} {path} cannot be parsed ({reason})", "fix the file's format") from None
     if suffix == ".tsv":
         _check_one_row_per_line(file, len(frame), flag)
+    for column in frame.columns:
+        _check_one_kind(frame[column].tolist(), f"{flag} {path}", column)
     return Dataset.from_pandas(frame, preserve_index=False)
+
+
+def _kind(value: object) -> str | None:
+    """What a JSON/CSV value is, for messages; None for a missing one."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float | np.number):
+        return "number"
+    if isinstance(value, str):
+        return "text"
+    return {list: "list", dict: "mapping"}.get(type(value), type(value).__name__)
+
+
+def _check_one_kind(values: list, where: str, column: str) -> None:
+    """A column holds one kind of value: the first value of its rarest kind is named (row counted from 1)."""
+    kinds = [_kind(v) for v in values]
+    counts = Counter(k for k in kinds if k is not None)
+    if len(counts) < 2:
+        return
+    rare, common = counts.most_common()[-1][0], counts.most_common(1)[0][0]
+    row = kinds.index(rare)
+    raise UsageError(
+        f"{where} row {row + 1} column {column!r} holds {values[row]!r} (a {rare}) where its other rows hold "
+        f"{common} values",
+        f"give every row of column {column!r} a {common} value (quote numbers meant as text)",
+    )
 
 
 def _check_one_row_per_line(file: Path, rows: int, flag: str) -> None:
@@ -163,12 +194,38 @@ def _select_columns(dataset: Dataset, name: str, text: list[str], args: DataArgu
     return (dataset.rename_column(label, LABEL_COLUMN) if label != LABEL_COLUMN else dataset), source
 
 
-def _check_texts(dataset: Dataset, name: str, text: list[str], labelled: bool) -> None:
+def origin(name: str, args: DataArguments) -> str:
+    """A split for messages: ``train data``, with the file it was read from if any."""
+    files = {"train": args.train_file, "validation": args.validation_file if args.train_file else None,
+             "test": args.test_file}  # fmt: skip
+    return f"{name} data ({files[name]})" if files.get(name) else f"{name} data"
+
+
+def _check_texts(dataset: Dataset, where: str, text: list[str], labelled: bool) -> None:
     if labelled and len(dataset) == 0:
-        raise UsageError(f"{name} data has no examples", "provide at least one example")
+        raise UsageError(f"{where} has no examples", "provide at least one example")
     for column in text:
         if any(not isinstance(v, str) for v in dataset.unique(column)):
-            raise UsageError(f"{name} data has empty or non-text {column} values", f"fill every {column} cell")
+            values = dataset[column]
+            row = next(i for i, v in enumerate(values) if not isinstance(v, str))
+            raise UsageError(
+                f"{where} has empty or non-text {column} values (row {row + 1} holds {values[row]!r})",
+                f"fill every {column} cell with text",
+            )
+
+
+def _check_label_texts(values: list, where: str) -> None:
+    """String labels that mix integers and names ('0', '1', 'x': a CSV reads them all as text) are a mistake."""
+    numeric = [isinstance(v, str) and v.strip().lstrip("-").isdigit() for v in values]
+    present = [v is not None for v in values]
+    integers, names = sum(n for n, p in zip(numeric, present, strict=True) if p), sum(
+        not n for n, p in zip(numeric, present, strict=True) if p)
+    if integers and names:
+        rare = integers < names  # the rarer kind is the odd one out
+        row = next(i for i, (n, p) in enumerate(zip(numeric, present, strict=True)) if p and n == rare)
+        common = "label names" if rare else "integer labels"
+        raise UsageError(f"{where} row {row + 1} holds {values[row]!r} where its other rows hold {common}",
+                         "use either integer labels or label names in a label column, not both")
 
 
 @dataclass(frozen=True)
@@ -254,6 +311,7 @@ def encode_labels(dataset: Dataset, where: str, labels: LabelNames, unlabelled_o
             "give every split the same ClassLabel names",
         )
     if _is_string(feature):
+        _check_label_texts(values, where)
         ids = _ids_of_names(values, where, labels, unlabelled_ok)
     else:
         ids = [_as_id(v, unlabelled_ok) for v in values]
@@ -272,8 +330,8 @@ def _checked_split(
     dataset: Dataset, name: str, text: list[str], args: DataArguments, labels: LabelNames, labelled: bool
 ) -> Dataset:
     dataset, source = _select_columns(dataset, name, text, args, labelled)
-    _check_texts(dataset, name, text, labelled)
-    return encode_labels(dataset, f"{name} data column {source}", labels, unlabelled_ok=not labelled)
+    _check_texts(dataset, origin(name, args), text, labelled)
+    return encode_labels(dataset, f"{origin(name, args)} column {source}", labels, unlabelled_ok=not labelled)
 
 
 def _hold_out(train: Dataset, args: DataArguments) -> tuple[Dataset, Splits]:
@@ -297,9 +355,9 @@ def load_raw_datasets(args: DataArguments, seed: int, cache_dir: str | None = No
     train, evals, tests = _sources(args, seed, cache_dir)
     text = resolve_text_columns(_from_glue_columns(train, args)[0], args)
     train, source = _select_columns(train, "train", text, args, labelled=True)
-    _check_texts(train, "train", text, labelled=True)
+    _check_texts(train, origin("train", args), text, labelled=True)
     labels = resolve_label_names(train, source, args)
-    train = encode_labels(train, f"train data column {source}", labels, unlabelled_ok=False)
+    train = encode_labels(train, f"{origin('train', args)} column {source}", labels, unlabelled_ok=False)
     evals = {name: _checked_split(split, name, text, args, labels, True) for name, split in evals.items()}
     tests = {name: _checked_split(split, name, text, args, labels, False) for name, split in tests.items()}
     if not evals:

@@ -11,8 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from horovod_train.errors import UsageError
-
 
 @contextlib.contextmanager
 def atomic_file(path: Path, mode: str = "w") -> Iterator[IO]:
@@ -97,37 +95,3 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def check_output_dir(output_dir: str, overwrite: bool) -> None:
-    """Refuse, before anything is written, an output directory that cannot or must not be used."""
-    path = Path(output_dir)
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"--output_dir {output_dir} is a file", "pass a directory path")
-    if path.is_dir() and any(path.iterdir()) and not overwrite:
-        raise UsageError(
-            f"--output_dir {output_dir} already holds files of an earlier run",
-            "pass --overwrite_output_dir to replace them, or choose another --output_dir",
-        )
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise UsageError(f"--output_dir {output_dir} lies inside the file {existing}", "choose a directory path")
-    try:  # a real probe: root passes os.access() checks on read-only mounts
-        tempfile.TemporaryFile(dir=existing).close()
-    except OSError:
-        raise UsageError(f"--output_dir {output_dir} is not writable", "choose a directory you can write to") from None
-
-
-def reset_output_dir(output_dir: str) -> Path:
-    """Empty the output directory (only called after every input was validated) and return it."""
-    path = Path(output_dir)
-    if path.is_dir():
-        for child in path.iterdir():
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
-    path.mkdir(parents=True, exist_ok=True)
-    return path

@@ -25,9 +25,17 @@ from horovod_train.config import RunConfig
 from horovod_train.console import write_line
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
-from horovod_train.files import follow_umask, reset_output_dir, write_json_atomic
+from horovod_train.files import follow_umask, write_json_atomic
 from horovod_train.memory import peak_memory_mb
 from horovod_train.metrics import Meter, audit_epoch, exact_metrics
+from horovod_train.output_dir import (
+    FINISHED_MARKER,
+    OutputDirLock,
+    check_fresh_start,
+    record,
+    recording,
+    reset_output_dir,
+)
 from horovod_train.position import TrainingPosition
 from horovod_train.schedule import Schedule
 from horovod_train.stopping import StopSignals, TrainingStopped, parse_signals
@@ -49,12 +57,19 @@ class Trainer:
         self.last_evaluation: tuple[int, dict[str, Any]] = (-1, {})  # (step, metrics)
         self.signals = StopSignals([])  # train() watches the --checkpoint_signals while it runs
         self.trackers = Trackers({})  # rank 0's --report_to trackers, from setup() on
+        self.lock = OutputDirLock(self.output_dir)  # rank 0 holds it from setup() on: one job per output directory
+        self.finished_before: dict[str, Any] | None = None  # setup(): the results of a run that had already finished
+        self.joining = False  # setup(): a worker that an engine adds to a running job
 
     def train(self) -> dict[str, Any]:
         started = time.perf_counter()
         self.signals = StopSignals(parse_signals(self.args.checkpoint_signals))
         try:
             self.setup()
+            if self.finished_before is not None:
+                self.log(f"the run in {self.output_dir} had already finished at step {self.position.global_step}: "
+                         f"nothing to train, {FINISHED_MARKER} left as it was")
+                return self.finished_before
             result = self.policy.run(self.train_epochs, self.position)
             if self.args.load_best_model_at_end:
                 result = self.load_best_model(result)
@@ -62,6 +77,7 @@ class Trainer:
         finally:
             self.signals.close()
             self.trackers.close()
+            self.lock.release()
 
     def log(self, message: str, file: TextIO | None = None) -> None:
         """Rank 0 only; above the progress bar when there is one."""
@@ -79,11 +95,15 @@ class Trainer:
     def setup(self) -> None:
         args, engine = self.args, self.engine
         rng.seed_everything(args.seed)
+        # A worker added to a running job: it gets the job's state when it joins (the others are training,
+        # so its setup takes part in no collective, and it loads no checkpoint) and writes nothing.
+        self.joining = engine.joins_running_job(args.output_dir)
+        self.main_first(self.lock.acquire)  # before anything reads or cleans the output directory
         self.tokenizer, self.tokenized = self.prepare_data()
         self.check_metric_for_best_model()
         model = self.build_model()
         optimizer = self.build_optimizer(model)
-        resumed = self.load_checkpoint(model) if args.resume_from_checkpoint else None
+        resumed = self.load_checkpoint(model) if args.resume_from_checkpoint and not self.joining else None
         self.model, self.optimizer = engine.wrap(model, optimizer)
         self.build_train_loader()
         self.position = self.start_position(resumed)
@@ -97,13 +117,21 @@ class Trainer:
             # After wrapping: Horovod's DistributedOptimizer is a new optimizer with empty state.
             self.optimizer.load_state_dict(resumed["optimizer"])
             self.precision.load_state_dict(resumed)
+            if self.policy.finished(self.position):
+                self.finished_before = self.main_reads(self.read_finished_results)
+                if self.finished_before is not None:
+                    return
         # Every input has been validated: only now is anything written.
-        if engine.is_main and not resumed and not engine.joins_running_job(args.output_dir):
-            reset_output_dir(args.output_dir)
+        if engine.is_main and not self.joining:
+            if not resumed:
+                reset_output_dir(args.output_dir)
+                record(self.output_dir, "run_config.json", "metrics.jsonl")
+            # This attempt's configuration, resumed or not: a worker added later recognises its job by it.
             write_json_atomic(self.output_dir / "run_config.json", {**self.config.to_dict(), **engine.describe()})
         if engine.is_main:
             name = args.run_name or self.output_dir.resolve().name
-            self.trackers = Trackers.create(args.report_to, self.output_dir, name, self.config.to_dict())
+            with recording(self.output_dir):
+                self.trackers = Trackers.create(args.report_to, self.output_dir, name, self.config.to_dict())
         splits = " ".join(f"{name}={len(self.tokenized[name])}" for name in data_lib.eval_split_names(self.tokenized))
         self.global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * engine.world_size
         self.log(
@@ -118,6 +146,14 @@ class Trainer:
         self.show_bar = engine.is_main and sys.stderr.isatty() and not args.disable_tqdm
         self.progress = tqdm(total=self.position.total_steps, disable=not self.show_bar, desc="train")
 
+    def main_first(self, work: Callable[[], None]) -> None:
+        """Rank 0 does ``work`` before any other rank goes on, and its error is every rank's. An engine whose
+        setup has no collective (workers join a running job): rank 0 alone, in the job's first setup."""
+        if self.engine.collective_setup:
+            self.read_on_main(work)
+        elif self.engine.is_main and not self.joining:
+            work()
+
     def prepare_data(self):
         c, engine = self.config, self.engine
         raw = data_lib.load_raw_datasets(c.data, self.args.seed, c.model.cache_dir)
@@ -130,11 +166,12 @@ class Trainer:
         tokenizer = engine.local_main_first(lambda: model_lib.load_tokenizer(tokenizer_name, c.model.cache_dir))
         d = c.data
         cached = data_lib.tokenized_cache_path(raw, tokenizer, d.max_seq_length, self.cache_dir, d.pad_to_max_length)
-        engine.local_main_first(
-            lambda: data_lib.tokenize_to_disk(
-                raw, tokenizer, d.max_seq_length, cached, d.pad_to_max_length, overwrite=d.overwrite_cache
-            )
-        )
+        def tokenize(overwrite: bool = False) -> None:
+            data_lib.tokenize_to_disk(raw, tokenizer, d.max_seq_length, cached, d.pad_to_max_length, overwrite)
+
+        if d.overwrite_cache:  # rebuilt once, by rank 0, before any rank maps it (the cache may be shared by nodes)
+            self.main_first(lambda: tokenize(overwrite=True))
+        engine.local_main_first(tokenize)
         return tokenizer, data_lib.load_tokenized(cached)
 
     def check_metric_for_best_model(self) -> None:
@@ -222,9 +259,21 @@ class Trainer:
             self.log(f"no valid checkpoint in {self.output_dir}: starting fresh")
             return None
         tensors, training_state, trainer_state = payload
-        model.load_state_dict(tensors)
+        model.load_state_dict(ckpt.with_shared_tensors(tensors, model))
         self.log(f"resumed from step {trainer_state['global_step']} (epoch {trainer_state['epoch']})")
         return {**training_state, "trainer_state": trainer_state}
+
+    def main_reads(self, read: Callable[[], Any]) -> Any:
+        """``read_on_main`` where setup may use collectives; else every rank reads for itself."""
+        return self.read_on_main(read) if self.engine.collective_setup else read()
+
+    def read_finished_results(self) -> dict[str, Any] | None:
+        """The results of a run that finished at the resumed step (its last file written), else None."""
+        try:
+            results = json.loads((self.output_dir / FINISHED_MARKER).read_text())
+        except (OSError, ValueError):
+            return None
+        return results if results.get("global_step") == self.position.global_step else None
 
     def read_on_main(self, read: Callable[[], Any]) -> Any:
         """Rank 0 reads (files may be on rank 0's node alone) and every rank gets the result, or raises the
@@ -244,7 +293,7 @@ class Trainer:
         ckpt.clean_stale(self.output_dir)  # what a crash left: temporaries, a replaced checkpoint set aside
         found = ckpt.load_resumable(self.args.resume_from_checkpoint, self.output_dir, warn=self.warn)
         if found is None:
-            ckpt.check_fresh_start(self.output_dir, self.args.overwrite_output_dir)
+            check_fresh_start(self.output_dir, self.args.overwrite_output_dir)
             return None
         path, payload = found
         self.compatibility.check(payload[2]["compatibility"], path)
@@ -448,7 +497,8 @@ class Trainer:
         value, best = result[metric], position.best_metric
         if best is None or (value > best if self.args.greater_is_better else value < best):
             position.best_metric = value
-            position.best_model_checkpoint = str(self.output_dir / f"{ckpt.PREFIX}{position.global_step}")
+            # A name, not a path: the run directory may be moved between a checkpoint and its resume.
+            position.best_model_checkpoint = f"{ckpt.PREFIX}{position.global_step}"
 
     def load_best_model(self, result: dict[str, Any]) -> dict[str, Any]:
         """--load_best_model_at_end: rank 0 reads and verifies the best checkpoint's weights, every rank loads
@@ -457,9 +507,11 @@ class Trainer:
         best = position.best_model_checkpoint
         if best is None or Path(best).name == f"{ckpt.PREFIX}{position.global_step}":
             return result  # the final weights are the best ones (or nothing was ever compared)
-        weights = self.read_on_main(lambda: ckpt.load_weights(Path(best)))
-        self.engine.unwrap(self.model).load_state_dict(weights)
-        self.log(f"loaded the best model: {best} ({self.args.metric_for_best_model} {position.best_metric:.4f})")
+        path = self.output_dir / Path(best).name  # checkpoints before 0.1 stored an absolute path
+        weights = self.read_on_main(lambda: ckpt.load_weights(path))
+        model = self.engine.unwrap(self.model)
+        model.load_state_dict(ckpt.with_shared_tensors(weights, model))
+        self.log(f"loaded the best model: {path} ({self.args.metric_for_best_model} {position.best_metric:.4f})")
         return self.evaluate_all(position)
 
     def stop_if_signalled(self, position: TrainingPosition) -> None:
@@ -502,13 +554,14 @@ class Trainer:
         }
         predictions = self.predict() if self.args.do_predict else {}
         if engine.is_main:
-            model.save_pretrained(self.output_dir)
-            for weights in self.output_dir.glob("*.safetensors"):  # safetensors writes 0600 whatever the umask
-                follow_umask(weights)
-            self.tokenizer.save_pretrained(self.output_dir)
-            outputs.write_predictions(self.output_dir, predictions, model.config.id2label)
-            outputs.write_results(self.output_dir, results, train_metrics, self.trainer_state(position))
-            plot_training_curves(position.log_history, self.output_dir / "training_curves.png")
+            with recording(self.output_dir):
+                model.save_pretrained(self.output_dir)
+                for weights in self.output_dir.glob("*.safetensors"):  # safetensors writes 0600 whatever the umask
+                    follow_umask(weights)
+                self.tokenizer.save_pretrained(self.output_dir)
+                outputs.write_predictions(self.output_dir, predictions, model.config.id2label)
+                plot_training_curves(position.log_history, self.output_dir / "training_curves.png")
+                outputs.write_results(self.output_dir, results, train_metrics, self.trainer_state(position))
         return results
 
     def train_metrics(self, position: TrainingPosition, wall_time_s: float) -> dict[str, float]:
@@ -524,7 +577,7 @@ class Trainer:
         }
 
     def trainer_state(self, position: TrainingPosition) -> dict[str, Any]:
-        args = self.args
+        args, best = self.args, position.best_model_checkpoint
         return {
             "global_step": position.global_step,
             "max_steps": position.total_steps,
@@ -536,7 +589,8 @@ class Trainer:
             "train_batch_size": args.per_device_train_batch_size,
             "is_world_process_zero": True,
             "best_metric": position.best_metric,
-            "best_model_checkpoint": position.best_model_checkpoint,
+            # transformers' form: the output directory joined with the checkpoint's name
+            "best_model_checkpoint": best and str(self.output_dir / Path(best).name),
             "log_history": position.log_history,
         }
 

@@ -29,5 +29,9 @@ while IFS= read -r line || [ -n "$line" ]; do
         hvt_die "line $n of $file ('$line') is not host:slots" "write one host:slots (or 'host slots=N') per line"
     out+=("$entry")
 done <"$file"
-# Print only a complete, valid list: a half-edited file must not shrink the job by accident.
-[ "${#out[@]}" -eq 0 ] || printf '%s\n' "${out[@]}"
+# Print only a complete, valid list: a half-edited file must not shrink the job by accident. An empty one is a file
+# being rewritten: fail (Horovod's driver retries a failed discovery) instead of answering "no hosts", which it
+# reads as every host removed.
+[ "${#out[@]}" -gt 0 ] || hvt_die "hosts file $file lists no hosts (is it being rewritten?)" \
+    "list at least one host:slots line; to stop the job, stop horovodrun"
+printf '%s\n' "${out[@]}"

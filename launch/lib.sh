@@ -43,9 +43,31 @@ hvt_need_command() {
     command -v "$1" >/dev/null 2>&1 || hvt_die "$1 is not on PATH" "$2"
 }
 
-# hvt_positive_int OPTION VALUE
+# hvt_positive_int OPTION VALUE [MAX]: a whole number in 1..MAX (default 1000000). Checked by its digits first:
+# bash arithmetic on a longer one overflows (a second error line, or a wrong comparison).
 hvt_positive_int() {
-    [[ $2 =~ ^[1-9][0-9]*$ ]] || hvt_die "$1 needs a whole number > 0 (got '$2')" "pass e.g. $1 2"
+    local max=${3:-1000000}
+    if ! [[ $2 =~ ^[1-9][0-9]{0,8}$ ]] || [ "$2" -gt "$max" ]; then
+        hvt_die "$1 needs a whole number in 1..$max (got '$2')" "pass e.g. $1 2"
+    fi
+}
+
+# hvt_count OPTION VALUE [MAX]: a whole number in 0..MAX (default 1000000).
+hvt_count() {
+    local max=${3:-1000000}
+    if ! [[ $2 =~ ^[0-9]{1,9}$ ]] || [ "$((10#$2))" -gt "$max" ]; then
+        hvt_die "$1 needs a whole number in 0..$max (got '$2')" "pass e.g. $1 64"
+    fi
+}
+
+# hvt_ssh_identity OPTION FILE: a private key ssh can be given on the launchers' command lines. Open MPI's
+# plm_rsh_args and horovodrun's ssh command are split at whitespace, so a path with a space would reach ssh
+# as two arguments.
+hvt_ssh_identity() {
+    [ -f "$2" ] || hvt_die "$1 $2 does not exist" "pass the private key ssh should use"
+    [[ $2 =~ ^[A-Za-z0-9_./+@%:,=-]+$ ]] ||
+        hvt_die "$1 '$2' has a space or a shell character (the launchers split ssh's arguments at spaces)" \
+            "use a path without them, e.g. a link: ln -s '$2' ~/.ssh/hvt_key"
 }
 
 # hvt_number OPTION VALUE: a non-negative number (integer or decimal).
@@ -72,8 +94,8 @@ hvt_host_slots() {
     IFS=, read -r -a entries <<<"$1"
     [ "${#entries[@]}" -gt 0 ] || hvt_die "-H needs host:slots entries" "pass e.g. -H node1:4,node2:4"
     for entry in "${entries[@]}"; do
-        [[ $entry =~ ^[A-Za-z0-9._-]+:([1-9][0-9]*)$ ]] ||
-            hvt_die "-H entry '$entry' is not host:slots" "pass e.g. -H node1:4,node2:4"
+        [[ $entry =~ ^[A-Za-z0-9._-]+:([1-9][0-9]{0,5})$ ]] ||
+            hvt_die "-H entry '$entry' is not host:slots (slots 1..999999)" "pass e.g. -H node1:4,node2:4"
         total=$((total + BASH_REMATCH[1]))
     done
     echo "$total"
@@ -91,7 +113,7 @@ hvt_hostfile_hosts() {
         line=${line#"${line%%[![:space:]]*}"}
         line=${line%"${line##*[![:space:]]}"}
         [ -n "$line" ] || continue
-        [[ $line =~ ^([A-Za-z0-9._-]+)[[:space:]]+slots=([1-9][0-9]*)$ ]] ||
+        [[ $line =~ ^([A-Za-z0-9._-]+)[[:space:]]+slots=([1-9][0-9]{0,5})$ ]] ||
             hvt_die "line $n of hostfile $file ('$line') is not 'host slots=N'" "write one 'host slots=N' per line"
         found+=("${BASH_REMATCH[1]}:${BASH_REMATCH[2]}")
     done <"$file"
@@ -181,6 +203,29 @@ hvt_nic_list() {
 # shellcheck disable=SC2034  # used by launch/mpirun.sh
 HVT_MPI_BTL_OVERRIDE=(-gmca btl '^openib,ofi')
 
+# Variables whose values are secrets. Under the Gloo controller horovodrun starts each rank as `env VAR=value ...
+# python ...` with every exported variable, through ssh on other hosts: the values are on command lines that `ps`
+# shows on every host. So these are not passed to horovodrun --gloo; the ranks read tokens from files instead
+# (Hugging Face: ~/.cache/huggingface/token or HF_TOKEN_PATH; wandb: ~/.netrc). A *_PATH/*_FILE variable says
+# where a secret is, and is kept.
+HVT_SECRET_NAMES='(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|SECRET_KEY|PRIVATE_KEY|CREDENTIALS?)(_|$)'
+
+# hvt_drop_secrets: unset the exported variables named like secrets (HVT_SECRET_NAMES), saying which.
+hvt_drop_secrets() {
+    local name upper
+    local -a dropped=()
+    while IFS= read -r name; do
+        upper=${name^^}
+        if ! [[ $upper =~ $HVT_SECRET_NAMES ]] || [[ $upper =~ _(PATH|FILE)$ ]]; then
+            continue
+        fi
+        unset "$name"
+        dropped+=("$name")
+    done < <(compgen -e)
+    [ "${#dropped[@]}" -eq 0 ] || echo "[launch] not passed to horovodrun --gloo, which puts every variable on" \
+        "the ranks' command lines (ps shows them): ${dropped[*]}; give the ranks token files (docs/launch.md)"
+}
+
 # hvt_horovodrun MODE ARGS...: the horovodrun recipes. MODE is local (-np N on this machine) or
 # multihost (-H host:slots,... or --hostfile FILE; ssh to the other hosts).
 hvt_horovodrun() {
@@ -202,11 +247,8 @@ hvt_horovodrun() {
             case $1 in
             -H | --hosts) hosts=$2 ;;
             --hostfile) hostfile=$2 ;;
-            --ssh-port) hvt_positive_int "$1" "$2" && placement+=("$1" "$2") ;;
-            --ssh-identity-file)
-                [ -f "$2" ] || hvt_die "--ssh-identity-file $2 does not exist" "pass the private key ssh should use"
-                placement+=("$1" "$2")
-                ;;
+            --ssh-port) hvt_positive_int "$1" "$2" 65535 && placement+=("$1" "$2") ;;
+            --ssh-identity-file) hvt_ssh_identity "$1" "$2" && placement+=("$1" "$2") ;;
             esac
             shift 2
             ;;
@@ -220,8 +262,7 @@ hvt_horovodrun() {
             shift 2
             ;;
         --fusion-threshold-mb | --cache-capacity | --start-timeout)
-            hvt_value "$1" "$#"
-            [[ $2 =~ ^[0-9]+$ ]] || hvt_die "$1 needs a whole number >= 0 (got '$2')" "pass e.g. $1 64"
+            hvt_value "$1" "$#" && hvt_count "$1" "$2"
             knobs+=("$1" "$2")
             shift 2
             ;;
@@ -268,6 +309,8 @@ hvt_horovodrun() {
     hvt_command "$@"
     if [ "$controller" = --mpi ]; then
         knobs+=("--mpi-args=${HVT_MPI_BTL_OVERRIDE[*]}")
+    else
+        hvt_drop_secrets
     fi
     hvt_run horovodrun -np "$np" "${placement[@]}" "$controller" "${knobs[@]}" "$HVT_PY" -m horovod_train "${HVT_CMD[@]}"
 }

@@ -50,13 +50,12 @@ while [ "$#" -gt 0 ]; do
         shift 2
         ;;
     --ssh-port)
-        hvt_value "$1" "$#" && hvt_positive_int "$1" "$2"
+        hvt_value "$1" "$#" && hvt_positive_int "$1" "$2" 65535
         ssh_port=$2
         shift 2
         ;;
     --ssh-identity-file)
-        hvt_value "$1" "$#"
-        [ -f "$2" ] || hvt_die "--ssh-identity-file $2 does not exist" "pass the private key ssh should use"
+        hvt_value "$1" "$#" && hvt_ssh_identity "$1" "$2"
         ssh_key=$2
         shift 2
         ;;
@@ -77,8 +76,7 @@ while [ "$#" -gt 0 ]; do
         shift 2
         ;;
     --fusion-threshold-mb)
-        hvt_value "$1" "$#"
-        [[ $2 =~ ^[0-9]+$ ]] || hvt_die "$1 needs a whole number >= 0 (got '$2')" "pass e.g. $1 64"
+        hvt_value "$1" "$#" && hvt_count "$1" "$2" 1048576
         export HOROVOD_FUSION_THRESHOLD=$(($2 * 1024 * 1024))
         shift 2
         ;;
@@ -88,8 +86,7 @@ while [ "$#" -gt 0 ]; do
         shift 2
         ;;
     --cache-capacity)
-        hvt_value "$1" "$#"
-        [[ $2 =~ ^[0-9]+$ ]] || hvt_die "$1 needs a whole number >= 0 (got '$2')" "pass e.g. $1 1024"
+        hvt_value "$1" "$#" && hvt_count "$1" "$2"
         export HOROVOD_CACHE_CAPACITY=$2
         shift 2
         ;;

@@ -148,9 +148,16 @@ elif ! ls "$WHEEL_DIR"/horovod-*.whl >/dev/null 2>&1; then
     "$PYTHON" -m pip wheel -q --no-deps --no-build-isolation -w "$WORK/dist" "$SRC"
     mkdir -p "$WHEEL_DIR"
     cp "$WORK"/dist/horovod-*.whl "$WHEEL_DIR/.tmp.whl.part"
+    (cd "$WORK/dist" && sha256sum horovod-*.whl >"$WHEEL_DIR/SHA256SUMS")  # checked before every install
     mv "$WHEEL_DIR/.tmp.whl.part" "$WHEEL_DIR/$(basename "$WORK"/dist/horovod-*.whl)"
 else
     echo "[horovod] using cached wheel in $WHEEL_DIR"
+fi
+# The digest recorded when the wheel was built (scripts/podman_build.sh copies both into an image build's cache).
+if [ -f "$WHEEL_DIR/SHA256SUMS" ] && ! (cd "$WHEEL_DIR" && sha256sum --quiet --strict -c SHA256SUMS); then
+    echo "error: the Horovod wheel in $WHEEL_DIR does not match the SHA256SUMS recorded when it was built;" \
+        "fix: remove $WHEEL_DIR to build it again" >&2
+    exit 2
 fi
 "$PYTHON" -m pip install -q --no-deps --force-reinstall "$WHEEL_DIR"/horovod-*.whl
 { echo "$KEY" >"$MARK"; } 2>/dev/null || true  # a read-only prefix keeps no record

@@ -6,6 +6,7 @@
 #   scripts/podman_build.sh build [--seed-horovod-wheel] [--tag TAG] [-- extra podman build args]
 #   scripts/podman_build.sh base       # only the base image localhost/debian:bookworm-slim
 #   scripts/podman_build.sh conf       # only the containers.conf; prints its path (export CONTAINERS_CONF=...)
+#   scripts/podman_build.sh seed       # only --seed-horovod-wheel's step: verify the wheel, put it in the build cache
 #   scripts/podman_build.sh up [--prefix P] [--tag TAG] [--ssh-port PORT] [--volume HOST:CTR]...
 #                                       # two containers as two hosts (below); `down [--prefix P]` removes them
 #
@@ -22,7 +23,10 @@
 #          every RUN step, so pip inside the build trusts what the host's pip trusts.
 #          --seed-horovod-wheel copies the Horovod wheel `make setup` built (~/.cache/horovod-train/wheels) into
 #          the build's cache mount, which saves the 5-minute compile; only when this host runs the base's
-#          Debian release (same Python and Open MPI ABI), else it is ignored with a warning.
+#          Debian release (same Python and Open MPI ABI), else it is ignored with a warning. The wheel must match
+#          the SHA256SUMS recorded when scripts/build_horovod.sh built it; the build cache lies in a world-writable
+#          directory, so whatever is there is replaced, its directories made ours alone, and the build checks the
+#          digest again before installing.
 #   up     Two containers of the image, P-a (hostname nodea, 10.89.77.2) and P-b (nodeb, 10.89.77.3), on the
 #          podman network P-net (10.89.77.0/24; P defaults to hvt), each with the entry point's sshd
 #          (HVT_SSHD=1, SSH_PORT, default 12345) and a throwaway key pair made in $HVT_PODMAN_DIR/P-ssh mounted
@@ -135,6 +139,29 @@ step_torch_index() {
     } >"$TORCH_DIR/pip.conf"
 }
 
+# verified_wheel_digest DIR: DIR's Horovod wheel matches the SHA256SUMS scripts/build_horovod.sh recorded when it
+# built it (a wheel cached before digests were recorded gets one now: it lies in this user's own cache).
+verified_wheel_digest() {
+    local -a wheels=("$1"/horovod-*.whl)
+    [ "${#wheels[@]}" -eq 1 ] || die "$1 holds ${#wheels[@]} Horovod wheels" "remove $1 and run 'make setup' again"
+    if ! [ -f "$1/SHA256SUMS" ]; then
+        echo "[podman] recording the digest of ${wheels[0]} (built before digests were recorded)"
+        (cd "$1" && sha256sum "$(basename "${wheels[0]}")" >SHA256SUMS)
+    fi
+    (cd "$1" && sha256sum --quiet --strict -c SHA256SUMS) ||
+        die "${wheels[0]} does not match the digest recorded when it was built" "remove $1 and run 'make setup' again"
+}
+
+# private_dir DIR: DIR exists, it and everything in it are ours, and nobody else can write there (it lies in a
+# world-writable directory, where another user could have made it first).
+private_dir() {
+    mkdir -p "$1"
+    if [ -L "$1" ] || [ -n "$(find "$1" ! -user "$(id -u)" -print -quit)" ]; then
+        die "$1 (or something in it) belongs to another user or is a link" "remove it, or set TMPDIR to a private directory"
+    fi
+    chmod -R go-w "$1"
+}
+
 # --seed-horovod-wheel: put the host's cached wheel where the Dockerfile's cache mount
 # (RUN --mount=type=cache,target=/root/.cache/horovod-train) finds it. Buildah keeps cache mounts without an
 # id under $TMPDIR/buildah-cache[-<uid>]/<target>.
@@ -157,13 +184,18 @@ PY
         echo "[podman] warning: no $host_cache/$key (run 'make setup'): the build compiles Horovod"
         return
     fi
-    # Buildah 1.28 (podman 4.3) as root uses buildah-cache, other versions and users buildah-cache-<uid>.
+    verified_wheel_digest "$host_cache/$key"
+    # Buildah 1.28 (podman 4.3) as root uses buildah-cache, other versions and users buildah-cache-<uid>. They lie
+    # in a world-writable directory ($TMPDIR, /var/tmp): whatever is there is replaced by the verified wheel and its
+    # digest, in directories only we can write, and the build (scripts/build_horovod.sh) checks the digest again.
     for dir in buildah-cache buildah-cache-$(id -u); do
         cache=${TMPDIR:-/var/tmp}/$dir/root/.cache/horovod-train/wheels
-        if ! ls "$cache/$key"/horovod-*.whl >/dev/null 2>&1; then
-            mkdir -p "$cache/$key"
-            cp "$host_cache/$key"/horovod-*.whl "$cache/$key/"
-        fi
+        mkdir -p "$cache/$key"
+        private_dir "${TMPDIR:-/var/tmp}/$dir"
+        rm -f "$cache/$key"/horovod-*.whl "$cache/$key/SHA256SUMS"
+        cp "$host_cache/$key"/horovod-*.whl "$host_cache/$key/SHA256SUMS" "$cache/$key/"
+        (cd "$cache/$key" && sha256sum --quiet --strict -c SHA256SUMS) ||
+            die "the wheel copied to $cache/$key does not match its digest" "check who else writes to ${TMPDIR:-/var/tmp}"
     done
     echo "[podman] seeded the build cache with $host_cache/$key"
 }
@@ -255,11 +287,12 @@ step_conf
 case $what in
 conf) echo "$CONTAINERS_CONF" ;;
 base) step_base ;;
+seed) seed_horovod ;;
 build) step_build "$@" ;;
 up) step_up "$@" ;;
 down)
     [ "${1:-}" != --prefix ] || shift
     step_down "${1:-hvt}"
     ;;
-*) die "unknown command '$what'" "pass build, base, conf, up or down" ;;
+*) die "unknown command '$what'" "pass build, base, conf, seed, up or down" ;;
 esac

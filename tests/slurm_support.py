@@ -43,7 +43,7 @@ TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
-MpiDefault=none
+MpiDefault={mpi_default}
 MailProg=/bin/true
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
@@ -64,8 +64,11 @@ class SlurmCluster:
     """munged + slurmctld + a slurmd per node; everything under one directory. ``nodes`` maps node names to
     addresses (default: this host on 127.0.0.1); ``slurmd_command`` says how a node's slurmd starts."""
 
-    def __init__(self, root: Path, nodes: dict[str, str] | None = None, ctld_addr: str = "127.0.0.1") -> None:
+    def __init__(
+        self, root: Path, nodes: dict[str, str] | None = None, ctld_addr: str = "127.0.0.1", mpi_default: str = "none"
+    ) -> None:
         self.root = root
+        self.mpi_default = mpi_default  # slurm.conf's MpiDefault: the plugin of every srun without --mpi
         self.host = socket.gethostname().split(".")[0]
         self.nodes = nodes or {self.host: "127.0.0.1"}
         self.ctld_addr = ctld_addr
@@ -100,6 +103,7 @@ class SlurmCluster:
                 ctld_port=free_port(),
                 slurmd_port=free_port(),
                 nodes=nodes,
+                mpi_default=self.mpi_default,
             )
         )
 

@@ -69,7 +69,7 @@ CASES = {
         "--horovod_groups does not work with --elastic",
     ),
     "unknown stop signal": lambda tmp: (["--checkpoint_signals", "SIGTERM,SIGNOPE"], "unknown signal"),
-    "collective timeout 0": lambda tmp: (["--ddp_timeout", "0"], "--ddp_timeout must be > 0"),
+    "collective timeout 0": lambda tmp: (["--ddp_timeout", "0"], "--ddp_timeout must be in 1..2147483"),
     "latest without a valid checkpoint": lambda tmp: (["--resume_from_checkpoint", "latest"], "no valid checkpoint"),
     "best model with unmatched strategies": lambda tmp: (
         ["--load_best_model_at_end", "--eval_strategy", "steps", "--eval_steps", "5"],
@@ -86,6 +86,30 @@ CASES = {
     ),
     "label smoothing of 1": lambda tmp: (["--label_smoothing_factor", "1"], "must be in [0, 1)"),
     "missing config_name": lambda tmp: (["--config_name", str(tmp / "no-config")], "cannot load config"),
+    # Issue 19's list (tests/test_domains.py checks every argument in-process; these go through the CLI).
+    "infinite epochs": lambda tmp: (["--num_train_epochs", "inf"], "--num_train_epochs must be >= 0 and finite"),
+    "nan learning rate": lambda tmp: (["--learning_rate", "nan"], "--learning_rate must be > 0"),
+    "seed -1": lambda tmp: (["--seed", "-1"], "--seed must be in 0..4294967295"),
+    "uncatchable stop signal": lambda tmp: (["--checkpoint_signals", "SIGKILL"], "SIGKILL cannot be caught"),
+    "latin-1 config": lambda tmp: (
+        ["--config", str(_write_bytes(tmp / "c.yaml", "run_name: caf\xe9\n".encode("latin-1")))],
+        "is not UTF-8",
+    ),
+    "timeline under a file": lambda tmp: (
+        ["--horovod_timeline", str(_write(tmp / "f", "x") / "t.json")], "lies inside the file",
+    ),
+    "jsonl with an int text": lambda tmp: (
+        ["--train_file", str(_write(tmp / "d.jsonl", '{"premise": "a b", "hypothesis": "c", "label": 0}\n'
+                                    '{"premise": 7, "hypothesis": "d", "label": 1}\n'))],
+        "row 2 column 'premise' holds 7",
+    ),
+    "300-character output dir": lambda tmp: (["--output_dir", str(tmp / ("o" * 300))], "300-byte name"),
+    "run name outside the output dir": lambda tmp: (["--run_name", str(tmp / "tb")], "outside --output_dir"),
+    "config that is a directory": lambda tmp: (["--config", str(tmp)], "is a directory"),
+    "empty manifest": lambda tmp: (
+        ["--resume_from_checkpoint", str(_write(_mkdir(tmp / "checkpoint-3") / "manifest.json", "[]").parent)],
+        "manifest.json that lists no",
+    ),
 }
 
 
@@ -103,6 +127,16 @@ def _small_vocab_model(tmp: Path) -> Path:
 
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
+    return path
+
+
+def _write_bytes(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir()
     return path
 
 

@@ -13,6 +13,7 @@ import torch
 from conftest import SMALL_JOB, assert_ok, run, train_cmd
 
 from horovod_train import checkpoint as ckpt
+from horovod_train.output_dir import record
 from horovod_train.position import TrainingPosition
 
 COMPATIBILITY = ckpt.Compatibility("tiny", 3, 10, "Linear", 16)
@@ -79,6 +80,7 @@ def test_auto_starts_fresh_where_there_is_no_checkpoint(tmp_path, cache_dir):
     # An earlier attempt that died before its first checkpoint is started over.
     attempt = tmp_path / "attempt"
     attempt.mkdir()
+    record(attempt, "run_config.json", "metrics.jsonl")  # the ledger an attempt writes before anything else
     (attempt / "run_config.json").write_text("{}")
     (attempt / "metrics.jsonl").write_text('{"step": 1}\n')
     (attempt / ".checkpoint-2.x1y2.tmp").mkdir()
@@ -91,7 +93,7 @@ def test_auto_does_not_replace_another_runs_files(tmp_path, cache_dir):
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     proc = train(tmp_path, cache_dir, out, "--max_steps", "4", "--resume_from_checkpoint", "auto")
-    assert proc.returncode == 2 and "holds files of an earlier run (notes.txt)" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "holds files this project did not write (notes.txt)" in proc.stderr, proc.stderr
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
 
 

@@ -84,7 +84,10 @@ def test_engine_registry_finds_engine_modules():
 
 
 def test_unknown_engine_is_refused_with_the_choices():
-    config = parse_run_config(["--engine", "nope"])
+    with pytest.raises(UsageError, match="unknown engine 'nope'.*horovod"):
+        parse_run_config(["--engine", "nope"])
+    config = parse_run_config([])
+    config.training.engine = "nope"  # set after parsing: create_engine refuses it too
     with pytest.raises(UsageError, match="unknown engine 'nope'.*horovod"):
         create_engine(config)
 

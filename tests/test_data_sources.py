@@ -159,7 +159,8 @@ def test_string_labels_without_names_map_to_the_sorted_distinct_labels(tmp_path)
     with pytest.raises(UsageError) as refused:
         load_raw_datasets(args, seed=0)
     message = str(refused.value)
-    assert "validation data column stars" in message and "'superb' (1)" in message and "\n" not in message
+    assert f"validation data ({tmp_path / 'dev.jsonl'}) column stars" in message
+    assert "'superb' (1)" in message and "\n" not in message
 
 
 def test_integer_labels_infer_their_count(tmp_path):

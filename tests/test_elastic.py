@@ -33,8 +33,7 @@ JOB = [
 def start_elastic(
     tmp_path: Path, cache_dir: Path, hosts: list[str], np: int, out: Path, *extra: str
 ) -> subprocess.Popen:
-    hosts_file = tmp_path / "hosts.txt"
-    hosts_file.write_text("".join(f"{h}\n" for h in hosts))
+    hosts_file = write_hosts(tmp_path, hosts)
     env = {**base_env(cache_dir), "HVT_HOSTS_FILE": str(hosts_file)}
     cmd = [
         str(BIN / "horovodrun"),
@@ -54,6 +53,15 @@ def start_elastic(
     return subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
+
+
+def write_hosts(tmp_path: Path, hosts: list[str]) -> Path:
+    """Replace the hosts file at once, as a scheduler's hook should: horovodrun reads it every second, and a
+    file caught between truncate and write lists no host."""
+    hosts_file, tmp = tmp_path / "hosts.txt", tmp_path / ".hosts.txt.tmp"
+    tmp.write_text("".join(f"{h}\n" for h in hosts))
+    os.replace(tmp, hosts_file)
+    return hosts_file
 
 
 def last_logged_step(out: Path) -> int:
@@ -90,6 +98,21 @@ def check_epochs_covered_every_example(results: dict) -> None:
         assert audit["repeated"] < 2, entry
 
 
+def stop_after(tmp_path: Path, cache_dir: Path, hosts: list[str], out: Path, steps: int) -> int:
+    """Start an elastic job on ``hosts``, SIGTERM it after ``steps`` steps; the step it checkpointed."""
+    job = start_elastic(tmp_path, cache_dir, hosts, len(hosts), out)
+    try:
+        wait_for(lambda: last_logged_step(out) >= steps, 240, f"{steps} steps on {len(hosts)} worker(s)")
+        os.killpg(job.pid, signal.SIGTERM)
+        output = finish(job, 120)
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        raise
+    stopped = re.search(r"stopped by SIGTERM at step (\d+): saved checkpoint-\1", output)
+    assert stopped, output[-4000:]
+    return int(stopped[1])
+
+
 def test_killed_worker_leaves_the_job_running_on_the_survivor(tmp_path, cache_dir):
     out = tmp_path / "run"
     job = start_elastic(tmp_path, cache_dir, ["localhost:1", "127.0.0.1:1"], 2, out)
@@ -97,7 +120,7 @@ def test_killed_worker_leaves_the_job_running_on_the_survivor(tmp_path, cache_di
         wait_for(lambda: last_logged_step(out) >= 30, 240, "30 steps on 2 workers")
         victim = wait_for(lambda: find_rank_process(out, "HOROVOD_HOSTNAME", "127.0.0.1"), 30, "the 127.0.0.1 worker")
         os.kill(victim, signal.SIGKILL)
-        (tmp_path / "hosts.txt").write_text("localhost:1\n")
+        write_hosts(tmp_path, ["localhost:1"])
     except BaseException:
         os.killpg(job.pid, signal.SIGKILL)
         raise
@@ -110,7 +133,7 @@ def test_added_host_grows_the_job_back(tmp_path, cache_dir):
     job = start_elastic(tmp_path, cache_dir, ["localhost:1"], 1, out)
     try:
         wait_for(lambda: last_logged_step(out) >= 20, 240, "20 steps on 1 worker")
-        (tmp_path / "hosts.txt").write_text("localhost:1\n127.0.0.1:1\n")
+        write_hosts(tmp_path, ["localhost:1", "127.0.0.1:1"])
     except BaseException:
         os.killpg(job.pid, signal.SIGKILL)
         raise
@@ -124,18 +147,27 @@ def test_stopped_elastic_job_resumes_on_another_world_size(tmp_path, cache_dir):
     elastic sampler re-shards the rest of the epoch by examples seen, so each epoch still covers every
     example once (the audit spans the stop)."""
     out = tmp_path / "run"
-    job = start_elastic(tmp_path, cache_dir, ["localhost:1", "127.0.0.1:1"], 2, out)
+    stopped = stop_after(tmp_path, cache_dir, ["localhost:1", "127.0.0.1:1"], out, steps=30)
+    job = start_elastic(tmp_path, cache_dir, ["localhost:1"], 1, out, "--resume_from_checkpoint", "auto")
+    results, sizes, output = completed_run(job, out)
+    assert f"resumed from step {stopped}" in output
+    assert sizes == [2, 1] and results["world_size"] == 1, results["world_size_changes"]
+    assert [entry["epoch"] for entry in results["history"]] == [1, 2]
+
+
+def test_resumed_elastic_job_grows_when_a_host_is_added(tmp_path, cache_dir):
+    """A worker added to a resumed elastic job used to broadcast the checkpoint from its setup while the
+    running worker was inside Horovod's state sync: both hung. It takes the job's state when it joins."""
+    out = tmp_path / "run"
+    stopped = stop_after(tmp_path, cache_dir, ["localhost:1"], out, steps=20)
+    job = start_elastic(tmp_path, cache_dir, ["localhost:1"], 1, out, "--resume_from_checkpoint", "auto")
     try:
-        wait_for(lambda: last_logged_step(out) >= 30, 240, "30 steps on 2 workers")
-        os.killpg(job.pid, signal.SIGTERM)
-        output = finish(job, 120)
+        wait_for(lambda: last_logged_step(out) >= stopped + 10, 240, "10 more steps on 1 worker")
+        write_hosts(tmp_path, ["localhost:1", "127.0.0.1:1"])
     except BaseException:
         os.killpg(job.pid, signal.SIGKILL)
         raise
-    stopped = re.search(r"stopped by SIGTERM at step (\d+): saved checkpoint-\1", output)
-    assert stopped, output[-4000:]
-    job = start_elastic(tmp_path, cache_dir, ["localhost:1"], 1, out, "--resume_from_checkpoint", "auto")
     results, sizes, output = completed_run(job, out)
-    assert f"resumed from step {stopped[1]}" in output
-    assert sizes == [2, 1] and results["world_size"] == 1, results["world_size_changes"]
-    assert [entry["epoch"] for entry in results["history"]] == [1, 2]
+    assert f"resumed from step {stopped}" in output
+    assert sizes == [1, 2] and results["world_size"] == 2, results["world_size_changes"]
+    assert results["param_checksum_per_rank"][0] == results["param_checksum_per_rank"][1]

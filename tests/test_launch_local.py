@@ -47,7 +47,8 @@ def _no_slurm_env(env: dict[str, str]) -> dict[str, str]:
 
 
 BAD_INPUT = [
-    ("horovodrun_local.sh", ["-np", "0"], {}, "-np needs a whole number > 0"),
+    ("horovodrun_local.sh", ["-np", "0"], {}, "-np needs a whole number in 1..1000000"),
+    ("horovodrun_local.sh", ["-np", "99999999999999999999"], {}, "-np needs a whole number in 1..1000000"),
     ("horovodrun_local.sh", ["-np"], {}, "-np needs a value"),
     ("horovodrun_local.sh", ["-H", "a:1"], {}, "use launch/horovodrun_multihost.sh"),
     ("horovodrun_local.sh", ["--config", "configs/demo.yaml"], {}, "training arguments go after --"),
@@ -59,22 +60,29 @@ BAD_INPUT = [
     ("horovodrun_multihost.sh", [], {}, "no hosts given"),
     ("horovodrun_multihost.sh", ["-H", "a:1,b"], {}, "-H entry 'b' is not host:slots"),
     ("horovodrun_multihost.sh", ["-H", "a:1,b:1", "-np", "3"], {}, "-np 3 is more than the 2 slots"),
+    ("horovodrun_multihost.sh", ["-H", "a:1", "-np", "9999999999999999999999"], {}, "-np needs a whole number"),
+    ("horovodrun_multihost.sh", ["-H", "a:99999999999999999999"], {}, "is not host:slots"),
+    ("horovodrun_multihost.sh", ["-H", "a:1", "--ssh-identity-file", "{spaced_key}"], {}, "has a space"),
     ("horovodrun_multihost.sh", ["-H", "a:1", "--hostfile", "hosts"], {}, "both -H and --hostfile"),
     ("horovodrun_multihost.sh", ["--hostfile", "/no/such/hostfile"], {}, "hostfile /no/such/hostfile does not exist"),
     ("horovodrun_multihost.sh", ["--hostfile", "{bad_hostfile}"], {}, "line 2 of hostfile"),
     ("horovodrun_multihost.sh", ["-H", "a:1", "--ssh-identity-file", "/no/key"], {}, "--ssh-identity-file /no/key"),
     ("horovodrun_multihost.sh", ["-H", "a:1", "--ssh-port", "ssh"], {}, "--ssh-port needs a whole number"),
-    ("mpirun.sh", ["-np", "two"], {}, "-np needs a whole number > 0"),
+    ("mpirun.sh", ["-np", "two"], {}, "-np needs a whole number in 1..1000000"),
+    ("mpirun.sh", ["--ssh-identity-file", "{spaced_key}"], {}, "has a space"),
+    ("mpirun.sh", ["--fusion-threshold-mb", "99999999999999999999"], {}, "needs a whole number in 0..1048576"),
     ("mpirun.sh", ["-x", "1BAD"], {}, "-x 1BAD is not VAR or VAR=value"),
     ("mpirun.sh", ["-H", "a:1", "--hostfile", "{bad_hostfile}"], {}, "both -H and --hostfile"),
     ("mpirun.sh", ["--autotune-log-file", "/no/such/dir/a.csv"], {}, "directory /no/such/dir"),
     ("mpirun.sh", ["--bogus"], {}, "unknown launcher option '--bogus'"),
     ("discover_hosts.sh", [], {"HVT_HOSTS_FILE": "/no/such/hosts"}, "hosts file /no/such/hosts does not exist"),
     ("discover_hosts.sh", [], {"HVT_HOSTS_FILE": "{bad_hostfile}"}, "line 2 of"),
+    ("discover_hosts.sh", [], {"HVT_HOSTS_FILE": "{empty_hostfile}"}, "lists no hosts"),
     ("slurm/submit.sh", [], {}, "no job given"),
     ("slurm/submit.sh", ["horovod_nope"], {}, "unknown job 'horovod_nope'"),
     ("slurm/submit.sh", ["horovod_srun", "--gpus-per-node", "4", "--ntasks-per-node", "2"], {}, "one task per GPU"),
     ("slurm/submit.sh", ["horovod_srun", "--nodes", "two"], {}, "--nodes needs a whole number"),
+    ("slurm/submit.sh", ["horovod_srun", "--nodes", "99999999999999999999"], {}, "--nodes needs a whole number"),
     ("slurm/horovod_srun.sbatch", [], {}, "not inside a SLURM job"),
     ("slurm/horovod_mpirun.sbatch", [], {}, "not inside a SLURM job"),
     ("slurm/ddp_torchrun.sbatch", [], {}, "not inside a SLURM job"),
@@ -89,9 +97,15 @@ BAD_INPUT = [
 def test_bad_input_is_one_line_exit_2(script, args, env, needle, tmp_path, cache_dir) -> None:
     bad_hostfile = tmp_path / "hosts"
     bad_hostfile.write_text("node1 slots=2\nnode2 slots two\n")
+    (tmp_path / "empty-hosts").write_text("# being rewritten\n\n")
+    (tmp_path / "a key").write_text("not a key")
+    places = {"{bad_hostfile}": bad_hostfile, "{empty_hostfile}": tmp_path / "empty-hosts",
+              "{spaced_key}": tmp_path / "a key"}  # fmt: skip
 
     def fill(value: str) -> str:
-        return value.replace("{bad_hostfile}", str(bad_hostfile))
+        for place, path in places.items():
+            value = value.replace(place, str(path))
+        return value
 
     full_env = _no_slurm_env(launch_env(cache_dir, **{k: fill(v) for k, v in env.items()}))
     proc = run_script(script, *map(fill, args), cwd=tmp_path, env=full_env, timeout=60)
@@ -112,6 +126,28 @@ def test_discovery_script_follows_edits_of_the_hosts_file(tmp_path, monkeypatch)
     hosts.write_text("node2:4\nnode3:lots\n")
     with pytest.raises(RuntimeError, match="discovery script"):
         discovery.find_available_hosts_and_slots()
+    # A file being rewritten (truncated, not yet filled) is a failed discovery, which Horovod's driver retries,
+    # not an empty answer, which it reads as "every host removed".
+    hosts.write_text("")
+    with pytest.raises(RuntimeError, match="discovery script"):
+        discovery.find_available_hosts_and_slots()
+
+
+def test_secrets_are_not_put_on_gloo_command_lines() -> None:
+    """horovodrun --gloo starts ranks as `env VAR=value ... python`, through ssh on other hosts: a token in the
+    environment would be on command lines every user of every host can read."""
+    secrets = {"HF_TOKEN": "hf_s3cret", "WANDB_API_KEY": "k", "AWS_SECRET_ACCESS_KEY": "a",
+               "MLFLOW_TRACKING_PASSWORD": "p", "hf_token": "lower"}  # fmt: skip
+    kept = {"HF_TOKEN_PATH": "/secrets/hf", "TOKENIZERS_PARALLELISM": "false", "HF_HOME": "/hf", "NCCL_DEBUG": "WARN"}
+    script = 'source launch/lib.sh && hvt_drop_secrets && env'
+    proc = subprocess.run(["bash", "-c", script], cwd=REPO, env={**os.environ, **secrets, **kept},
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    left = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line and not line.startswith("["))
+    assert not set(secrets) & set(left) and "hf_s3cret" not in proc.stdout
+    assert all(left.get(name) == value for name, value in kept.items())
+    note = next(line for line in proc.stdout.splitlines() if line.startswith("[launch] not passed"))
+    assert all(name in note for name in secrets)
 
 
 def _check_two_rank_run(out: Path, controller: str) -> None:

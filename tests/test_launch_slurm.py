@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import BIN
+from conftest import BIN, REPO
 from launch_support import LAUNCH_JOB, free_port, launch_env
 from slurm_support import (
     STOP_JOB,
@@ -112,3 +112,45 @@ def test_warning_signal_checkpoints_requeues_and_resumes(slurm, tmp_path, cache_
     started = time.monotonic()
     _, _, stop = stop_and_resume(slurm, job_id, stopped)
     assert_resumed_exactly(reference, stopped, engine, job, stop, started)
+
+
+def test_a_run_that_finishes_while_the_warning_signal_is_handled_is_not_requeued(slurm, tmp_path) -> None:
+    """The warning signal can arrive during the final evaluation: the ranks finish (exit 0) and the job is
+    done. It used to requeue itself whenever the signal had arrived."""
+    marker = tmp_path / "launcher-started"
+    script = tmp_path / "finishes.sbatch"
+    script.write_text(
+        "#!/usr/bin/env bash\nset -euo pipefail\n"
+        f"source {REPO}/launch/slurm/common.sh\n"
+        # A launcher whose ranks are past their last step: it ends with 0 a few seconds after the signal.
+        f"hvt_slurm_run bash -c 'touch {marker}; sleep 6; exit 0'\n"
+    )
+    proc = subprocess.run(
+        ["sbatch", "--requeue", "--ntasks=1", f"--output={tmp_path}/job-%j.out", f"--chdir={tmp_path}", str(script)],
+        env=slurm.env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    job_id = re.search(r"Submitted batch job (\d+)", proc.stdout)[1]
+    slurm.jobs.append(job_id)
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert time.monotonic() < deadline, slurm.fields(job_id)
+        time.sleep(0.5)
+    subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], env=slurm.env(), check=True, timeout=30)
+    fields = slurm.wait(job_id, timeout=120)
+    output = assert_completed(fields)
+    assert fields["Restarts"] == "0", fields
+    assert f"got SIGUSR1 but the run finished: not requeueing job {job_id}" in output, output
+
+
+def test_torchrun_job_under_a_pmix_default_stops_without_killing_its_agent(tmp_path_factory, tmp_path, cache_dir):
+    """MpiDefault=pmix: srun gives torchrun's agent PMIX_RANK too. The warning signal must reach its workers
+    only (SIGUSR1 killed the agent while they checkpointed); the job checkpoints, requeues and resumes."""
+    require_slurm()
+    with running(SlurmCluster(tmp_path_factory.mktemp("slurm-pmix"), mpi_default="pmix")) as cluster:
+        out = tmp_path / "stopped"
+        env = launch_env(cache_dir, HVT_RDZV_PORT=str(free_port()))
+        job_id = cluster.submit("ddp_torchrun", *STOP_JOB, "--output_dir", str(out), env=env, workdir=tmp_path)[0]
+        _, output, _ = stop_and_resume(cluster, job_id, out)
+        assert check_training(out, "ddp")["global_step"] == 80
+        signalled = re.findall(r"SIGUSR1 -> rank processes ([\d ]+) on", output)
+        assert signalled and all(len(pids.split()) == 2 for pids in signalled), output[-4000:]  # the two workers

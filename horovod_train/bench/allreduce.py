@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from horovod_train import domains
 from horovod_train.bench import common
 from horovod_train.distributed_env import free_port, hostname
 from horovod_train.errors import UsageError
@@ -248,7 +249,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--label", default="", help="tag every row (the sweep names its runs with it)")
 
 
-def validate(args: argparse.Namespace, cuda: bool) -> list[Case]:
+def validate(args: argparse.Namespace, cuda: bool | None = None) -> list[Case]:
+    """Every argument against its domain (nothing is launched or written before); the cases to measure."""
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    domains.writable_dir("output_dir", args.output_dir)
+    domains.text("label", args.label or None)
     args.max_bytes = args.max_bytes or ("256MB" if cuda else "64MB")
     args.budget_bytes = common.parse_bytes(args.budget or ("16GB" if cuda else "512MB"))
     lo, hi = common.parse_bytes(args.min_bytes), common.parse_bytes(args.max_bytes)
@@ -257,8 +262,13 @@ def validate(args: argparse.Namespace, cuda: bool) -> list[Case]:
             f"sizes {args.min_bytes}..{args.max_bytes} x{args.step_factor} are empty",
             "pass 4 <= --min_bytes <= --max_bytes and --step_factor >= 2",
         )
+    if args.budget_bytes < 1:
+        raise UsageError(f"--budget {args.budget} is no bytes", "pass e.g. --budget 512MB")
     if args.iters < 1 or args.min_iters < 1 or args.warmup < 0:
         raise UsageError("--iters and --min_iters must be >= 1 and --warmup >= 0", "pass e.g. --iters 20")
+    unknown = [name for name in args.models if name not in common.MODELS]
+    if unknown:
+        raise UsageError(f"--models: unknown model(s) {', '.join(unknown)}", f"use {' or '.join(common.MODELS)}")
     cases = [] if args.no_tensors else tensor_cases(lo, hi, args.step_factor)
     cases += [model_case(name) for name in args.models]
     if not cases:

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from horovod_train import domains
 from horovod_train.amp import Precision, enable_tf32
 from horovod_train.bench import common
 from horovod_train.config import RunConfig, TrainingArguments, str_to_bool
@@ -99,6 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve(args: argparse.Namespace) -> None:
+    """Fill the size defaults (tiny or full) and check every argument against its domain."""
     if args.bf16 and args.fp16:
         raise UsageError("--bf16 and --fp16 are both set", "choose one of them")
     args.precision = "fp16" if args.fp16 else "fp32" if args.bf16 is False else "bf16"
@@ -108,14 +110,26 @@ def resolve(args: argparse.Namespace) -> None:
     for name, (tiny, full) in SIZES.items():
         if getattr(args, name) is None:
             setattr(args, name, tiny if args.tiny else full)
-    sizes = ("per_device_train_batch_size", "steps", "repeats", "min_length", "peak_tflops")
-    positive = {k: getattr(args, k) for k in sizes if getattr(args, k) is not None}
+    domains.writable_dir("output_dir", args.output_dir)
+    domains.count(0, domains.SEED_MAX, example="42")("seed", args.seed)
+    domains.Number(0.0, low_open=True, example="989")("peak_tflops", args.peak_tflops)  # None: by GPU name
+    sizes = ("per_device_train_batch_size", "steps", "repeats", "min_length")
+    positive = {k: getattr(args, k) for k in sizes}
     bad = [f"--{k} {v}" for k, v in positive.items() if v <= 0]
     if bad or args.warmup < 0 or not args.min_length <= args.mean_length <= args.max_seq_length:
         raise UsageError(
             f"bad benchmark sizes ({', '.join(bad) or 'lengths'})",
             "use positive sizes and --min_length <= --mean_length <= --max_seq_length",
         )
+    positions = common.bert_config(args.model).max_position_embeddings
+    if args.max_seq_length > positions:
+        raise UsageError(f"--max_seq_length {args.max_seq_length} is more than {args.model}'s {positions} positions",
+                         f"pass --max_seq_length {positions} or less")
+
+
+def validate(args: argparse.Namespace) -> None:
+    """The argument checks ``main`` runs first (``resolve``), for callers that only check."""
+    resolve(args)
 
 
 def peak_bf16_tflops(device_name: str) -> float | None:

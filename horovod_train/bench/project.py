@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from horovod_train import domains
 from horovod_train.bench import common
 from horovod_train.errors import UsageError
 from horovod_train.tables import format_table
@@ -226,7 +227,7 @@ def ddp_setting(args: argparse.Namespace) -> Setting:
 def fit_link(path: Path) -> tuple[Link, int]:
     """Latency and bandwidth from `bench allreduce`'s single-tensor rows: least squares of
     time = 2(n-1) alpha + 2(n-1)/n x bytes / B over the sizes (the fastest framework per size)."""
-    report = json.loads(path.read_text())
+    report = read_report(path, "link_from")
     rows = [r for r in report["rows"] if r.get("kind") == "tensor"]
     if not rows:
         raise UsageError(f"{path} has no single-tensor rows", "run bench allreduce without --no_tensors")
@@ -243,11 +244,12 @@ def fit_link(path: Path) -> tuple[Link, int]:
 
 def compute_from(path: Path) -> tuple[float, int]:
     """(seconds per step, batch per GPU) of the single-process run of `bench train`."""
-    report = json.loads(path.read_text())
-    single = next((r for r in report["rows"] if r["engine"] == "single" and r["repeats"]), None)
-    if single is None:
+    report = read_report(path, "compute_from")
+    rows = [r for r in report["rows"] if isinstance(r, dict)]
+    single = next((r for r in rows if r.get("engine") == "single" and r.get("repeats")), None)
+    batch = report.get("per_device_train_batch_size")
+    if single is None or not isinstance(batch, int) or not single.get("samples_per_second"):
         raise UsageError(f"{path} has no successful single run", "rerun bench train")
-    batch = int(report["per_device_train_batch_size"])
     return batch / single["samples_per_second"], batch
 
 
@@ -369,15 +371,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def validate(args: argparse.Namespace) -> None:
-    if args.gpus_per_node < 1 or args.max_gpus < 1 or args.per_device_train_batch_size < 1:
-        raise UsageError("--gpus_per_node, --max_gpus and --per_device_train_batch_size must be >= 1",
-                         "pass e.g. --gpus_per_node 8")
-    if min(args.intra_gbps, args.inter_gbps) <= 0 or min(args.intra_latency_us, args.inter_latency_us) < 0:
-        raise UsageError("bandwidths must be > 0 and latencies >= 0", "pass e.g. --inter_gbps 12.5")
-    if not 0 < args.backward_fraction <= 1:
-        raise UsageError(f"--backward_fraction {args.backward_fraction} is not in (0, 1]", "pass e.g. 0.667")
-    if args.fusion_threshold_mb <= 0 or args.ddp_bucket_cap_mb <= 0 or args.cycle_time_ms < 0:
-        raise UsageError("fusion threshold and bucket cap must be > 0, cycle time >= 0", "pass the defaults")
+    """Every argument against its domain (domains.py), before anything is read or written."""
+    domains.writable_dir("output_dir", args.output_dir)
+    for name in ("per_device_train_batch_size", "gpus_per_node", "max_gpus"):
+        domains.count(1, example="8")(name, getattr(args, name))
+    positive = ("compute_ms", "samples_per_second_1gpu", "intra_gbps", "inter_gbps", "fusion_threshold_mb",
+                "ddp_bucket_cap_mb")  # fmt: skip
+    for name in positive:
+        domains.Number(0.0, low_open=True, example="10")(name, getattr(args, name))
+    for name in ("intra_latency_us", "inter_latency_us", "cycle_time_ms"):
+        domains.Number(0.0, example="5")(name, getattr(args, name))
+    domains.Number(0.0, 1.0, low_open=True, example="0.667")("backward_fraction", args.backward_fraction)
+    domains.choice("1", "2", "4", "8")("bytes_per_param", str(args.bytes_per_param))
+    for name in ("compute_from", "link_from"):
+        if getattr(args, name) is not None:
+            read_report(Path(getattr(args, name)), name)
+
+
+def read_report(path: Path, flag: str = "compute_from") -> dict[str, Any]:
+    """A JSON report of another benchmark (bench train's, bench allreduce's): an object with rows."""
+    domains.path(flag, str(path))
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"--{flag} {path} cannot be read as JSON ({str(exc).splitlines()[0][:120]})",
+                         "pass the .json file the benchmark wrote") from None
+    if not isinstance(report, dict) or not isinstance(report.get("rows"), list):
+        raise UsageError(f"--{flag} {path} is not a benchmark report (no rows)", "pass the .json file it wrote")
+    return report
 
 
 def main(args: argparse.Namespace) -> int:

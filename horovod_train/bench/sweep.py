@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from horovod_train import launchers
+from horovod_train import domains, launchers
 from horovod_train.bench import common
 from horovod_train.bench.allreduce import COLUMNS, HOROVOD_DEFAULTS
 from horovod_train.errors import UsageError
@@ -135,9 +136,29 @@ def merge_repeats(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return merged
 
 
+def validate(args: argparse.Namespace) -> None:
+    """Every argument against its domain, before the first launch; ``bench allreduce`` takes --bench_args."""
+    from horovod_train.bench import allreduce
+    from horovod_train.cli import build_parser
+
+    domains.writable_dir("output_dir", args.output_dir)
+    domains.count(1, example="1")("repeats", args.repeats)
+    domains.count(1, example="2")("np", args.np)
+    for mb in args.fusion_threshold_mb:
+        domains.Number(0.0, example="64")("fusion_threshold_mb", mb)
+    for ms in args.cycle_time_ms:
+        domains.Number(0.0, example="5")("cycle_time_ms", ms)
+    try:
+        args.bench_arg_list = shlex.split(args.bench_args)
+    except ValueError as exc:
+        raise UsageError(f"--bench_args {args.bench_args!r} cannot be split ({exc})",
+                         "quote it as a shell would") from None
+    extra = [*(["--max_bytes", args.max_bytes] if args.max_bytes else []), *args.bench_arg_list]
+    allreduce.validate(build_parser().parse_args(["bench", "allreduce", "--models", *args.models, *extra]))
+
+
 def main(args: argparse.Namespace) -> int:
-    if args.repeats < 1:
-        raise UsageError(f"--repeats must be >= 1 (got {args.repeats})", "pass --repeats 1 or more")
+    validate(args)
     np = args.np or launchers.machine_world_size()
     out = Path(args.output_dir)
     (out / "logs").mkdir(parents=True, exist_ok=True)
@@ -148,7 +169,7 @@ def main(args: argparse.Namespace) -> int:
         for i, point in enumerate(points, 1):
             print(f"[{rep + 1}/{args.repeats} {i}/{len(points)}] {point.slug} {point.env or ''}", flush=True)
             tag = f"-r{rep}" if args.repeats > 1 else ""
-            rows += run_point(point, np, out, args.bench_args.split(), tag)
+            rows += run_point(point, np, out, args.bench_arg_list, tag)
     rows = merge_repeats(rows)
     common.write_rows(
         out,

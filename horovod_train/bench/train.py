@@ -17,9 +17,9 @@ from typing import Any
 
 from horovod_train import compare, launchers
 from horovod_train.bench import common
-from horovod_train.config import parse_run_config
+from horovod_train.config import RunConfig, parse_run_config
 from horovod_train.errors import UsageError
-from horovod_train.files import check_output_dir, reset_output_dir
+from horovod_train.output_dir import claimed
 from horovod_train.tables import format_table
 
 DEFAULT_CONFIG = "demo"  # horovod_train/configs/demo.yaml, shipped in the package
@@ -130,22 +130,31 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
-def main(namespace: argparse.Namespace) -> int:
+def validate(namespace: argparse.Namespace) -> tuple[RunConfig, list[int]]:
+    """Every argument against its domain (the runs' as `train` checks them); nothing is launched or written."""
     if namespace.engine is not None:
         raise UsageError("bench train runs every engine itself, so --engine does not apply", "select with --engines")
     if namespace.repeats < 1:
         raise UsageError(f"--repeats must be >= 1 (got {namespace.repeats})", "pass --repeats 1 or more")
-    namespace.config = namespace.config or DEFAULT_CONFIG  # the embedded job
-    namespace.max_steps = namespace.max_steps or DEFAULT_MAX_STEPS
-    namespace.output_dir = namespace.output_dir or "runs/bench/train"
-    config = parse_run_config(namespace=namespace)
     world_sizes = namespace.world_sizes or sorted({1, launchers.machine_world_size()})
     if min(world_sizes) < 1:
         raise UsageError(f"--world_sizes must be >= 1 (got {world_sizes})", "pass e.g. --world_sizes 1 2")
+    namespace.config = namespace.config or DEFAULT_CONFIG  # the embedded job
+    namespace.max_steps = namespace.max_steps or DEFAULT_MAX_STEPS
+    namespace.output_dir = namespace.output_dir or "runs/bench/train"
+    return parse_run_config(namespace=namespace), world_sizes
+
+
+def main(namespace: argparse.Namespace) -> int:
+    config, world_sizes = validate(namespace)
     runs = plan(world_sizes, namespace.engines)
-    out = Path(config.training.output_dir)
-    check_output_dir(str(out), config.training.overwrite_output_dir)
-    reset_output_dir(str(out))
+    names = [f"{run_name(run)}-r{rep}" for rep in range(namespace.repeats) for run in runs]
+    outputs = ["logs", *names, *(f"bench_train.{suffix}" for suffix in ("csv", "json", "png"))]
+    with claimed(config.training.output_dir, config.training.overwrite_output_dir, outputs) as out:
+        return run_all(namespace, config, runs, out)
+
+
+def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[launchers.Run], out: Path) -> int:
     (out / "logs").mkdir()
     batch = str(config.training.per_device_train_batch_size)
     common_args = launchers.passthrough_args(namespace)

@@ -4,6 +4,11 @@ The object is pickled with each tensor replaced by a placeholder (index, dtype, 
 kilobytes even for a large model. Every rank then receives each tensor's bytes straight into a tensor it
 allocated, in fixed-size chunks, so a rank holds one copy of the payload: no pickled copy of the tensor
 data, no copy per rank, and no collective over 2 GiB (where int32 sizes and counts overflow).
+
+The skeleton is unpickled with an allow-list (``ALLOWED``): the containers and scalars of Python, NumPy arrays
+and scalars, torch dtypes and sizes, and the errors a read can end in: what a checkpoint, its trainer state and
+its RNG states hold. Anything else (a class whose unpickling would run code) is refused, so a rank that receives
+bytes from a peer it should not trust runs nothing but these constructors (docs/failures.md).
 """
 
 from __future__ import annotations
@@ -34,16 +39,41 @@ class _SkeletonPickler(pickle.Pickler):
         return index, obj.dtype, tuple(obj.shape)
 
 
+ALLOWED = {
+    ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "complex"), ("builtins", "bytearray"),
+    ("collections", "OrderedDict"), ("pathlib", "PosixPath"), ("torch", "Size"),
+    ("numpy", "dtype"), ("numpy", "ndarray"),
+    *((module, name) for module in ("numpy.core.multiarray", "numpy._core.multiarray") for name in ("_reconstruct",
+                                                                                                    "scalar")),
+    ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
+    ("horovod_train.errors", "UsageError"),
+}  # fmt: skip
+
+
 class _SkeletonUnpickler(pickle.Unpickler):
     def __init__(self, file: io.BytesIO) -> None:
         super().__init__(file)
         self.tensors: list[torch.Tensor] = []
 
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in ALLOWED or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"a resume payload holds {module}.{name}, which no checkpoint holds: refused")
+
     def persistent_load(self, pid: tuple[int, torch.dtype, tuple[int, ...]]) -> torch.Tensor:
+        if not _is_placeholder(pid) or pid[0] > len(self.tensors):
+            raise pickle.UnpicklingError(f"a resume payload holds a malformed tensor placeholder {pid!r}: refused")
         index, dtype, shape = pid
         if index == len(self.tensors):  # first met in the order the pickler numbered them
             self.tensors.append(torch.empty(shape, dtype=dtype))
         return self.tensors[index]
+
+
+def _is_placeholder(pid: Any) -> bool:
+    """(index, dtype, shape) as _SkeletonPickler writes it."""
+    return (isinstance(pid, tuple) and len(pid) == 3 and type(pid[0]) is int and pid[0] >= 0
+            and isinstance(pid[1], torch.dtype) and isinstance(pid[2], tuple)
+            and all(type(n) is int and n >= 0 for n in pid[2]))  # fmt: skip
 
 
 def broadcast_from_root(obj: Any, broadcast_: Broadcast, is_root: bool, chunk_bytes: int = CHUNK_BYTES) -> Any:

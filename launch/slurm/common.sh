@@ -48,17 +48,37 @@ hvt_slurm_command() {
 }
 
 # hvt_signal_local_ranks SIGNAL JOB_ID: signal this node's training ranks of the job: processes running
-# horovod_train whose environment holds the job id and a rank variable (a launcher has none).
-# All of them with one kill: signalled one by one, the first ranks could stop (and exit) before the
-# last is found.
+# horovod_train whose environment holds the job id and a rank variable. Under MpiDefault=pmix or pmi2 srun gives
+# every task PMIX_RANK/PMI_RANK, launchers included: torchrun's agent (SIGUSR1 kills it while its workers
+# checkpoint) and apptainer. So a process is not a rank when it is a torchrun agent (its workers have the
+# torchrun worker variables LOCAL_RANK and TORCHELASTIC_RUN_ID, it has neither) or the parent of another
+# candidate (a launcher that inherited the variable). All of them with one kill: signalled one by one, the
+# first ranks could stop (and exit) before the last is found. Self-contained: hvt_forward_stop ships it to
+# every node with `declare -f`.
 hvt_signal_local_ranks() {
-    local pid environ ranks=()
+    local pid environ stat other is_parent
+    local -a candidates=() parents=() ranks=()
     for pid in $(pgrep -f horovod_train); do
         [ "$pid" != "$$" ] || continue
         environ=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
         grep -qx "SLURM_JOB_ID=$2" <<<"$environ" || continue
         grep -qE '^(HOROVOD_RANK|OMPI_COMM_WORLD_RANK|PMIX_RANK|PMI_RANK|LOCAL_RANK)=' <<<"$environ" || continue
-        ranks+=("$pid")
+        if ! grep -qE '^(LOCAL_RANK|TORCHELASTIC_RUN_ID)=' <<<"$environ" &&
+            tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE '(^|/)torchrun$|^torch\.distributed\.run$'; then
+            continue # torchrun's agent, before or after it started its workers
+        fi
+        stat=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
+        stat=${stat##*) } # after "pid (comm) ": "state ppid ..."
+        stat=${stat#* }
+        candidates+=("$pid")
+        parents+=("${stat%% *}")
+    done
+    for pid in "${candidates[@]}"; do
+        is_parent=0
+        for other in "${parents[@]}"; do
+            [ "$other" != "$pid" ] || is_parent=1
+        done
+        [ "$is_parent" = 1 ] || ranks+=("$pid")
     done
     [ "${#ranks[@]}" -gt 0 ] || return 0
     kill -"$1" "${ranks[@]}" 2>/dev/null
@@ -89,7 +109,10 @@ hvt_slurm_run() {
         kill -0 "$HVT_LAUNCHER_PID" 2>/dev/null || break
     done
     trap - USR1
-    if [ -n "$HVT_STOP_SIGNAL" ]; then
+    # A run that finished (exit 0) while the signal was being handled, e.g. in its final evaluation, is done.
+    if [ -n "$HVT_STOP_SIGNAL" ] && [ "$status" -eq 0 ]; then
+        echo "[slurm] got SIG$HVT_STOP_SIGNAL but the run finished: not requeueing job $SLURM_JOB_ID"
+    elif [ -n "$HVT_STOP_SIGNAL" ]; then
         echo "[slurm] the job stopped on SIG$HVT_STOP_SIGNAL (launcher exit $status): requeueing job $SLURM_JOB_ID"
         scontrol requeue "$SLURM_JOB_ID" && exit 0
         hvt_die "scontrol requeue $SLURM_JOB_ID failed" "resubmit with --resume_from_checkpoint auto"

@@ -22,8 +22,7 @@ while [ "$#" -gt 0 ]; do
     case $1 in
     --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
     --nodes | --gpus-per-node | --ntasks-per-node | --cpus-per-task)
-        hvt_value "$1" "$#"
-        [[ $2 =~ ^[0-9]+$ ]] || hvt_die "$1 needs a whole number (got '$2')" "pass e.g. $1 2"
+        hvt_value "$1" "$#" && hvt_count "$1" "$2"
         case $1 in
         --gpus-per-node) gpus=$2 ;;
         --ntasks-per-node) tasks=$2 ;;

@@ -78,6 +78,10 @@ class HorovodEngine(Engine):
     def joins_running_job(self, output_dir: str) -> bool:
         return self.options.elastic and elastic.joins_running_job(output_dir)
 
+    @property
+    def collective_setup(self) -> bool:
+        return not self.options.elastic
+
     def effective_learning_rate(self, learning_rate: float) -> float:
         if not self.options.scale_lr:
             return learning_rate

@@ -1,0 +1,381 @@
+"""Every argument's domain, checked before anything is written (one line, exit 2, as errors.py says).
+
+``DOMAINS`` has one entry per field of the config sections (tests/test_domains.py fails for a field
+without one). A domain checks one value; ``None`` (an optional argument left unset) is always in it.
+Ranges follow transformers' ``TrainingArguments`` where it checks one (warmup_ratio in [0, 1]) and
+what torch, NumPy and Horovod accept otherwise (AdamW's eps and weight decay >= 0, NumPy's seed below
+2**32); the checks between arguments stay in config.validate.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from horovod_train.errors import UsageError
+
+NAME_MAX = 255  # bytes of one path component (Linux file systems)
+PATH_MAX = 4096  # bytes of a whole path, its terminating NUL included
+SEED_MAX = 2**32 - 1  # numpy.random.seed's limit
+# Milliseconds of this many seconds still fit a signed 32-bit int, the narrowest type a timeout passes through.
+TIMEOUT_MAX_S = (2**31 - 1) // 1000
+DATA_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl")
+# Signals a handler can catch that nothing sends in a healthy run: not SIGKILL/SIGSTOP (cannot be caught),
+# not the faults a Python handler cannot resume from, not those the OS sends in normal operation (a data
+# loader worker's exit sends SIGCHLD, a resized terminal SIGWINCH).
+UNCATCHABLE = {"SIGKILL", "SIGSTOP"}
+NOT_STOP_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS", "SIGABRT", "SIGCHLD", "SIGCLD",
+                    "SIGWINCH", "SIGURG", "SIGCONT", "SIGPIPE", "SIGTTIN", "SIGTTOU", "SIGTSTP", "SIGPROF",
+                    "SIGVTALRM", "SIGIO", "SIGPOLL"}  # fmt: skip
+
+Check = Callable[[str, Any], None]  # (argument name, value) -> None, or raises UsageError
+
+
+def refuse(name: str, rule: str, value: Any, example: str) -> UsageError:
+    return UsageError(f"--{name} must be {rule} (got {value})", f"pass e.g. --{name} {example}")
+
+
+@dataclass(frozen=True)
+class Number:
+    """A finite number in [low, high] (open ends with low_open / high_open; None: unbounded)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    example: str = "1"
+
+    def rule(self, integer: bool) -> str:
+        low, high = _number(self.low), _number(self.high)
+        if integer and self.high is not None:
+            return f"in {low}..{high}"
+        if integer:
+            return "> 0" if self.low == 1 else f">= {low}"
+        if self.high is not None:
+            return f"in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+        return f"{'>' if self.low_open else '>='} {low} and finite"
+
+    def contains(self, value: float) -> bool:
+        if not math.isfinite(value):
+            return False
+        above = self.low is None or (value > self.low if self.low_open else value >= self.low)
+        below = self.high is None or (value < self.high if self.high_open else value <= self.high)
+        return above and below
+
+    def __call__(self, name: str, value: Any) -> None:
+        if value is not None and not self.contains(value):
+            raise refuse(name, self.rule(isinstance(value, int)), value, self.example)
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return ""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def count(minimum: int, maximum: int | None = None, example: str = "1") -> Number:
+    return Number(minimum, maximum, example=example)
+
+
+def choice(*options: str) -> Check:
+    def check(name: str, value: Any) -> None:
+        if value is not None and value not in options:
+            raise UsageError(f"unknown --{name} {value!r}", f"use {', '.join(options)}")
+
+    return check
+
+
+def boolean(name: str, value: Any) -> None:
+    if value is not None and not isinstance(value, bool):
+        raise refuse(name, "true or false", value, "true")
+
+
+def text(name: str, value: Any) -> None:
+    """Any non-empty text without control characters (a name, a column, a metric)."""
+    if value is None:
+        return
+    if not value.strip():
+        raise UsageError(f"--{name} is empty", f"give --{name} a value, or drop it")
+    if any(ord(c) < 32 for c in value):
+        raise UsageError(f"--{name} {value!r} holds a control character", f"pass a plain --{name}")
+
+
+def path_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a path on Linux, or None."""
+    encoded = os.fsencode(value)
+    if len(encoded) >= PATH_MAX:
+        return f"is {len(encoded)} bytes long (paths end below {PATH_MAX})"
+    longest = max(encoded.split(b"/"), key=len)
+    if len(longest) > NAME_MAX:
+        return f"has a {len(longest)}-byte name {longest[:24].decode(errors='replace')}... (names end at {NAME_MAX})"
+    return None
+
+
+def path(name: str, value: Any) -> None:
+    """A name or path (a hub name is a path here too): non-empty, and short enough to open."""
+    text(name, value)
+    if value is None:
+        return
+    problem = path_problem(value)
+    if problem:
+        raise UsageError(f"--{name} {value[:60]}... {problem}", f"pass a shorter --{name}")
+
+
+def existing_ancestor(target: Path) -> Path:
+    """``target`` or its nearest ancestor that exists."""
+    existing = target.absolute()
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    return existing
+
+
+def writable_below(name: str, value: str, target: Path) -> None:
+    """What the run will create at ``target`` can be created: its nearest existing ancestor is a directory we
+    can write to (a real probe, as files.check_output_dir does: root passes os.access on read-only mounts)."""
+    existing = existing_ancestor(target)
+    if not existing.is_dir():
+        raise UsageError(f"--{name} {value} lies inside the file {existing}", "pass a path under a directory")
+    try:
+        tempfile.TemporaryFile(dir=existing).close()
+    except OSError as exc:
+        raise UsageError(f"--{name} {value}: cannot write in {existing} ({exc.strerror})",
+                         f"pass a --{name} in a directory you can write to") from None
+
+
+def writable_dir(name: str, value: Any) -> None:
+    path(name, value)
+    if value is not None:
+        if Path(value).exists() and not Path(value).is_dir():
+            raise UsageError(f"--{name} {value} is a file", "pass a directory path")
+        writable_below(name, value, Path(value))
+
+
+def writable_file(name: str, value: Any) -> None:
+    path(name, value)
+    if value is not None:
+        if Path(value).is_dir():
+            raise UsageError(f"--{name} {value} is a directory", "pass a file path")
+        writable_below(name, value, Path(value).absolute().parent)
+
+
+def data_file(name: str, value: Any) -> None:
+    path(name, value)
+    if value is None:
+        return
+    file = Path(value)
+    if file.suffix.lower() not in DATA_SUFFIXES:
+        raise UsageError(f"--{name} {value} has unsupported extension {file.suffix.lower()!r}",
+                         "use .csv, .tsv, .json or .jsonl")
+    if file.is_dir():
+        raise UsageError(f"--{name} {value} is a directory", f"pass a {', '.join(DATA_SUFFIXES)} file")
+    if not file.is_file():
+        raise UsageError(f"--{name} {value} does not exist", f"pass an existing file to --{name}")
+
+
+def run_name(name: str, value: Any) -> None:
+    """The trackers' name of the run: TensorBoard writes under <output_dir>/runs/<run_name>, so it must stay there."""
+    path(name, value)
+    if value is not None and (value.startswith(("/", "~")) or ".." in Path(value).parts):
+        raise UsageError(f"--run_name {value} would write outside --output_dir/runs",
+                         "pass a plain name (e.g. --run_name mnli-lr2e-5)")
+
+
+def checkpoint(name: str, value: Any) -> None:
+    path(name, value)
+
+
+def stop_signals(name: str, value: Any) -> None:
+    from horovod_train.stopping import parse_signals
+
+    text(name, value)
+    try:
+        signals = parse_signals(value)
+    except KeyError as unknown:
+        raise UsageError(f"--{name}: unknown signal {unknown}", "pass e.g. SIGTERM,SIGUSR1") from None
+    for sig in signals:
+        if sig.name in UNCATCHABLE | NOT_STOP_SIGNALS:
+            why = "cannot be caught" if sig.name in UNCATCHABLE else "is not a stop request"
+            raise UsageError(f"--{name}: {sig.name} {why}",
+                             "pass signals a scheduler sends to stop a job, e.g. SIGTERM,SIGUSR1 (or none)")
+    if len(signals) != len(set(signals)):
+        raise UsageError(f"--{name} {value} names a signal twice", "name each signal once")
+
+
+# horovod_train.engines.ENGINES's names (engines import config, which imports this: no import back;
+# tests/test_domains.py checks the two agree).
+ENGINE_NAMES = ("ddp", "dp", "horovod", "single")
+
+
+def engine(name: str, value: Any) -> None:
+    if value not in ENGINE_NAMES:
+        raise UsageError(f"unknown engine {value!r}", f"use --engine {' or '.join(ENGINE_NAMES)}")
+
+
+def report_to(name: str, value: Any) -> None:
+    from horovod_train.trackers import check_report_to
+
+    check_report_to(value)
+
+
+def task(name: str, value: Any) -> None:
+    from horovod_train import glue
+
+    glue.check_task(value)
+
+
+def schedule(name: str, value: Any) -> None:
+    from horovod_train.schedule import SCHEDULES
+
+    choice(*SCHEDULES)(name, value)
+
+
+STRATEGIES = ("epoch", "steps", "no")
+FRACTION = Number(0.0, 1.0, high_open=True, example="0.1")  # [0, 1): dropout, label smoothing, Adam's betas
+
+DOMAINS: dict[str, Check] = {
+    # model
+    "model_name_or_path": path,
+    "config_name": path,
+    "tokenizer_name": path,
+    "cache_dir": writable_dir,
+    # data
+    "task_name": task,
+    "dataset_name": path,
+    "dataset_config_name": text,
+    "train_file": data_file,
+    "validation_file": data_file,
+    "test_file": data_file,
+    "text_column_names": text,
+    "label_column_name": text,
+    "validation_split_name": text,
+    "validation_split_percentage": count(1, 99, "10"),
+    "max_seq_length": count(1, example="128"),
+    "pad_to_max_length": boolean,
+    "overwrite_cache": boolean,
+    "max_train_samples": count(1, example="1000"),
+    "max_eval_samples": count(1, example="1000"),
+    "synthetic_num_examples": count(2, example="8000"),
+    "num_labels": count(2, example="3"),
+    # training
+    "output_dir": path,  # its own checks (a file, not writable, an earlier run): files.check_output_dir
+    "overwrite_output_dir": boolean,
+    "engine": engine,
+    "per_device_train_batch_size": count(1, example="32"),
+    "per_device_eval_batch_size": count(1, example="64"),
+    "learning_rate": Number(0.0, low_open=True, example="5e-5"),
+    "weight_decay": Number(0.0, example="0.01"),
+    "adam_beta1": Number(0.0, 1.0, high_open=True, example="0.9"),
+    "adam_beta2": Number(0.0, 1.0, high_open=True, example="0.999"),
+    "adam_epsilon": Number(0.0, example="1e-8"),
+    "num_train_epochs": Number(0.0, example="3"),
+    "max_steps": count(-1, example="1000"),
+    "lr_scheduler_type": schedule,
+    "warmup_ratio": Number(0.0, 1.0, example="0.1"),
+    "warmup_steps": count(0, example="500"),
+    "gradient_accumulation_steps": count(1, example="2"),
+    "max_grad_norm": Number(0.0, example="1.0"),
+    "label_smoothing_factor": FRACTION,
+    "seed": count(0, SEED_MAX, example="42"),
+    "logging_steps": count(1, example="50"),
+    "eval_strategy": choice(*STRATEGIES),
+    "eval_steps": count(1, example="500"),
+    "do_train": boolean,
+    "do_eval": boolean,
+    "do_predict": boolean,
+    "dropout": FRACTION,
+    "dataloader_num_workers": count(0, example="2"),
+    "disable_tqdm": boolean,
+    "report_to": report_to,
+    "run_name": run_name,
+    "load_best_model_at_end": boolean,
+    "metric_for_best_model": text,
+    "greater_is_better": boolean,
+    "save_strategy": choice(*STRATEGIES),
+    "save_steps": count(0, example="500"),
+    "save_total_limit": count(1, example="2"),
+    "resume_from_checkpoint": checkpoint,
+    "checkpoint_signals": stop_signals,
+    "ddp_timeout": count(1, TIMEOUT_MAX_S, example="1800"),
+    "audit_samples": boolean,
+    "bf16": boolean,
+    "fp16": boolean,
+    "tf32": boolean,
+    "torch_compile": boolean,
+    "group_by_length": boolean,
+    # --engine horovod
+    "scale_lr": boolean,
+    "compression": choice("none", "fp16"),
+    "op": choice("average", "adasum"),
+    "gradient_predivide_factor": Number(0.0, low_open=True, example="1.0"),
+    "horovod_timeline": writable_file,
+    "autotune": boolean,
+    "autotune_log": writable_file,
+    "horovod_groups": count(0, example="1"),
+    "elastic": boolean,
+    "elastic_commit_steps": count(1, example="10"),
+    # --engine ddp
+    "ddp_bucket_cap_mb": count(1, example="25"),
+    "ddp_backend": choice("auto", "nccl", "gloo"),
+    "ddp_find_unused_parameters": boolean,
+}
+
+
+def check_domains(values: dict[str, Any]) -> None:
+    """Each argument against its domain, in the order of ``--help``."""
+    for name, value in values.items():
+        DOMAINS[name](name, value)
+
+
+TOKENIZER_UNLIMITED = 10**6  # a tokenizer's model_max_length at or above this means "no limit" (transformers: 1e30)
+
+
+def _model_positions(model: Any) -> tuple[int, str] | None:
+    """(positions, whose) of the model the run builds: tiny-bert's, else --config_name's or the model's config."""
+    from transformers import AutoConfig
+
+    from horovod_train.model import TINY_BERT, TINY_BERT_CONFIG
+
+    name = model.config_name or model.model_name_or_path
+    if name == TINY_BERT:
+        return TINY_BERT_CONFIG["max_position_embeddings"], "tiny-bert's position embeddings"
+    try:
+        config = AutoConfig.from_pretrained(name, cache_dir=model.cache_dir)
+    except (OSError, ValueError):
+        return None  # the model's own loading reports it, in its words
+    positions = getattr(config, "max_position_embeddings", None)
+    return (positions, f"the position embeddings of {name}") if isinstance(positions, int) and positions > 0 else None
+
+
+def _tokenizer_limit(model: Any) -> tuple[int, str] | None:
+    from transformers.models.auto.tokenization_auto import get_tokenizer_config
+
+    from horovod_train.model import TINY_BERT
+
+    name = model.tokenizer_name or model.model_name_or_path
+    if name == TINY_BERT:
+        return None  # trained by the run, no limit of its own
+    try:
+        limit = get_tokenizer_config(name, cache_dir=model.cache_dir).get("model_max_length")
+    except (OSError, ValueError):
+        return None
+    if isinstance(limit, int | float) and 0 < limit < TOKENIZER_UNLIMITED:
+        return int(limit), f"the model_max_length of tokenizer {name}"
+    return None
+
+
+def fit_max_seq_length(config: Any, warn: Callable[[str], None]) -> None:
+    """Cap --max_seq_length at what the model and its tokenizer take, with a warning, as run_glue.py does
+    (longer sequences would index past the position embeddings)."""
+    limits = [limit for limit in (_model_positions(config.model), _tokenizer_limit(config.model)) if limit]
+    if not limits:
+        return
+    limit, whose = min(limits)
+    if config.data.max_seq_length > limit:
+        warn(f"warning: --max_seq_length {config.data.max_seq_length} is more than {whose} ({limit}): "
+             f"using --max_seq_length {limit}")
+        config.data.max_seq_length = limit
