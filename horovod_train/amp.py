@@ -30,6 +30,15 @@ def enable_tf32() -> None:
     torch.set_float32_matmul_precision("high")
 
 
+def autocast_to(device_type: str, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    """Autocast to ``dtype`` (None: no autocast). The dtype is explicit because autocast's state is per
+    thread: a thread that opens ``autocast(enabled=True)`` without one gets the device's default
+    (float16 on CUDA), whatever the thread that started it had chosen."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, dtype=dtype)
+
+
 class Precision:
     def __init__(self, mode: str, device: torch.device) -> None:
         if mode not in DTYPES:
@@ -48,9 +57,7 @@ class Precision:
         return cls(precision_of(args.bf16, args.fp16), device)
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        if self.dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
+        return autocast_to(self.device.type, self.dtype)
 
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler else loss).backward()

@@ -13,8 +13,12 @@ import socket
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from horovod_train.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_MASTER_PORT = 29500
 
@@ -44,6 +48,37 @@ class DistEnv:
             LOCAL_RANK=str(self.local_rank),
             LOCAL_WORLD_SIZE=str(self.local_world_size),
         )
+
+
+# How a rank's device was chosen (doctor shows it): rule -> what it means.
+DEVICE_RULES = {
+    "cpu": "no CUDA device used",
+    "local_rank": "cuda:<local rank>, one of the GPUs this node's ranks all see",
+    "only_visible": "cuda:0, the one GPU this task sees (srun --gpus-per-task=1, --gpu-bind=single, a pod's GPU)",
+    "first": "cuda:0, for a one-process engine",
+}
+
+
+def cuda_device_for(local_rank: int, visible: int) -> tuple[int, str]:
+    """The visible GPU a rank uses and the rule that chose it: the only one when the launcher gives each
+    task its own GPU (``cuda:<local rank>`` would be an invalid ordinal there), else the local rank's."""
+    if visible == 1:
+        return 0, "only_visible"
+    if local_rank < visible:
+        return local_rank, "local_rank"
+    raise UsageError(
+        f"local rank {local_rank} but only {visible} GPU(s) visible to it on this node",
+        "launch at most one process per GPU on each node, or give each task one GPU (srun --gpus-per-task=1)",
+    )
+
+
+def pin_cuda_device(local_rank: int) -> tuple[torch.device, str]:
+    """Pick this rank's GPU (``cuda_device_for``) and make it the current device."""
+    import torch
+
+    index, rule = cuda_device_for(local_rank, torch.cuda.device_count())
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index), rule
 
 
 def hostname() -> str:

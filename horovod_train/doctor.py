@@ -75,6 +75,11 @@ def torch_support() -> list[str]:
     ]
 
 
+def device_rules(used: set[str]) -> list[str]:
+    """What each device rule in the table means."""
+    return [f"device_rule {rule}: {distributed_env.DEVICE_RULES[rule]}" for rule in sorted(used)]
+
+
 def main(args: argparse.Namespace) -> int:
     from horovod_train.engines import available_engines, create_engine
 
@@ -89,6 +94,7 @@ def main(args: argparse.Namespace) -> int:
             "local_rank": engine.local_rank,
             "host": distributed_env.hostname(),
             "device": str(engine.device),
+            "device_rule": engine.device_rule,
         }
         rows = engine.gather_objects(row)
         if engine.is_main:
@@ -98,6 +104,7 @@ def main(args: argparse.Namespace) -> int:
                 f"launcher: {env.launcher}, world size {engine.world_size}, joined with engine {name}"
                 + (f" ({detail})" if detail else ""),
                 *format_table(list(row), [list(r.values()) for r in rows]),
+                *device_rules({r["device_rule"] for r in rows}),
                 *horovod_support(),
                 *torch_support(),
                 f"engines: {', '.join(available_engines())}",

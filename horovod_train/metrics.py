@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import math
 import time
 from dataclasses import dataclass, field
 from functools import cache
@@ -10,6 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from horovod_train.errors import UsageError
 
 if TYPE_CHECKING:
     from horovod_train.engines.base import Engine
@@ -45,30 +48,60 @@ def exact_metrics(rows: torch.Tensor, losses: torch.Tensor, expected_examples: i
 
 @dataclass
 class Meter:
-    """Training sums since the last log line, reduced over ranks when logged."""
+    """Training sums since the last log line, reduced over ranks when logged. The loss and token sums stay
+    on the loss's device until then: reading them per micro-batch would make the host wait for the GPU
+    every step (a host-device sync), where one copy per log line suffices."""
 
-    loss_sum: float = 0.0
+    loss_sum: torch.Tensor | None = None
     micro_batches: int = 0
     samples: int = 0
-    tokens: int = 0
+    tokens: torch.Tensor | None = None
+    first_bad_step: torch.Tensor | None = None  # the first step with a non-finite loss, 0 for none
     started: float = field(default_factory=time.perf_counter)
 
-    def add(self, loss: float, batch: dict[str, torch.Tensor]) -> None:
-        self.loss_sum += loss
+    def add(self, loss: torch.Tensor, batch: dict[str, torch.Tensor], step: int = 0) -> None:
+        """``loss``: the micro-batch's (detached) loss tensor; ``step``: the optimizer step it belongs to."""
+        loss = loss.detach().float()
+        if self.loss_sum is None:
+            self.loss_sum = self.tokens = self.first_bad_step = torch.zeros((), device=loss.device)
+        bad = ~torch.isfinite(loss) & (self.first_bad_step == 0)
+        self.first_bad_step = torch.where(bad, float(step), self.first_bad_step)
+        self.loss_sum = self.loss_sum + loss
         self.micro_batches += 1
         self.samples += batch["labels"].shape[0]
-        self.tokens += int(batch["attention_mask"].sum())
+        self.tokens = self.tokens + batch["attention_mask"].sum()
 
-    def reduce(self, engine: Engine) -> dict[str, float]:
+    def reduce(self, engine: Engine, learning_rate: float | None = None) -> dict[str, float]:
+        """Collective. Raises NonFiniteLoss on every rank if any rank's loss was NaN or infinite."""
+        loss_sum = tokens = first_bad = 0.0
+        if self.loss_sum is not None:  # one copy to the host per log line
+            loss_sum, tokens, first_bad = torch.stack([self.loss_sum, self.tokens, self.first_bad_step]).tolist()
         sums = engine.all_reduce_sum(
-            torch.tensor([self.loss_sum, self.micro_batches, self.samples, self.tokens], dtype=torch.float64)
+            torch.tensor([loss_sum, self.micro_batches, self.samples, tokens], dtype=torch.float64)
         ).tolist()
+        if not math.isfinite(sums[0]):  # the same sum on every rank: all take this branch
+            steps = engine.all_gather(torch.tensor([first_bad], dtype=torch.float64, device=engine.device))
+            raise NonFiniteLoss(min(int(s) for s in steps.cpu().tolist() if s > 0), sums[0], learning_rate)
         elapsed = max(time.perf_counter() - self.started, 1e-9)
         return {
             "loss": sums[0] / max(sums[1], 1),
             "samples_per_second": sums[2] / elapsed,
             "tokens_per_second": sums[3] / elapsed,
         }
+
+
+class NonFiniteLoss(UsageError):
+    """The training loss became NaN or infinite: the run stops (exit 2) instead of training on NaN."""
+
+    def __init__(self, step: int, value: float, learning_rate: float | None) -> None:
+        lr = f" (this run: {learning_rate:g})" if learning_rate is not None else ""
+        super().__init__(
+            f"the training loss became {value} at step {step}",
+            f"lower --learning_rate{lr}, or set --max_grad_norm; "
+            "resume from a checkpoint saved before that step (--resume_from_checkpoint)",
+        )
+        self.args = (step, value, learning_rate)  # pickles (broadcast between ranks) like its parent
+        self.step = step
 
 
 def audit_epoch(examples: list[int], dataset_size: int) -> dict[str, int]:

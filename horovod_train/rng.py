@@ -28,8 +28,8 @@ def capture() -> dict[str, Any]:
         "numpy": {"key": key.tolist(), "pos": int(pos), "has_gauss": int(has_gauss), "cached": float(cached_gaussian)},
         "torch": torch.get_rng_state().tolist(),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
+    if torch.cuda.is_available():  # this rank's own device only: a resume may see fewer GPUs
+        state["cuda"] = torch.cuda.get_rng_state(torch.cuda.current_device()).tolist()
     return state
 
 
@@ -39,4 +39,15 @@ def restore(state: dict[str, Any]) -> None:
     np.random.set_state(("MT19937", np.array(nps["key"], dtype=np.uint32), nps["pos"], nps["has_gauss"], nps["cached"]))
     torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in state["cuda"]])
+        restore_cuda(state["cuda"])
+
+
+def restore_cuda(saved: list[int] | list[list[int]]) -> None:
+    """Into this rank's device (never an index this node may not have). Checkpoints written before this
+    saved every visible device's state: the entry of the device this rank now uses, if it was saved."""
+    device = torch.cuda.current_device()
+    if saved and isinstance(saved[0], list):
+        if device >= len(saved):
+            return
+        saved = saved[device]
+    torch.cuda.set_rng_state(torch.tensor(saved, dtype=torch.uint8), device)

@@ -108,7 +108,9 @@ class Trainer:
         self.build_train_loader()
         self.position = self.start_position(resumed)
         self.first_step = self.position.global_step
-        self.policy = engine.policy(self.model, self.optimizer, self.train_loader.sampler, len(self.train_set))
+        self.policy = engine.policy(
+            self.model, self.optimizer, self.train_loader.sampler, len(self.train_set), self.precision.scaler
+        )
         lineage = resumed["trainer_state"].get("lineage", []) if resumed else []
         self.checkpoints = ckpt.Checkpoints(self.output_dir, args.save_total_limit, lineage)
         if resumed:
@@ -347,7 +349,7 @@ class Trainer:
                 with self.precision.autocast():
                     loss = engine.forward_loss(model, batch, args.label_smoothing_factor)
                 self.precision.backward(loss / accum)
-            self.meter.add(loss.item(), batch)
+            self.meter.add(loss.detach(), batch, position.global_step + 1)  # no .item(): no host sync
         engine.clip_and_step(model, self.optimizer, args.max_grad_norm, self.precision.scaler)
         self.optimizer.zero_grad()
         per_rank = accum * args.per_device_train_batch_size
@@ -376,7 +378,7 @@ class Trainer:
             "epoch": self.epoch_float(position),
             "learning_rate": learning_rate,
             "world_size": self.engine.world_size,
-            **self.meter.reduce(self.engine),
+            **self.meter.reduce(self.engine, self.args.learning_rate),  # stops the run on a NaN/inf loss
         }
         self.meter = Meter()
         position.log_history.append({k: record[k] for k in ("loss", "learning_rate", "epoch", "step")})

@@ -11,13 +11,15 @@
 # from that sdist instead of downloading it; HOROVOD_WHEEL=path/horovod-X.whl installs a wheel built
 # before; build tools already present are not reinstalled (pip honours PIP_NO_INDEX/PIP_FIND_LINKS).
 # NCCL is found through HOROVOD_NCCL_HOME or HOROVOD_NCCL_INCLUDE/HOROVOD_NCCL_LIB (+ HOROVOD_NCCL_LINK),
-# passed through to Horovod's CMake; HOROVOD_WITHOUT_MPI=1 builds without MPI (a node with no mpicxx).
+# passed through to Horovod's CMake, else it is torch's own pip NCCL (gpu_check.nccl_dirs); torch's CUDA must
+# be nvcc's (scripts/check_cuda_match.sh). HOROVOD_WITHOUT_MPI=1 builds without MPI (a node with no mpicxx).
 # GPU builds: the CUDA toolkit is the one `nvcc` belongs to (HOROVOD_CUDA_HOME overrides), and on CUDA >= 13
 # the kernels are compiled for HOROVOD_BUILD_CUDA_CC_LIST (default 75,80,86,89,90,100,120). Without a GPU
 # too: scripts/build_horovod_nccl.sh (`make nccl-build`) builds and checks the NCCL variant on CUDA 13.
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 HOROVOD_VERSION=${HOROVOD_VERSION:-0.28.1}
 CACHE_DIR=${HOROVOD_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/horovod-train/wheels}
 
@@ -47,6 +49,21 @@ if [ "$TORCH_CUDA" != "cpu" ]; then
         NVCC=$HOROVOD_CUDA_HOME/bin/nvcc
     else
         NVCC=nvcc
+    fi
+    # torch's CUDA against nvcc's: another major version is an error (exit 2), another minor a warning.
+    NVCC=$NVCC PYTHON=$PYTHON bash "$(dirname "${BASH_SOURCE[0]}")/check_cuda_match.sh"
+    # NCCL: unless HOROVOD_NCCL_HOME/HOROVOD_NCCL_LIB name one, the pip wheel torch itself loads (nvidia-nccl-cuXX,
+    # a dependency of every CUDA torch), found and linked by gpu_check.nccl_dirs as the GPU check does: the
+    # same NCCL as torch's, never a system libnccl built for another CUDA.
+    if [ -z "${HOROVOD_NCCL_HOME:-}${HOROVOD_NCCL_LIB:-}" ] && [ -f "$ROOT/horovod_train/gpu_check.py" ]; then
+        nccl_env=$(PYTHONPATH="$ROOT" "$PYTHON" - "$("$PYTHON" -c 'import sys; print(sys.prefix)')/nccl-link" <<'PY'
+import shlex, sys
+from pathlib import Path
+from horovod_train.gpu_check import nccl_dirs
+print("".join(f"export {key}={shlex.quote(value)}\n" for key, value in nccl_dirs(Path(sys.argv[1])).items()))
+PY
+)
+        eval "$nccl_env"
     fi
     # Horovod compiles its CUDA kernels for every sm_XX that `nvcc --help` lists, twice (two C++ ABIs): on
     # CUDA 13.0 that is 12 architectures (75..121), 1 min of compiling on 2 cores. It never asks for one that

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import BIN, assert_ok, run, train_cmd
 
 from horovod_train.bench.allreduce import COLUMNS as ALLREDUCE_COLUMNS
@@ -119,15 +120,54 @@ def test_bench_train_reports_scaling_and_the_horovod_ddp_ratio(tmp_path, cache_d
 
 def test_bench_gpu_runs_tiny_on_cpu(tmp_path, cache_dir):
     out = tmp_path / "gpu"
-    proc = run([*BENCH, "gpu", "--tiny", "--repeats", "2", "--output_dir", str(out)], cache_dir, timeout=300)
+    args = ["gpu", "--tiny", "--repeats", "2", "--peak_tflops", "989", "--output_dir", str(out)]
+    proc = run([*BENCH, *args], cache_dir, timeout=300)
     assert_ok(proc)
     rows, report = read_outputs(out, "gpu", GPU_COLUMNS)
     assert [r["engine"] for r in rows] == ["single", "horovod"] and report["tiny"] is True
     for r in report["rows"]:
         assert r["samples_per_second"] > 0 and r["model"] == "tiny-bert" and r["precision"] == "bf16"
         tokens_per_s = r["tokens_per_second"]
-        assert r["mfu"] == pytest.approx(6 * r["parameters"] * tokens_per_s / 989e12)
+        assert r["mfu"] == pytest.approx(6 * r["parameters"] * tokens_per_s / 989e12) and r["peak_tflops"] == 989
     assert "==> horovod np=1 / plain samples/s:" in proc.stdout
+
+
+def test_mfu_counts_bert_base_without_its_embeddings():
+    """bench gpu's FLOPs per token: BERT-base has 108.3 M parameters, 22.7 M of them in embeddings
+    (lookups: no matmul FLOPs); counting them made MFU about 26 % too high. Built on the meta device
+    (no memory, no weights)."""
+    from transformers import BertForSequenceClassification
+
+    from horovod_train.bench.common import bert_config
+    from horovod_train.bench.gpu import flop_parameters
+
+    with torch.device("meta"):
+        model = BertForSequenceClassification(bert_config("bert-base-cased"))
+    total = sum(p.numel() for p in model.parameters())
+    embeddings = sum(p.numel() for p in model.bert.embeddings.parameters())
+    embeddings -= sum(p.numel() for p in model.bert.embeddings.LayerNorm.parameters())  # a LayerNorm, not a lookup
+    assert round(total / 1e6, 1) == 108.3 and round(embeddings / 1e6, 1) == 22.7
+    assert flop_parameters(model) == total - embeddings
+    assert total / flop_parameters(model) == pytest.approx(1.265, abs=0.005)
+
+
+@pytest.mark.parametrize(
+    ("name", "peak"),
+    [
+        ("NVIDIA H100 80GB HBM3", 989.0),
+        ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H100 NVL", 835.0),
+        ("NVIDIA H200", 989.0),
+        ("NVIDIA A100-SXM4-80GB", 312.0),
+        ("NVIDIA B200", 2250.0),
+        ("NVIDIA L40S", 362.0),
+        ("Tesla V100-SXM2-32GB", None),  # no bf16 tensor cores: no MFU rather than a wrong one
+    ],
+)
+def test_the_peak_for_mfu_comes_from_the_devices_name(name, peak):
+    from horovod_train.bench.gpu import peak_bf16_tflops
+
+    assert peak_bf16_tflops(name) == peak
 
 
 @pytest.mark.slow

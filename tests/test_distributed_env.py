@@ -80,3 +80,41 @@ def test_expand_tasks_per_node():
     assert expand_tasks_per_node("4") == [4]
     with pytest.raises(UsageError):
         expand_tasks_per_node("2(y3)")
+
+
+def fake_gpus(monkeypatch, count: int) -> list[int]:
+    """This machine's torch has no CUDA: fake a node where this process sees ``count`` GPUs."""
+    import torch
+
+    current: list[int] = []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
+    return current
+
+
+ONE_GPU_PER_TASK = {**SRUN, "SLURM_LOCALID": "1", "CUDA_VISIBLE_DEVICES": "1"}  # srun --gpus-per-task=1
+
+
+@pytest.mark.parametrize(
+    ("env", "visible", "device", "rule"),
+    [
+        (ONE_GPU_PER_TASK, 1, "cuda:0", "only_visible"),  # cuda:1 would be an invalid device ordinal
+        (SRUN, 4, "cuda:1", "local_rank"),
+        ({"RANK": "3", "LOCAL_RANK": "3", "WORLD_SIZE": "8", "MASTER_ADDR": "a"}, 4, "cuda:3", "local_rank"),
+        ({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "a"}, 1, "cuda:0", "only_visible"),
+    ],
+)
+def test_a_rank_pins_its_local_ranks_gpu_or_the_only_one_it_sees(monkeypatch, env, visible, device, rule):
+    current = fake_gpus(monkeypatch, visible)
+    local_rank = detect(env, resolve_master=False).local_rank
+    pinned, chosen_by = distributed_env.pin_cuda_device(local_rank)
+    assert (str(pinned), chosen_by, current) == (device, rule, [pinned.index])
+    assert rule in distributed_env.DEVICE_RULES
+
+
+def test_more_local_ranks_than_visible_gpus_is_a_usage_error(monkeypatch):
+    current = fake_gpus(monkeypatch, 2)
+    with pytest.raises(UsageError, match="local rank 2 but only 2 GPU"):
+        distributed_env.pin_cuda_device(detect(SRUN | {"SLURM_LOCALID": "2"}, resolve_master=False).local_rank)
+    assert current == []

@@ -91,7 +91,7 @@ def test_gpu_build_is_the_default_and_the_cpu_variant_is_documented() -> None:
     checker = (REPO / "scripts" / "check_horovod_build.sh").read_text()
     assert "want+=(NCCL)" in checker and "want=(PyTorch Gloo)" in checker and "want+=(MPI)" in checker
     text = DOCKERFILE.read_text()
-    assert "libnccl-dev" in text and "--build-arg BASE_IMAGE=debian:bookworm-slim" in text
+    assert "--build-arg BASE_IMAGE=debian:bookworm-slim" in text
     assert "--build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in text
 
 
@@ -159,3 +159,80 @@ def test_apptainer_job_runs_the_image_python(path: str) -> None:
     assert "export PATH=/opt/venv/bin:$PATH" in sections["environment"]
     assert "HVT_DEFAULT_CONFIG=/opt/horovod-train/configs/demo.yaml" in text
     assert "configs /opt/horovod-train/configs" in sections["files"]
+
+
+def run_instructions() -> str:
+    return "\n".join(args for keyword, args in instructions(DOCKERFILE) if keyword == "RUN")
+
+
+def test_gpu_image_takes_nccl_from_torchs_pip_wheel_not_apt() -> None:
+    """The CUDA repository's newest libnccl-dev is a CUDA 13 build: apt refuses it next to the 12.8 base's
+    libnccl2, and Horovod would link a CUDA 13 NCCL. build_horovod.sh links the NCCL wheel torch loads."""
+    assert "libnccl" not in run_instructions()
+    build = (REPO / "scripts" / "build_horovod.sh").read_text()
+    assert "from horovod_train.gpu_check import nccl_dirs" in build and 'eval "$nccl_env"' in build
+
+
+def test_gpu_image_copies_what_the_nccl_lookup_imports() -> None:
+    """build_horovod.sh imports gpu_check before the package is copied: the modules it needs come first."""
+    import ast
+
+    def imports(module: str) -> set[str]:
+        tree = ast.parse((REPO / "horovod_train" / f"{module}.py").read_text())
+        found = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        return {m.removeprefix("horovod_train.") for m in found if m.startswith("horovod_train.")}
+
+    needed, todo = set(), ["gpu_check"]
+    while todo:
+        module = todo.pop()
+        if module not in needed:
+            needed.add(module)
+            todo += imports(module)
+    copies = [args.split() for keyword, args in instructions(DOCKERFILE) if keyword == "COPY"]
+    early = next(words for words in copies if "horovod_train/gpu_check.py" in words)
+    assert {w.removeprefix("horovod_train/").removesuffix(".py") for w in early[:-1]} == needed | {"__init__"}
+    steps = instructions(DOCKERFILE)
+    copied_at = next(i for i, (k, a) in enumerate(steps) if k == "COPY" and "horovod_train/gpu_check.py" in a)
+    built_at = next(i for i, (k, a) in enumerate(steps) if k == "RUN" and "bash scripts/build_horovod.sh" in a)
+    assert copied_at < built_at
+
+
+def test_gpu_image_installs_torch_from_its_index_alone_and_checks_its_cuda() -> None:
+    runs = run_instructions()
+    assert "--extra-index-url" not in runs  # PyPI's torch (a CUDA 13 build) could win
+    assert '--no-deps --index-url "$TORCH_INDEX_URL"' in runs
+    assert "scripts/check_cuda_match.sh --strict" in runs
+    assert "scripts/check_cuda_match.sh" in " ".join(a for k, a in instructions(DOCKERFILE) if k == "COPY")
+    build = (REPO / "scripts" / "build_horovod.sh").read_text()
+    assert 'bash "$(dirname "${BASH_SOURCE[0]}")/check_cuda_match.sh"' in build
+
+
+@pytest.mark.parametrize(
+    ("torch_cuda", "nvcc", "strict", "code"),
+    [
+        ("12.8", "12.8", True, 0),
+        ("12.8", "13.0", False, 2),  # PyPI's torch next to the 12.8 toolkit: another major version
+        ("13.0", "12.8", True, 2),
+        ("12.8", "12.9", False, 0),  # a warning on bare metal
+        ("12.8", "12.9", True, 2),  # the image pins both
+        ("cpu", "12.8", False, 0),
+        ("cpu", "12.8", True, 2),  # a CPU torch in the CUDA image
+        ("cpu", None, True, 0),  # the CPU image
+        ("12.8", None, False, 2),
+    ],
+)
+def test_torch_cuda_must_match_nvcc(tmp_path, torch_cuda, nvcc, strict, code) -> None:
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\necho {torch_cuda}\n")  # answers the script's torch.version.cuda question
+    fake_nvcc = tmp_path / "nvcc"
+    if nvcc:
+        fake_nvcc.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {nvcc}, V{nvcc}.41'\n")
+    for tool in (python, fake_nvcc):
+        if tool.exists():
+            tool.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(python), "NVCC": str(fake_nvcc)}
+    cmd = ["bash", str(REPO / "scripts" / "check_cuda_match.sh"), *(["--strict"] if strict else [])]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    if code:
+        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ") and "; fix: " in proc.stderr

@@ -12,7 +12,7 @@ from conftest import BIN, REPO, assert_ok, base_env, horovodrun, mpirun, run, to
 
 from horovod_train.distributed_env import free_port
 
-ROW = re.compile(r"^(?:\[\d+\]<stdout>:)?(\d+)\s+(\d+)\s+(\S+)\s+(\S+)$", re.MULTILINE)
+ROW = re.compile(r"^(?:\[\d+\]<stdout>:)?(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\S+)$", re.MULTILINE)
 DOCTOR = [str(BIN / "python"), "-m", "horovod_train", "doctor"]
 
 
@@ -29,7 +29,9 @@ def check_report(stdout: str, launcher: str, world_size: int, engine: str) -> No
     rows = [m.groups() for m in ROW.finditer(stdout)]
     host = socket.gethostname()
     devices = [f"cuda:{r}" if torch.cuda.is_available() else "cpu" for r in range(world_size)]
-    assert rows == [(str(r), str(r), host, devices[r]) for r in range(world_size)], stdout
+    rule = "cpu" if not torch.cuda.is_available() else "first" if engine == "single" else "local_rank"
+    assert rows == [(str(r), str(r), host, devices[r], rule) for r in range(world_size)], stdout
+    assert f"device_rule {rule}: " in stdout
     for fact in ("horovod 0.28.1", "[X] PyTorch", "controllers:       [X] MPI  [X] Gloo", "[X] gloo"):
         assert fact in stdout, fact
 

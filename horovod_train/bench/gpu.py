@@ -9,8 +9,9 @@ engine with no wrapper, and the Horovod engine with hvd.DistributedOptimizer at 
 windows alternate between them (--repeats) and medians are reported. The data are random token ids
 with an MNLI-like length distribution (log-normal around --mean_length tokens, clipped to
 [--min_length, --max_seq_length]), padded per batch to a multiple of 8, optionally grouped by length as
---group_by_length does in training. Model FLOPs utilisation = 6 x parameters x (non-padding) tokens/s
-/ --peak_tflops; the H200's dense bf16 peak is about 989 TFLOP/s.
+--group_by_length does in training. Model FLOPs utilisation = 6 x non-embedding parameters x
+(non-padding) tokens/s / the GPU's dense bf16 peak (PEAK_BF16_TFLOPS by device name, or --peak_tflops):
+embeddings are lookups, with no matmul FLOPs (22.7 M of BERT-base's 108.3 M parameters).
 """
 
 from __future__ import annotations
@@ -33,7 +34,26 @@ from horovod_train.errors import UsageError
 from horovod_train.tables import format_table
 
 ENGINES = ("single", "horovod")
-H200_BF16_DENSE_TFLOPS = 989.0
+# Dense (not 2:4 sparse) bf16 tensor-core peaks, TFLOP/s, from NVIDIA's data sheets; the first name that
+# is part of torch.cuda.get_device_name() wins, so the more specific come first.
+PEAK_BF16_TFLOPS = (
+    ("H100 PCIe", 756.0),
+    ("H100 NVL", 835.0),
+    ("GH200", 989.0),
+    ("H100", 989.0),  # SXM
+    ("H200", 989.0),
+    ("H800", 989.0),
+    ("H20", 148.0),
+    ("GB200", 2500.0),
+    ("B200", 2250.0),
+    ("B100", 1750.0),
+    ("A100", 312.0),
+    ("A800", 312.0),
+    ("L40S", 362.0),
+    ("L40", 181.0),
+    ("L4", 121.0),
+    ("A10", 125.0),
+)
 COLUMNS = [
     "engine",
     "model",
@@ -73,7 +93,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max_seq_length", type=int, default=None, help="truncation (default 128; tiny 64)")
     parser.add_argument("--group_by_length", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--torch_compile", action="store_true", help="model.compile() before training")
-    parser.add_argument("--peak_tflops", type=float, default=H200_BF16_DENSE_TFLOPS, help="for MFU (H200 bf16)")
+    parser.add_argument("--peak_tflops", type=float, default=None,
+                        help="dense bf16 peak for MFU (default: by device name, PEAK_BF16_TFLOPS)")
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
     parser.add_argument("--seed", type=int, default=42)
 
@@ -91,7 +112,7 @@ def resolve(args: argparse.Namespace) -> None:
             setattr(args, name, tiny if args.tiny else full)
     domains.writable_dir("output_dir", args.output_dir)
     domains.count(0, domains.SEED_MAX, example="42")("seed", args.seed)
-    domains.Number(0.0, low_open=True, example="989")("peak_tflops", args.peak_tflops)
+    domains.Number(0.0, low_open=True, example="989")("peak_tflops", args.peak_tflops)  # None: by GPU name
     sizes = ("per_device_train_batch_size", "steps", "repeats", "min_length")
     positive = {k: getattr(args, k) for k in sizes}
     bad = [f"--{k} {v}" for k, v in positive.items() if v <= 0]
@@ -109,6 +130,18 @@ def resolve(args: argparse.Namespace) -> None:
 def validate(args: argparse.Namespace) -> None:
     """The argument checks ``main`` runs first (``resolve``), for callers that only check."""
     resolve(args)
+
+
+def peak_bf16_tflops(device_name: str) -> float | None:
+    """The dense bf16 peak of the GPU called ``device_name``; None when the table does not know it."""
+    return next((peak for name, peak in PEAK_BF16_TFLOPS if name in device_name), None)
+
+
+def flop_parameters(model: torch.nn.Module) -> int:
+    """Parameters that take part in matmuls: all but the embeddings' (lookups), which 6 x N x tokens
+    would count as 6 FLOPs per token each."""
+    embedding = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
+    return sum(p.numel() for p in model.parameters() if p.requires_grad and id(p) not in embedding)
 
 
 def sample_lengths(n: int, args: argparse.Namespace, generator: torch.Generator) -> list[int]:
@@ -151,7 +184,7 @@ class Contender:
         self.engine = engine
         torch.manual_seed(args.seed)
         model = BertForSequenceClassification(common.bert_config(args.model))
-        self.params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        self.params = flop_parameters(model)
         if args.torch_compile:
             model.compile()
         optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
@@ -214,7 +247,7 @@ def main(args: argparse.Namespace) -> int:
             for rep in range(args.repeats)
             for name, c in contenders.items()
         ]
-        rows = summarize(raw, contenders, args, cuda)
+        rows = summarize(raw, contenders, args, cuda, peak_tflops(args, cuda))
     finally:
         for engine in engines.values():
             engine.shutdown()
@@ -232,7 +265,20 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def summarize(raw: list[dict], contenders: dict[str, Contender], args: argparse.Namespace, cuda: bool) -> list[dict]:
+def peak_tflops(args: argparse.Namespace, cuda: bool) -> float:
+    """--peak_tflops, else the table's peak for this GPU; NaN (no MFU) for a GPU it does not know, or the CPU."""
+    if args.peak_tflops:
+        return args.peak_tflops
+    name = torch.cuda.get_device_name(0) if cuda else "cpu"
+    peak = peak_bf16_tflops(name) if cuda else None
+    if peak is None and cuda:
+        print(f"no bf16 peak known for {name}: MFU not computed (pass --peak_tflops)")
+    return peak or float("nan")
+
+
+def summarize(
+    raw: list[dict], contenders: dict[str, Contender], args: argparse.Namespace, cuda: bool, peak: float
+) -> list[dict]:
     """Per engine, the rates of its median window (by samples/s), so they all describe one window."""
     rows = []
     for name, c in contenders.items():
@@ -252,7 +298,8 @@ def summarize(raw: list[dict], contenders: dict[str, Contender], args: argparse.
                 "tokens_per_second": tokens,
                 "padded_tokens_per_second": w["padded_tokens"] / w["seconds"],
                 "step_ms": 1e3 * w["seconds"] / w["steps"],
-                "mfu": 6 * c.params * tokens / (args.peak_tflops * 1e12),
+                "mfu": 6 * c.params * tokens / (peak * 1e12),
+                "peak_tflops": peak,
                 "peak_memory_mb": torch.cuda.max_memory_allocated(c.engine.device) / 2**20 if cuda else float("nan"),
                 "parameters": c.params,
             }

@@ -43,6 +43,7 @@ class Engine(ABC):
     world_size: int = 1
     local_world_size: int = 1
     device: torch.device = torch.device("cpu")
+    device_rule: str = "cpu"  # how the device was chosen: a key of distributed_env.DEVICE_RULES
     # False where a worker may run the trainer's setup alone (elastic Horovod adds workers to a running job):
     # setup then uses no collective.
     collective_setup: bool = True
@@ -78,8 +79,11 @@ class Engine(ABC):
         """A sampler with begin_epoch/record_step (see data.ResumableDistributedSampler); None: that one."""
         return None
 
-    def policy(self, model: nn.Module, optimizer: Optimizer, sampler: Any, train_examples: int) -> RunPolicy:
-        """How the loop runs, ends, places the learning rate and commits (fixed world size: RunPolicy)."""
+    def policy(
+        self, model: nn.Module, optimizer: Optimizer, sampler: Any, train_examples: int, scaler: Any = None
+    ) -> RunPolicy:
+        """How the loop runs, ends, places the learning rate and commits (fixed world size: RunPolicy).
+        ``scaler``: fp16's GradScaler, part of the state a policy commits (elastic), or None."""
         return RunPolicy()
 
     def step_examples(self, per_rank: int) -> int | None:

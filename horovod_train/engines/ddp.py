@@ -43,13 +43,8 @@ class DDPEngine(Engine):
             raise UsageError("--ddp_backend nccl needs CUDA GPUs but this machine has none",
                              "use --ddp_backend gloo (or auto) on CPUs")
         if torch.cuda.is_available() and self.options.ddp_backend != "gloo":
-            if env.local_rank >= torch.cuda.device_count():
-                raise UsageError(
-                    f"local rank {env.local_rank} but only {torch.cuda.device_count()} GPU(s) on this node",
-                    "launch at most one process per GPU on each node",
-                )
-            torch.cuda.set_device(env.local_rank)  # pin by local rank: global ranks exceed a node's GPUs
-            self.device = torch.device("cuda", env.local_rank)
+            # By local rank (global ranks exceed a node's GPUs), or the task's only GPU.
+            self.device, self.device_rule = distributed_env.pin_cuda_device(env.local_rank)
             self.backend, options["device_id"] = "nccl", self.device
         # --ddp_timeout: long enough for rank 0's one-sided work (writing a checkpoint) while the others wait.
         timeout = timedelta(seconds=self.training.ddp_timeout)
@@ -78,9 +73,25 @@ class DDPEngine(Engine):
         return self.all_reduce_sum_async(tensor)()
 
     def all_reduce_sum_async(self, tensor: torch.Tensor) -> Callable[[], torch.Tensor]:
+        if self.device.type == "cuda" and tensor.device.type == "cpu":
+            return self.all_reduce_sum_on_gpu(tensor)
         summed = tensor.to(self.device, copy=True)
         work = dist.all_reduce(summed, op=dist.ReduceOp.SUM, async_op=True)
         return lambda: (work.wait(), summed.to(tensor.device))[1]
+
+    def all_reduce_sum_on_gpu(self, tensor: torch.Tensor) -> Callable[[], torch.Tensor]:
+        """NCCL sums GPU memory only. Both copies are queued on the stream from pinned memory and the host
+        waits for neither: the result is read through an event recorded after the copy back, which the
+        GPU has passed by the time it is read a step later (the stop flags), so the host never waits for
+        the step in flight. A pageable copy (``tensor.to(device)`` and back) waits for the whole stream."""
+        staged = tensor.pin_memory().to(self.device, non_blocking=True)
+        work = dist.all_reduce(staged, op=dist.ReduceOp.SUM, async_op=True)
+        work.wait()  # NCCL: the current stream waits for the all-reduce, the host does not
+        result = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        result.copy_(staged, non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record()
+        return lambda: (copied.synchronize(), result)[1]
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """torch.distributed gathers equal shapes only: pad every rank to the longest, gather, trim."""

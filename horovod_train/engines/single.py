@@ -26,7 +26,7 @@ class SingleEngine(Engine):
     def setup(self) -> None:
         refuse_a_launcher(self.name)
         if torch.cuda.is_available():
-            self.device = torch.device("cuda", 0)
+            self.device, self.device_rule = torch.device("cuda", 0), "first"
         self.set_cpu_threads()
 
     def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, torch.optim.Optimizer]:

@@ -2,8 +2,9 @@
 after workers leave or join.
 
 The policy ends the run by epochs (steps per epoch change with the world size), places the learning
-rate by the data seen, and commits a ``TorchState`` (model, optimizer, Horovod's ``ElasticSampler``
-and the training position) every ``--elastic_commit_steps`` steps and at each epoch end.
+rate by the data seen, and commits a ``TorchState`` (model, optimizer, Horovod's ``ElasticSampler``,
+the training position and, with --fp16, the GradScaler) every ``--elastic_commit_steps`` steps and at
+each epoch end.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import torch
 from torch import nn
 from torch.optim import Optimizer
 
@@ -37,19 +39,16 @@ class ElasticPolicy(RunPolicy):
         by_epochs: bool,
         commit_steps: int,
         on_reset: Callable[[], None],
+        scaler: torch.amp.GradScaler | None = None,
     ) -> None:
         self.hvd, self.model, self.optimizer, self.sampler = hvd, model, optimizer, sampler
+        self.scaler = scaler
         self.train_examples, self.num_train_epochs, self.by_epochs = train_examples, num_train_epochs, by_epochs
         self.commit_steps, self.on_reset = commit_steps, on_reset
         self.state: Any = None
 
     def run(self, loop: Callable[[TrainingPosition], T], position: TrainingPosition) -> T:
-        # The optimizer is passed first so that its sync (broadcast_optimizer_state, which creates missing
-        # state on joining workers with a dummy step that moves their parameters) runs before the
-        # parameters are broadcast, and the joining workers end with rank 0's parameters exactly.
-        self.state = self.hvd.elastic.TorchState(
-            opt=self.optimizer, sampler=self.sampler, model=self.model, optimizer=None, position=copy.deepcopy(position)
-        )
+        self.state = torch_state(self.hvd, self.model, self.optimizer, self.sampler, position, self.scaler)
         self.state.register_reset_callbacks([self.on_reset])
         # Horovod's ObjectState keeps references, not copies: the loop works on a copy of the committed
         # position, so that a rollback finds the commit unchanged.
@@ -75,6 +74,45 @@ class ElasticPolicy(RunPolicy):
     def commit(self, position: TrainingPosition) -> None:
         self.state.position = copy.deepcopy(position)
         self.state.commit()
+
+
+def torch_state(
+    hvd: Any, model: nn.Module, optimizer: Optimizer, sampler: Any, position: TrainingPosition, scaler: Any = None
+) -> Any:
+    """The state elastic Horovod commits, restores after a failure and syncs from rank 0 after a resize."""
+    # The optimizer is passed first so that its sync (broadcast_optimizer_state, which creates missing
+    # state on joining workers with a dummy step that moves their parameters) runs before the
+    # parameters are broadcast, and the joining workers end with rank 0's parameters exactly.
+    parts: dict[str, Any] = {"opt": optimizer, "sampler": sampler, "model": model, "optimizer": None}
+    if scaler is not None:  # --fp16: a joining worker would start at scale 65536 where the others backed off
+        register_scaler_state()
+        parts["scaler"] = scaler
+    return hvd.elastic.TorchState(**parts, position=copy.deepcopy(position))
+
+
+def register_scaler_state() -> None:
+    """Teach TorchState the GradScaler: saved and restored by its state_dict, synced as rank 0's."""
+    from horovod.torch.elastic import state
+    from horovod.torch.functions import broadcast_object
+
+    class ScalerStateHandler(state.StateHandler):
+        def __init__(self, scaler: torch.amp.GradScaler) -> None:
+            super().__init__(scaler)
+            self.save()
+
+        def save(self) -> None:
+            self.saved = copy.deepcopy(self.value.state_dict())
+
+        def restore(self) -> None:
+            self.value.load_state_dict(self.saved)
+
+        def sync(self) -> None:
+            ours = broadcast_object(self.value.state_dict(), root_rank=0, name="horovod_train.grad_scaler")
+            self.value.load_state_dict(ours)
+
+    registry = state.get_handler_registry()
+    if not any(kind is torch.amp.GradScaler for kind, _ in registry):
+        state.set_handler_registry([*registry, (torch.amp.GradScaler, ScalerStateHandler)])
 
 
 def make_elastic_sampler(dataset: Any, seed: int) -> Any:

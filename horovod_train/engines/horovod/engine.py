@@ -6,6 +6,7 @@ Gradients are all-reduced by Horovod's background thread as the backward pass pr
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -13,8 +14,9 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from horovod_train import amp
+from horovod_train import amp, distributed_env
 from horovod_train.config import RunConfig
+from horovod_train.console import write_line
 from horovod_train.engines.base import Engine
 from horovod_train.engines.horovod import elastic, env
 from horovod_train.engines.policy import RunPolicy
@@ -27,6 +29,7 @@ class HorovodEngine(Engine):
     def __init__(self, config: RunConfig) -> None:
         super().__init__(config)
         self.options = config.horovod
+        env.check_groups(self.options)
 
     def setup(self) -> None:
         import horovod.torch as hvd
@@ -36,9 +39,11 @@ class HorovodEngine(Engine):
         self.horovod_env = env.apply(self.options, cuda, self.training.ddp_timeout)  # read by hvd.init
         hvd.init()
         self.read_topology()
-        if torch.cuda.is_available():
-            torch.cuda.set_device(self.local_rank)  # pin by local rank: global ranks exceed a node's GPUs
-            self.device = torch.device("cuda", self.local_rank)
+        warning = env.nccl_warning(hvd, cuda)
+        if warning and self.is_main:
+            write_line(warning, sys.stderr)
+        if torch.cuda.is_available():  # by local rank (global ranks exceed a node's GPUs), or a task's only GPU
+            self.device, self.device_rule = distributed_env.pin_cuda_device(self.local_rank)
         self.set_cpu_threads()
 
     def read_topology(self) -> None:
@@ -49,7 +54,9 @@ class HorovodEngine(Engine):
     def train_sampler(self, dataset: Any, seed: int) -> Any:
         return elastic.make_elastic_sampler(dataset, seed) if self.options.elastic else None
 
-    def policy(self, model: nn.Module, optimizer: Optimizer, sampler: Any, train_examples: int) -> RunPolicy:
+    def policy(
+        self, model: nn.Module, optimizer: Optimizer, sampler: Any, train_examples: int, scaler: Any = None
+    ) -> RunPolicy:
         if not self.options.elastic:
             return super().policy(model, optimizer, sampler, train_examples)
         return elastic.ElasticPolicy(
@@ -62,6 +69,7 @@ class HorovodEngine(Engine):
             by_epochs=self.training.max_steps <= 0,
             commit_steps=self.options.elastic_commit_steps,
             on_reset=self.read_topology,
+            scaler=scaler,
         )
 
     def step_examples(self, per_rank: int) -> int | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from horovod_train.config import HorovodArguments
+from horovod_train.errors import UsageError
 
 # Measured on the embedded job, 2 ranks on 2 cores (docs/performance.md). Only where unset. Under mpirun
 # (the MPI controller, Horovod's fastest on CPU: shared-memory transport), the ranks' MPI reads this at
@@ -53,10 +54,33 @@ def apply(args: HorovodArguments, cuda: bool, timeout_s: int = 1800) -> dict[str
 def optimizer_groups(args: HorovodArguments, cuda: bool) -> int | None:
     """hvd.DistributedOptimizer's ``groups``: --horovod_groups, else 1 on CPU (every gradient in one fused
     all-reduce per step instead of one per cycle: ~13 per step for tiny-bert at 1 ms cycles) and None
-    (per tensor, overlapping the backward pass) on GPUs and in elastic runs. 0 means None."""
+    (per tensor, overlapping the backward pass) on GPUs, in elastic runs and with
+    --gradient_predivide_factor (Horovod 0.28.1's grouped all-reduce drops it). 0 means None."""
     if args.horovod_groups is not None:
         return args.horovod_groups or None
-    return None if cuda or args.elastic else 1
+    return None if cuda or args.elastic or args.gradient_predivide_factor != 1.0 else 1
+
+
+def check_groups(args: HorovodArguments) -> None:
+    """Horovod 0.28.1's grouped all-reduce passes no pre/postscale factors: with --horovod_groups the
+    --gradient_predivide_factor would be silently ignored."""
+    if args.horovod_groups and args.gradient_predivide_factor != 1.0:
+        raise UsageError(
+            "--gradient_predivide_factor has no effect with --horovod_groups (Horovod's grouped all-reduce "
+            "drops it)",
+            "drop one of them (--horovod_groups 0 all-reduces per tensor and applies the factor)",
+        )
+
+
+def nccl_warning(hvd: Any, cuda: bool) -> str | None:
+    """A Horovod built without NCCL all-reduces CUDA tensors by copying them through the host."""
+    if cuda and not hvd.nccl_built():
+        return (
+            "warning: this Horovod was built without NCCL: GPU tensors are all-reduced through the CPU "
+            "(slow); rebuild it on this machine with a CUDA torch (scripts/build_horovod.sh sets "
+            "HOROVOD_GPU_OPERATIONS=NCCL)"
+        )
+    return None
 
 
 def wait_politely(hvd: Any, optimizer: Any) -> None:
