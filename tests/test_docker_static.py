@@ -146,7 +146,9 @@ def test_apptainer_definition_uses_the_same_scripts_and_defaults() -> None:
     order += [post.find(f"bash {SHARED_SCRIPTS[1]}"), post.find('horovodrun" --check-build')]
     order += [post.find(f"bash {SHARED_SCRIPTS[2]}")]
     assert -1 not in order and order == sorted(order), order
-    assert '--extra-index-url "{{ TORCH_INDEX_URL }}"' in post
+    # As in the Dockerfile: torch from its index alone, its CUDA checked, no NCCL from apt.
+    assert '--no-deps --index-url "{{ TORCH_INDEX_URL }}"' in post and "--extra-index-url" not in post
+    assert "bash scripts/check_cuda_match.sh --strict" in post and "libnccl" not in post
     assert any("horovodrun --check-build" in line for line in sections["test"])
 
 
