@@ -383,8 +383,9 @@ def test_group_by_length_resumes_on_another_split_of_the_global_batch(tmp_path, 
     """A grouped run of 2 ranks x 8 resumed on 1 rank x 8 x accumulation 2 (global batch 16 both): the epoch
     trains on every example once, as an uninterrupted run does (the grouping used to follow the per-device
     batch x ranks, 16 against 8, and the resumed epoch repeated and skipped examples)."""
-    args = [*JOB, "--synthetic_num_examples", "300", "--group_by_length", "--audit_samples",
-            "--per_device_train_batch_size", "8"]  # 270 examples: 17 steps, the last batches partial
+    # 270 examples: 17 steps, the last batches partial
+    args = [*JOB, "--synthetic_num_examples", "300", "--group_by_length", "--audit_samples"]
+    args += ["--per_device_train_batch_size", "8"]
     full, out = tmp_path / "full", tmp_path / "resumed"
     assert_ok(run(horovodrun(2, *args, "--save_steps", "5", "--output_dir", str(full)), cache_dir))
     assert read_results(full)["history"][0]["samples"]["skipped"] == 0
