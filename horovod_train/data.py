@@ -475,11 +475,12 @@ class LengthGroupedSampler(ResumableDistributedSampler):
     global batch is the ``batch_size`` x world size examples of one optimizer step. Each epoch (seeded by
     seed + epoch, the same on every rank): a permutation of the dataset, cut into megabatches of
     ``megabatch_batches`` global batches, each sorted longest first; cut into global batches, whose order
-    is shuffled (a last, partial one stays last); then padded to a multiple of the world size by
-    repeating its start, as DistributedSampler pads. Rank r takes every world_size-th index, so a rank's
-    k-th step is its share of global batch k. The order before the padding depends on the global batch
-    only, not on how it splits into ranks x per-device batch x accumulation: a run resumed with another
-    split of the same global batch trains on the same examples at each step, as with DistributedSampler."""
+    is shuffled (a last, partial one stays last); then padded to a multiple of the world size with the
+    examples DistributedSampler repeats (the permutation's first). Rank r takes every world_size-th
+    index, so a rank's k-th step is its share of global batch k. The order before the padding depends on
+    the global batch only, not on how it splits into ranks x per-device batch x accumulation: a run
+    resumed with another split of the same global batch trains on the same examples at each step, as
+    with DistributedSampler."""
 
     def __init__(
         self,
@@ -501,16 +502,19 @@ class LengthGroupedSampler(ResumableDistributedSampler):
     def global_order(self) -> list[int]:
         generator = torch.Generator()
         generator.manual_seed(self.seed + self.epoch)
-        order = torch.randperm(len(self.lengths), generator=generator).tolist()
+        permutation = torch.randperm(len(self.lengths), generator=generator).tolist()
         grouped: list[int] = []
-        for start in range(0, len(order), self.megabatch):
-            grouped += sorted(order[start : start + self.megabatch], key=self.lengths.__getitem__, reverse=True)
+        for start in range(0, len(permutation), self.megabatch):
+            megabatch = permutation[start : start + self.megabatch]
+            grouped += sorted(megabatch, key=self.lengths.__getitem__, reverse=True)
         batches = [grouped[i : i + self.global_batch] for i in range(0, len(grouped), self.global_batch)]
         partial = batches.pop() if len(batches[-1]) < self.global_batch else None
         shuffled = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
         order = [i for batch in shuffled + ([partial] if partial else []) for i in batch]
-        padding = self.total_size - len(order)  # after grouping: only the padding depends on the world size
-        return order + (order * math.ceil(padding / len(order)))[:padding]
+        # Padded after the grouping, so that only the padding depends on the world size; with the examples
+        # DistributedSampler repeats (the permutation's first).
+        padding = self.total_size - len(order)
+        return order + (permutation * math.ceil(padding / len(permutation)))[:padding]
 
     def __iter__(self):
         return itertools.islice(iter(self.global_order()[self.rank :: self.num_replicas]), self.skip, None)
