@@ -44,25 +44,55 @@ Payload = tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]  # tens
 
 @dataclass(frozen=True)
 class Compatibility:
-    """What a checkpoint must agree with to be loaded into a run. The global batch (ranks x per-device
-    batch x accumulation) fixes which examples a step consumed, so the position inside an epoch means
-    the same only with the same global batch."""
+    """What a checkpoint must agree with to be loaded into a run. The position inside an epoch means the
+    same examples only with the same training data as tokenized (its digest), the same order (the seed,
+    --group_by_length) and the same global batch (ranks x per-device batch x accumulation). A field that
+    is None is not checked."""
 
     model_name_or_path: str
     num_labels: int
     vocab_size: int
     architecture: str
     global_batch: int | None  # None: any (an elastic run re-shards by examples seen)
+    tokenizer: str | None = None  # digest of the tokenizer's class and vocabulary (token -> id)
+    label_names: list[str] | None = None
+    train_data: str | None = None  # digest of the tokenized training set
+    seed: int | None = None
+    group_by_length: bool | None = None
 
-    def check(self, saved: dict[str, Any], path: Path) -> None:
+    # Recorded since issue 18: a checkpoint written before lacks them, and is resumed with a warning.
+    ADDED_LATER = ("tokenizer", "label_names", "train_data", "seed", "group_by_length")
+
+    def check(self, saved: dict[str, Any], path: Path, warn: Callable[[str], None] | None = None) -> None:
+        unrecorded = []
         for name in (f.name for f in fields(self)):
-            if getattr(self, name) is not None and saved.get(name) != getattr(self, name):
+            ours = getattr(self, name)
+            if ours is None:
+                continue
+            if name in self.ADDED_LATER and name not in saved:
+                unrecorded.append(name)
+            elif saved.get(name) != ours:
                 raise UsageError(
-                    f"checkpoint {path} was saved with {name}={saved.get(name)!r} but this run has "
-                    f"{name}={getattr(self, name)!r}",
-                    "resume with the same model, labels and global batch (ranks x --per_device_train_batch_size"
-                    " x --gradient_accumulation_steps), or start a new --output_dir",
+                    f"checkpoint {path} was saved with {name}={saved.get(name)!r} but this run has {name}={ours!r}",
+                    MISMATCH_FIXES.get(name, MISMATCH_FIX),
                 )
+        if unrecorded and warn is not None:
+            warn(f"warning: checkpoint {path} predates the checks of {', '.join(unrecorded)}: resuming without them")
+
+
+MISMATCH_FIX = (
+    "resume with the same model, labels and global batch (ranks x --per_device_train_batch_size"
+    " x --gradient_accumulation_steps), or start a new --output_dir"
+)
+MISMATCH_FIXES = {
+    "tokenizer": "resume with the tokenizer the checkpoint was trained with (see its tokenizer files), "
+    "or start a new --output_dir",
+    "label_names": "resume with the same labels, or start a new --output_dir",
+    "train_data": "resume with the same training data, --max_train_samples, --max_seq_length and tokenizer, "
+    "or start a new --output_dir",
+    "seed": "resume with the checkpoint's --seed, or start a new --output_dir",
+    "group_by_length": "resume with --group_by_length as the checkpoint was trained, or start a new --output_dir",
+}
 
 
 class Checkpoints:

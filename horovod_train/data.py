@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 from datasets import ClassLabel, Dataset, DatasetDict, load_from_disk
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
@@ -450,9 +451,12 @@ class ResumableDistributedSampler(DistributedSampler):
     skip = 0  # indices of this rank's shard to skip in the current epoch
 
     def begin_epoch(self, epoch: int, samples_in_epoch: int) -> None:
-        """Start ``epoch`` after the ``samples_in_epoch`` examples (all ranks together) already trained on."""
+        """Start ``epoch`` after the ``samples_in_epoch`` examples (all ranks together) already trained on.
+
+        At most the whole shard is skipped: checkpoints written before the position counted a partial last
+        batch as it was hold a full batch's count at an epoch's last step, and resume at the epoch's end."""
         self.set_epoch(epoch)
-        self.skip = samples_in_epoch // self.num_replicas
+        self.skip = min(samples_in_epoch // self.num_replicas, self.num_samples)
 
     def record_step(self, samples_per_rank: int) -> None:
         """Called after each optimizer step; the position is kept by the trainer's step count."""
@@ -467,12 +471,16 @@ class ResumableDistributedSampler(DistributedSampler):
 class LengthGroupedSampler(ResumableDistributedSampler):
     """DistributedSampler's sharding of an order in which each global batch holds examples of similar length.
 
-    Each epoch (seeded by seed + epoch, the same on every rank): a permutation of the dataset, padded to a
-    multiple of the world size by repeating its start exactly as DistributedSampler pads; cut into
-    megabatches of ``megabatch_batches`` global batches, each sorted longest first; cut into global
-    batches of ``batch_size`` x world size, whose order is shuffled (a last, partial one stays last).
-    Rank r takes every world_size-th index, so a rank's k-th batch is its share of global batch k and
-    the ranks' shards of an epoch partition the padded dataset, as with DistributedSampler."""
+    ``batch_size`` is what a rank takes per optimizer step (per-device batch x gradient accumulation), so a
+    global batch is the ``batch_size`` x world size examples of one optimizer step. Each epoch (seeded by
+    seed + epoch, the same on every rank): a permutation of the dataset, cut into megabatches of
+    ``megabatch_batches`` global batches, each sorted longest first; cut into global batches, whose order
+    is shuffled (a last, partial one stays last); then padded to a multiple of the world size with the
+    examples DistributedSampler repeats (the permutation's first). Rank r takes every world_size-th
+    index, so a rank's k-th step is its share of global batch k. The order before the padding depends on
+    the global batch only, not on how it splits into ranks x per-device batch x accumulation: a run
+    resumed with another split of the same global batch trains on the same examples at each step, as
+    with DistributedSampler."""
 
     def __init__(
         self,
@@ -494,16 +502,19 @@ class LengthGroupedSampler(ResumableDistributedSampler):
     def global_order(self) -> list[int]:
         generator = torch.Generator()
         generator.manual_seed(self.seed + self.epoch)
-        order = torch.randperm(len(self.lengths), generator=generator).tolist()
-        padding = self.total_size - len(order)
-        order += (order * math.ceil(padding / len(order)))[:padding]
+        permutation = torch.randperm(len(self.lengths), generator=generator).tolist()
         grouped: list[int] = []
-        for start in range(0, len(order), self.megabatch):
-            grouped += sorted(order[start : start + self.megabatch], key=self.lengths.__getitem__, reverse=True)
+        for start in range(0, len(permutation), self.megabatch):
+            megabatch = permutation[start : start + self.megabatch]
+            grouped += sorted(megabatch, key=self.lengths.__getitem__, reverse=True)
         batches = [grouped[i : i + self.global_batch] for i in range(0, len(grouped), self.global_batch)]
         partial = batches.pop() if len(batches[-1]) < self.global_batch else None
         shuffled = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
-        return [i for batch in shuffled + ([partial] if partial else []) for i in batch]
+        order = [i for batch in shuffled + ([partial] if partial else []) for i in batch]
+        # Padded after the grouping, so that only the padding depends on the world size; with the examples
+        # DistributedSampler repeats (the permutation's first).
+        padding = self.total_size - len(order)
+        return order + (permutation * math.ceil(padding / len(permutation)))[:padding]
 
     def __iter__(self):
         return itertools.islice(iter(self.global_order()[self.rank :: self.num_replicas]), self.skip, None)
@@ -528,13 +539,16 @@ def train_loader(
     sampler: Sampler | None = None,
     group_by_length: bool = False,
     pin_memory: bool = False,
+    gradient_accumulation_steps: int = 1,
 ) -> DataLoader:
     """Rank r takes every world_size-th example of one seeded permutation, so the global batch of
     step k is the same contiguous slice of that permutation for every world size (see README).
-    ``group_by_length`` reorders that permutation so a global batch holds examples of similar length."""
+    ``group_by_length`` reorders that permutation so that the global batch of an optimizer step
+    (``batch_size`` x ``gradient_accumulation_steps`` x ``world_size``) holds examples of similar length."""
     if sampler is None and group_by_length:
         lengths = example_lengths(dataset)
-        sampler = LengthGroupedSampler(dataset, lengths, batch_size, num_replicas=world_size, rank=rank, seed=seed)
+        step_batch = batch_size * gradient_accumulation_steps
+        sampler = LengthGroupedSampler(dataset, lengths, step_batch, num_replicas=world_size, rank=rank, seed=seed)
     if sampler is None:
         sampler = ResumableDistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
     return DataLoader(
@@ -566,3 +580,26 @@ def eval_loader(
     )
     collate = DataCollatorWithPadding(tokenizer)
     return DataLoader(shard, batch_size=batch_size, shuffle=False, collate_fn=collate, generator=own_generator(0))
+
+
+def tokenizer_digest(tokenizer: PreTrainedTokenizerBase) -> str:
+    """Identifies a tokenizer's ids: two tokenizers of one size trained on other texts differ here."""
+    return content_digest(type(tokenizer).__name__, sorted(tokenizer.get_vocab().items()))
+
+
+def dataset_digest(dataset: Dataset) -> str:
+    """A digest of a tokenized split's content (each column's values and list lengths), whatever the Arrow
+    chunking of the files it was read from; one column at a time, without copying the split."""
+    table = dataset.with_format("arrow")[0 : len(dataset)]  # the selected rows, in order
+    h = hashlib.sha256()
+    for name in sorted(table.column_names):
+        column = table.column(name)
+        h.update(f"{name}:{column.type}:{column.null_count};".encode())
+        while pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+            h.update(pc.list_value_length(column).fill_null(-1).to_numpy().tobytes())
+            column = pc.list_flatten(column)
+        if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+            h.update(column.fill_null(0).to_numpy().tobytes())
+        else:  # not in tokenized data; exact but slow
+            h.update(repr(column.to_pylist()).encode())
+    return h.hexdigest()[:20]

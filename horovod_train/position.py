@@ -12,7 +12,7 @@ class TrainingPosition:
     global_step: int = 0
     epoch: int = 0
     steps_in_epoch: int = 0  # optimizer steps taken inside `epoch`
-    samples_in_epoch: int = 0  # examples (all ranks together) consumed inside `epoch`
+    samples_in_epoch: int = 0  # examples (all ranks together) consumed inside `epoch`, a partial last batch as it was
     total_steps: int = 0  # the learning-rate schedule's length
     history: list[dict[str, Any]] = field(default_factory=list)  # the evaluation at each epoch end
     log_history: list[dict[str, Any]] = field(default_factory=list)  # transformers' log_history: logs, evals
@@ -30,7 +30,8 @@ class TrainingPosition:
             self.world_sizes.append([self.global_step, world_size])
 
     def advance(self, samples: int) -> None:
-        """One optimizer step that consumed ``samples`` examples over all ranks."""
+        """One optimizer step that consumed ``samples`` examples over all ranks: those its batches held, so
+        that a step ending an epoch in a partial batch leaves the position at the epoch's end, not past it."""
         self.global_step += 1
         self.steps_in_epoch += 1
         self.samples_in_epoch += samples

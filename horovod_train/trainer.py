@@ -53,6 +53,7 @@ class Trainer:
         if self.args.tf32 and engine.device.type == "cuda":
             amp.enable_tf32()
         self.last_saved_step = -1
+        self.step_examples = 0  # this rank's examples in the current optimizer step so far
         self.show_bar = False  # setup() draws one on rank 0 at a terminal
         self.last_evaluation: tuple[int, dict[str, Any]] = (-1, {})  # (step, metrics)
         self.signals = StopSignals([])  # train() watches the --checkpoint_signals while it runs
@@ -199,12 +200,25 @@ class Trainer:
         )
         if self.args.torch_compile:
             model.compile()  # in place: state_dict keys and save_pretrained are unchanged
-        args = self.args
-        global_batch = self.engine.step_examples(args.per_device_train_batch_size * args.gradient_accumulation_steps)
-        self.compatibility = ckpt.Compatibility(
-            c.model.model_name_or_path, num_labels, len(self.tokenizer), type(model).__name__, global_batch
-        )
+        self.compatibility = self.run_compatibility(type(model).__name__, label_names)
         return model
+
+    def run_compatibility(self, architecture: str, label_names: list[str]) -> ckpt.Compatibility:
+        """What a checkpoint must agree with: the model, and what fixes the examples each step trains on (the
+        tokenized training set, the seed and sampler that order it, the global batch)."""
+        args = self.args
+        return ckpt.Compatibility(
+            self.config.model.model_name_or_path,
+            len(label_names),
+            len(self.tokenizer),
+            architecture,
+            self.engine.step_examples(args.per_device_train_batch_size * args.gradient_accumulation_steps),
+            tokenizer=data_lib.tokenizer_digest(self.tokenizer),
+            label_names=list(label_names),
+            train_data=data_lib.dataset_digest(self.tokenized["train"]),
+            seed=args.seed,
+            group_by_length=args.group_by_length,
+        )
 
     def build_optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer:
         no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight")
@@ -233,6 +247,7 @@ class Trainer:
             sampler=engine.train_sampler(self.train_set, args.seed),
             group_by_length=args.group_by_length,
             pin_memory=engine.device.type == "cuda",
+            gradient_accumulation_steps=args.gradient_accumulation_steps,
         )
 
     def start_position(self, resumed: dict[str, Any] | None) -> TrainingPosition:
@@ -296,18 +311,24 @@ class Trainer:
             check_fresh_start(self.output_dir, self.args.overwrite_output_dir)
             return None
         path, payload = found
-        self.compatibility.check(payload[2]["compatibility"], path)
+        self.compatibility.check(payload[2]["compatibility"], path, warn=self.warn)
         return payload
 
     # ---- the loop ----------------------------------------------------------------------------
     def train_epochs(self, position: TrainingPosition) -> dict[str, Any]:
         """Re-entrant: a policy whose world can change calls it again, from its last commit, after a resize."""
         self.enter(position)
-        while position.epoch < self.num_epochs and not self.policy.finished(position):
+        while position.epoch < self.num_epochs and (not self.policy.finished(position) or self.epoch_open(position)):
             completed = self.train_epoch(position)
             self.end_epoch(position, completed)
         step, result = self.last_evaluation
         return result if step == position.global_step else self.evaluate_all(position)
+
+    def epoch_open(self, position: TrainingPosition) -> bool:
+        """Steps were taken in the current epoch but its end (evaluation, history, audit, checkpoint) has not
+        come: a run stopped right after its last step resumes there and ends the epoch as the run would have."""
+        ended_here = bool(position.history) and position.history[-1]["step"] == position.global_step
+        return position.steps_in_epoch > 0 and not ended_here
 
     def enter(self, position: TrainingPosition) -> None:
         """(Re)start from ``position`` in the current world: its size, its learning rate, the bar."""
@@ -343,6 +364,7 @@ class Trainer:
         """One optimizer step: accumulate micro-batches, step, move the position and the learning rate."""
         args, engine, model = self.args, self.engine, self.model
         accum = args.gradient_accumulation_steps
+        self.step_examples = 0
         for micro in range(accum):
             batch = self.next_batch(batches, position)
             with engine.accumulation_context(model, is_last_micro_step=micro == accum - 1):
@@ -352,9 +374,9 @@ class Trainer:
             self.meter.add(loss.detach(), batch, position.global_step + 1)  # no .item(): no host sync
         engine.clip_and_step(model, self.optimizer, args.max_grad_norm, self.precision.scaler)
         self.optimizer.zero_grad()
-        per_rank = accum * args.per_device_train_batch_size
-        self.train_loader.sampler.record_step(per_rank)
-        position.advance(per_rank * engine.world_size)
+        # What the batches held (an epoch's last may be partial); every rank's shard is padded to the same size.
+        self.train_loader.sampler.record_step(self.step_examples)
+        position.advance(self.step_examples * engine.world_size)
         lr = self.schedule.apply(self.optimizer, self.policy.schedule_step(position))
         self.progress.update(1)
         if position.global_step % args.logging_steps == 0 or self.policy.finished(position):
@@ -367,6 +389,7 @@ class Trainer:
 
     def next_batch(self, batches: Iterator[dict[str, torch.Tensor]], position: TrainingPosition):
         batch = next(batches)
+        self.step_examples += len(batch["labels"])
         if self.args.audit_samples:
             seen = self.engine.all_gather(batch.pop("example_index").to(self.engine.device))
             position.epoch_examples.extend(seen.cpu().tolist())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -12,6 +13,7 @@ from conftest import SMALL_JOB, assert_ok, horovodrun, read_results, run, torchr
 from safetensors.torch import load_file
 
 from horovod_train import checkpoint as ckpt
+from horovod_train.errors import UsageError
 
 pytestmark = pytest.mark.slow
 
@@ -251,3 +253,147 @@ def test_resume_of_a_checkpoint_over_2_gib(tmp_path, cache_dir, engine):
     peaks = results["peak_memory_mb_per_rank"]
     print(f"{engine}: resumed a {ballast_bytes / 2**30:.2f} GiB payload; peak RSS per rank {peaks} MiB")
     assert max(peaks) < (ballast_bytes + 1.5 * 2**30) / 2**20, "more than one copy of the payload on a rank"
+
+
+# ---- what a resume must agree with --------------------------------------------------------------------------
+
+SAVED = ckpt.Compatibility("tiny-bert", 3, 298, "BertForSequenceClassification", 32, tokenizer="t1",
+                           label_names=["entailment", "neutral", "contradiction"], train_data="d1", seed=42,
+                           group_by_length=False)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("changed", "fix"),
+    [
+        ({"tokenizer": "t2"}, "the tokenizer the checkpoint was trained with"),
+        ({"label_names": ["a", "b", "c"]}, "the same labels"),
+        ({"train_data": "d2"}, "the same training data"),
+        ({"seed": 7}, "--seed"),
+        ({"group_by_length": True}, "--group_by_length"),
+        ({"global_batch": 64}, "global batch"),
+    ],
+)
+def test_a_checkpoint_of_other_data_order_or_tokenizer_is_refused(changed, fix):
+    run = dataclasses.replace(SAVED, **changed)
+    name, value = next(iter(changed.items()))
+    with pytest.raises(UsageError) as refused:
+        run.check(dataclasses.asdict(SAVED), Path("out/checkpoint-6"))
+    line = str(refused.value)
+    assert f"saved with {name}={getattr(SAVED, name)!r} but this run has {name}={value!r}" in line
+    assert fix in refused.value.fix and "\n" not in line
+
+
+def test_a_global_batch_split_otherwise_and_an_elastic_run_are_accepted():
+    """2 ranks x 16 x accumulation 2 resumes 4 x 16 x 1 (the same global batch: the samplers give each step
+    the same examples); an elastic run (global batch None) resumes at any world size."""
+    SAVED.check(dataclasses.asdict(SAVED), Path("checkpoint-6"))
+    dataclasses.replace(SAVED, global_batch=None).check({**dataclasses.asdict(SAVED), "global_batch": 8}, Path("c"))
+
+
+def test_a_checkpoint_from_before_the_data_checks_resumes_with_a_warning():
+    old = {k: v for k, v in dataclasses.asdict(SAVED).items() if k not in ckpt.Compatibility.ADDED_LATER}
+    warnings: list[str] = []
+    SAVED.check(old, Path("out/checkpoint-6"), warn=warnings.append)
+    assert warnings == [
+        "warning: checkpoint out/checkpoint-6 predates the checks of tokenizer, label_names, train_data, seed, "
+        "group_by_length: resuming without them"
+    ]
+    with pytest.raises(UsageError, match="vocab_size"):  # what old checkpoints recorded is still checked
+        SAVED.check({**old, "vocab_size": 299}, Path("out/checkpoint-6"), warn=warnings.append)
+
+
+def synthetic_csv(path: Path, seed: int) -> Path:
+    import pandas as pd
+
+    from horovod_train import synthetic
+
+    pd.DataFrame(synthetic.generate(600, seed=seed)).to_csv(path, index=False)
+    return path
+
+
+def train_in_process(*args: str) -> int:
+    from horovod_train.cli import main
+
+    return main(["train", "--engine", "single", *SMALL_JOB, "--max_steps", "4", "--save_steps", "2", *args])
+
+
+@pytest.fixture
+def in_process(cache_dir, monkeypatch):
+    monkeypatch.setenv("HOROVOD_TRAIN_CACHE", str(cache_dir))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def refused_line(capsys, out: Path, *args: str) -> str:
+    """Resume ``out`` from its mid-run checkpoint with ``args``: one error line, exit 2, the directory untouched."""
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        train_in_process(*args, "--output_dir", str(out), "--resume_from_checkpoint", str(out / "checkpoint-2"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(err) == 1, err
+    assert before == {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    return err[0]
+
+
+def test_resume_on_other_texts_with_a_tiny_bert_tokenizer_of_the_same_size_is_refused(tmp_path, in_process, capsys):
+    """Two tiny-bert tokenizers trained on other texts have the same size (298) and other ids: the vocabulary
+    size check let this resume train on what the checkpoint's embeddings never meant."""
+    out = tmp_path / "run"
+    assert train_in_process("--train_file", str(synthetic_csv(tmp_path / "a.csv", 42)), "--output_dir", str(out)) == 0
+    line = refused_line(capsys, out, "--train_file", str(synthetic_csv(tmp_path / "b.csv", 7)))
+    assert "error: checkpoint" in line and "saved with tokenizer=" in line, line
+
+
+def test_resume_on_other_data_with_the_same_tokenizer_is_refused(tmp_path, in_process, capsys):
+    from horovod_train import model as model_lib
+    from horovod_train import synthetic
+
+    tokenizer = tmp_path / "tokenizer"
+    model_lib.prepare_tiny_tokenizer(tokenizer, [r["premise"] for r in synthetic.generate(600, seed=1)])
+    out, same = tmp_path / "run", ["--tokenizer_name", str(tokenizer)]
+    assert train_in_process(*same, "--train_file", str(synthetic_csv(tmp_path / "a.csv", 42)), "--output_dir",
+                            str(out)) == 0  # fmt: skip
+    line = refused_line(capsys, out, *same, "--train_file", str(synthetic_csv(tmp_path / "b.csv", 7)))
+    assert "saved with train_data=" in line and "the same training data" in line, line
+    line = refused_line(capsys, out, *same, "--train_file", str(tmp_path / "a.csv"), "--seed", "7")
+    assert "saved with seed=42 but this run has seed=7" in line, line
+    line = refused_line(capsys, out, *same, "--train_file", str(tmp_path / "a.csv"), "--group_by_length")
+    assert "saved with group_by_length=False but this run has group_by_length=True" in line, line
+
+
+def test_a_checkpoint_without_the_data_fields_resumes_with_a_warning(tmp_path, cache_dir, trained):
+    """Checkpoints written before the data checks are loadable: one warning line names what is not checked."""
+    source = tmp_path / "source"
+    shutil.copytree(trained, source)
+    checkpoint = source / "checkpoint-6"
+    state = json.loads((checkpoint / ckpt.TRAINER_FILE).read_text())
+    added = ckpt.Compatibility.ADDED_LATER
+    state["compatibility"] = {k: v for k, v in state["compatibility"].items() if k not in added}
+    (checkpoint / ckpt.TRAINER_FILE).write_text(json.dumps(state))
+    manifest = json.loads((checkpoint / ckpt.MANIFEST).read_text())
+    manifest[ckpt.TRAINER_FILE] = ckpt._sha256(checkpoint / ckpt.TRAINER_FILE)
+    (checkpoint / ckpt.MANIFEST).write_text(json.dumps(manifest))
+    proc, _ = resume(tmp_path, cache_dir, source, "--resume_from_checkpoint", "latest")
+    assert_ok(proc)
+    assert "resumed from step 6" in proc.stdout
+    assert "predates the checks of tokenizer, label_names, train_data, seed, group_by_length" in proc.stderr
+
+
+def test_group_by_length_resumes_on_another_split_of_the_global_batch(tmp_path, cache_dir):
+    """A grouped run of 2 ranks x 8 resumed on 1 rank x 8 x accumulation 2 (global batch 16 both): the epoch
+    trains on every example once, as an uninterrupted run does (the grouping used to follow the per-device
+    batch x ranks, 16 against 8, and the resumed epoch repeated and skipped examples)."""
+    # 270 examples: 17 steps, the last batches partial
+    args = [*JOB, "--synthetic_num_examples", "300", "--group_by_length", "--audit_samples"]
+    args += ["--per_device_train_batch_size", "8"]
+    full, out = tmp_path / "full", tmp_path / "resumed"
+    assert_ok(run(horovodrun(2, *args, "--save_steps", "5", "--output_dir", str(full)), cache_dir))
+    assert read_results(full)["history"][0]["samples"]["skipped"] == 0
+    out.mkdir()
+    shutil.copytree(full / "checkpoint-5", out / "checkpoint-5")  # what a crash after step 5 leaves
+    resumed = run(train_cmd("--engine", "single", *args, "--gradient_accumulation_steps", "2",
+                            "--output_dir", str(out), "--resume_from_checkpoint", "auto"), cache_dir)  # fmt: skip
+    assert_ok(resumed)
+    assert "resumed from step 5" in resumed.stdout
+    (epoch,) = read_results(out)["history"]
+    assert epoch["samples"] == {"dataset": 270, "trained_on": 270, "skipped": 0, "repeated": 0}, epoch

@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import collections
 import json
+import random
 from pathlib import Path
 
+import datasets
 import pandas as pd
 import pytest
 from conftest import SMALL_JOB, assert_ok, read_results, run, train_cmd
+from datasets import Dataset
 
 from horovod_train import synthetic
 from horovod_train.config import DataArguments
-from horovod_train.data import load_raw_datasets, tokenize_to_disk, tokenized_cache_path
+from horovod_train.data import (
+    dataset_digest,
+    load_raw_datasets,
+    tokenize_to_disk,
+    tokenized_cache_path,
+    tokenizer_digest,
+    train_loader,
+)
 from horovod_train.errors import UsageError
 from horovod_train.model import load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
 
@@ -262,3 +272,72 @@ def test_training_runs_on_glue_mnli_files_as_they_are(tmp_path, cache_dir):
     )
     assert_ok(proc)
     assert read_results(out)["eval_samples"] == 120
+
+
+# ---- the training samplers: resume and global batch --------------------------------------------------------
+
+
+def step_of_each_example(n: int, lengths: list[int], per_device: int, accumulation: int, world: int,
+                         resumed_at: int, steps: int) -> dict[int, int]:  # fmt: skip
+    """Which of the ``steps`` optimizer steps after a resume at step ``resumed_at`` trains each example."""
+    dataset = Dataset.from_dict({"input_ids": [[0] * length for length in lengths]})
+    global_batch = per_device * accumulation * world
+    step_of = {}
+    for rank in range(world):
+        loader = train_loader(dataset, None, per_device, world, rank, seed=11, group_by_length=True,
+                              gradient_accumulation_steps=accumulation)  # fmt: skip
+        loader.sampler.begin_epoch(1, resumed_at * global_batch)
+        shard = list(loader.sampler)
+        per_step = per_device * accumulation
+        for step in range(steps):
+            step_of.update({i: step for i in shard[step * per_step : (step + 1) * per_step]})
+    return step_of
+
+
+def test_grouped_resume_on_another_split_of_the_global_batch_trains_the_same_examples():
+    """The issue's measurement: a --group_by_length checkpoint of 2 ranks x 16 x accumulation 2 resumed on
+    4 x 16 x 1 trained 224 of the 1024 examples of the next 16 steps at other steps (the plain sampler: none)."""
+    n = 1500
+    lengths = [random.Random(i).randint(5, 128) for i in range(n)]
+    two_ranks = step_of_each_example(n, lengths, 16, 2, 2, resumed_at=3, steps=16)
+    four_ranks = step_of_each_example(n, lengths, 16, 1, 4, resumed_at=3, steps=16)
+    assert len(two_ranks) == len(four_ranks) == 16 * 64
+    differ = sum(four_ranks.get(i) != step for i, step in two_ranks.items())
+    assert differ == 0, f"{differ} of 1024 examples trained at another step"
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_a_position_counted_past_the_shard_resumes_at_the_epochs_end(grouped):
+    """Checkpoints at an epoch's last step used to count a full batch for a partial last one (1088 of 1080
+    examples): they resume with nothing left of the epoch instead of failing with __len__() < 0."""
+    dataset = Dataset.from_dict({"input_ids": [[0] * (i % 13 + 1) for i in range(1080)]})
+    sampler = train_loader(dataset, None, 64, 1, 0, seed=42, group_by_length=grouped).sampler
+    sampler.begin_epoch(0, 17 * 64)
+    assert len(sampler) == 0 and list(sampler) == []
+    sampler.begin_epoch(0, 16 * 64)
+    assert len(sampler) == 56 == len(list(sampler))
+
+
+def test_dataset_digest_follows_content_not_chunking():
+    ids = [[101, *range(i % 9), 102] for i in range(500)]
+    whole = Dataset.from_dict({"input_ids": ids, "labels": [i % 3 for i in range(500)]})
+    chunked = datasets.concatenate_datasets([whole.select(range(0, 123)), whole.select(range(123, 500))])
+    assert chunked.data.table.column("input_ids").num_chunks > 1 or chunked._indices is not None
+    assert dataset_digest(whole) == dataset_digest(chunked) == dataset_digest(whole.flatten_indices())
+    assert dataset_digest(whole) != dataset_digest(whole.select(range(499)))
+    moved = [*ids[:-1], [101, 5, 102]]  # one token id changed
+    assert dataset_digest(whole) != dataset_digest(Dataset.from_dict({"input_ids": moved, "labels": whole["labels"]}))
+    shifted = [[101], [*range(8), 102], *ids[2:]]  # the same ids, split into rows otherwise
+    assert dataset_digest(whole) != dataset_digest(Dataset.from_dict({"input_ids": shifted, "labels": whole["labels"]}))
+
+
+def test_tiny_tokenizers_of_one_size_trained_on_other_texts_have_other_digests(tmp_path):
+    tokenizers = []
+    for seed in (42, 7):
+        texts = [row[c] for row in synthetic.generate(600, seed=seed) for c in ("premise", "hypothesis")]
+        prepare_tiny_tokenizer(tmp_path / str(seed), texts)
+        tokenizers.append(load_tokenizer(str(tmp_path / str(seed))))
+    assert len(tokenizers[0]) == len(tokenizers[1])  # what the vocabulary-size check compared
+    assert tokenizers[0].get_vocab() != tokenizers[1].get_vocab()
+    assert tokenizer_digest(tokenizers[0]) != tokenizer_digest(tokenizers[1])
+    assert tokenizer_digest(tokenizers[0]) == tokenizer_digest(load_tokenizer(str(tmp_path / "42")))
