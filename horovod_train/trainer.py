@@ -167,6 +167,7 @@ class Trainer:
         tokenizer = engine.local_main_first(lambda: model_lib.load_tokenizer(tokenizer_name, c.model.cache_dir))
         d = c.data
         cached = data_lib.tokenized_cache_path(raw, tokenizer, d.max_seq_length, self.cache_dir, d.pad_to_max_length)
+
         def tokenize(overwrite: bool = False) -> None:
             data_lib.tokenize_to_disk(raw, tokenizer, d.max_seq_length, cached, d.pad_to_max_length, overwrite)
 
@@ -530,7 +531,7 @@ class Trainer:
         best = position.best_model_checkpoint
         if best is None or Path(best).name == f"{ckpt.PREFIX}{position.global_step}":
             return result  # the final weights are the best ones (or nothing was ever compared)
-        path = self.output_dir / Path(best).name  # checkpoints before 0.1 stored an absolute path
+        path = self.output_dir / Path(best).name  # earlier versions stored an absolute path
         weights = self.read_on_main(lambda: ckpt.load_weights(path))
         model = self.engine.unwrap(self.model)
         model.load_state_dict(ckpt.with_shared_tensors(weights, model))

@@ -27,7 +27,7 @@ LAUNCH_JOB = [
     "10",
     "--disable_tqdm",
 ]
-_RANK_ROW = re.compile(r"^(\d+)\s+(\d+)\s+(\S+)\s+(\S+)$")
+_RANK_ROW = re.compile(r"^(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+\S+$")  # rank, local_rank, host, device, device_rule
 _TAG = re.compile(r"^\[\d+\]<std(?:out|err)>:")
 
 
@@ -112,7 +112,8 @@ def assert_usage_error(proc: subprocess.CompletedProcess, *needles: str) -> None
 def rank_map(stdout: str) -> list[tuple[int, int, str, str]]:
     """(rank, local_rank, host, device) rows of `python -m horovod_train doctor`."""
     lines = [_TAG.sub("", line).strip() for line in stdout.splitlines()]
-    starts = [i for i, line in enumerate(lines) if re.fullmatch(r"rank\s+local_rank\s+host\s+device", line)]
+    header = r"rank\s+local_rank\s+host\s+device\s+device_rule"
+    starts = [i for i, line in enumerate(lines) if re.fullmatch(header, line)]
     assert starts, f"no doctor rank map in:\n{stdout[-3000:]}"
     rows = []
     for line in lines[starts[0] + 1 :]:
