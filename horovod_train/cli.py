@@ -5,13 +5,25 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from horovod_train import bench, compare, distributed_env, doctor
-from horovod_train.config import FALSE_VALUES, TRUE_VALUES, Parser, add_run_arguments, parse_run_config, str_to_bool
+from horovod_train.config import (
+    FALSE_VALUES,
+    TRUE_VALUES,
+    Parser,
+    RunConfig,
+    add_run_arguments,
+    parse_run_config,
+    str_to_bool,
+)
 from horovod_train.console import write_line
 from horovod_train.domains import fit_max_seq_length
 from horovod_train.errors import UsageError, exit_with
 from horovod_train.stopping import STOPPED_EXIT_CODE, TrainingStopped
+
+if TYPE_CHECKING:
+    from horovod_train.engines.base import Engine
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,7 +65,6 @@ def quiet_libraries() -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     from horovod_train.engines import create_engine
     from horovod_train.output_dir import check_output_dir
-    from horovod_train.trainer import Trainer
 
     config = parse_run_config(namespace=args)
     quiet_libraries()
@@ -63,15 +74,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not engine.joins_running_job(training.output_dir):  # resuming continues the run already there
         resuming = bool(training.resume_from_checkpoint)
         check_output_dir(training.output_dir, training.overwrite_output_dir, resuming=resuming)
-    try:
-        with engine.running():
-            trainer = Trainer(config, engine)
-            results = trainer.train()
-    except TrainingStopped as stopped:
+    stopped = None
+    # The trainer (DDP's wrapped model and its reducer) must be gone before the engine shuts the process group
+    # down: destroyed after it, it hung the process at exit. So it lives in train_once's frame, and a stop's
+    # traceback (which holds that frame) is dropped inside the block too.
+    with engine.running():
+        try:
+            results, wrote = train_once(config, engine)
+        except TrainingStopped as error:
+            stopped = error.message
+    if stopped is not None:
         if engine.is_main:
-            write_line(stopped.message)
+            write_line(stopped)
         return STOPPED_EXIT_CODE
-    if engine.is_main and trainer.finished_before is None:
+    if engine.is_main and wrote:
         files = "model + tokenizer, all_results.json, trainer_state.json, metrics.jsonl"
         write_line(f"wrote {training.output_dir}/: {files}")
     if engine.is_main:  # the result is the last line, whatever the launcher adds before it
@@ -83,6 +99,15 @@ def warn_on_rank_0(message: str) -> None:
     """Before the engine joins the job: rank 0 by the launcher's variables."""
     if distributed_env.detect(resolve_master=False).rank == 0:
         write_line(message, sys.stderr)
+
+
+def train_once(config: RunConfig, engine: Engine) -> tuple[dict, bool]:
+    """The run's results, and whether it wrote them (a finished run resumed writes nothing)."""
+    from horovod_train.trainer import Trainer
+
+    trainer = Trainer(config, engine)
+    results = trainer.train()
+    return results, trainer.finished_before is None
 
 
 def result_line(results: dict) -> str:

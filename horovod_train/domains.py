@@ -36,8 +36,8 @@ NOT_STOP_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS"
 Check = Callable[[str, Any], None]  # (argument name, value) -> None, or raises UsageError
 
 
-def refuse(name: str, rule: str, value: Any, example: str) -> UsageError:
-    return UsageError(f"--{name} must be {rule} (got {value})", f"pass e.g. --{name} {example}")
+def refuse(name: str, rule: str, value: Any, example: str, fix: str | None = None) -> UsageError:
+    return UsageError(f"--{name} must be {rule} (got {value})", fix or f"pass e.g. --{name} {example}")
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class Number:
     low_open: bool = False
     high_open: bool = False
     example: str = "1"
+    fix: str | None = None  # a fix of its own, where "pass e.g. --name example" is not the helpful one
 
     def rule(self, integer: bool) -> str:
         low, high = _number(self.low), _number(self.high)
@@ -69,7 +70,7 @@ class Number:
 
     def __call__(self, name: str, value: Any) -> None:
         if value is not None and not self.contains(value):
-            raise refuse(name, self.rule(isinstance(value, int)), value, self.example)
+            raise refuse(name, self.rule(isinstance(value, int)), value, self.example, self.fix)
 
 
 def _number(value: float | None) -> str:
@@ -78,8 +79,8 @@ def _number(value: float | None) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
-def count(minimum: int, maximum: int | None = None, example: str = "1") -> Number:
-    return Number(minimum, maximum, example=example)
+def count(minimum: int, maximum: int | None = None, example: str = "1", fix: str | None = None) -> Number:
+    return Number(minimum, maximum, example=example, fix=fix)
 
 
 def choice(*options: str) -> Check:
@@ -297,7 +298,7 @@ DOMAINS: dict[str, Check] = {
     "greater_is_better": boolean,
     "save_strategy": choice(*STRATEGIES),
     "save_steps": count(0, example="500"),
-    "save_total_limit": count(1, example="2"),
+    "save_total_limit": count(1, fix="pass --save_strategy no to write no checkpoints, or None to keep them all"),
     "resume_from_checkpoint": checkpoint,
     "checkpoint_signals": stop_signals,
     "ddp_timeout": count(1, TIMEOUT_MAX_S, example="1800"),

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,17 @@ SMALL_JOB = [
     "10",
     "--disable_tqdm",
 ]
+
+
+@pytest.fixture(autouse=True)
+def restore_stop_signal_handlers() -> Iterator[None]:
+    """A run trained in the test process leaves the stop signals ignored once it stopped (as a rank must until
+    it exits), and the processes later tests start would inherit that: each test gets the handlers back."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)}
+    yield
+    for sig, handler in saved.items():
+        if handler is not None:  # None: set outside Python, and left as it is
+            signal.signal(sig, handler)
 
 
 @pytest.fixture(scope="session")

@@ -117,7 +117,9 @@ HF_NAMES = [  # flag, value, where it lands in the run's configuration
 
 
 @pytest.mark.parametrize(("flag", "value", "name", "expected"), HF_NAMES, ids=[h[0] for h in HF_NAMES])
-def test_transformers_argument_names_are_accepted(flag, value, name, expected):
+def test_transformers_argument_names_are_accepted(flag, value, name, expected, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where --test_file test.csv exists: data files are checked as they are parsed
+    (tmp_path / "test.csv").write_text("premise,hypothesis\nA dog runs.,An animal moves.\n")
     assert parse_run_config([flag, value]).to_dict()[name] == expected
 
 
