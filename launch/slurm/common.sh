@@ -54,7 +54,9 @@ hvt_slurm_command() {
 # torchrun worker variables LOCAL_RANK and TORCHELASTIC_RUN_ID, it has neither) or the parent of another
 # candidate (a launcher that inherited the variable). All of them with one kill: signalled one by one, the
 # first ranks could stop (and exit) before the last is found. Self-contained: hvt_forward_stop ships it to
-# every node with `declare -f`.
+# every node with `declare -f`, with the variable names (RANK_VARS, WORKER_VARS: '|'-separated) from
+# horovod_train/launch_commands.py.
+# hvt_signal_local_ranks SIGNAL JOB_ID RANK_VARS WORKER_VARS
 hvt_signal_local_ranks() {
     local pid environ stat other is_parent
     local -a candidates=() parents=() ranks=()
@@ -62,8 +64,8 @@ hvt_signal_local_ranks() {
         [ "$pid" != "$$" ] || continue
         environ=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
         grep -qx "SLURM_JOB_ID=$2" <<<"$environ" || continue
-        grep -qE '^(HOROVOD_RANK|OMPI_COMM_WORLD_RANK|PMIX_RANK|PMI_RANK|LOCAL_RANK)=' <<<"$environ" || continue
-        if ! grep -qE '^(LOCAL_RANK|TORCHELASTIC_RUN_ID)=' <<<"$environ" &&
+        grep -qE "^($3)=" <<<"$environ" || continue
+        if ! grep -qE "^($4)=" <<<"$environ" &&
             tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE '(^|/)torchrun$|^torch\.distributed\.run$'; then
             continue # torchrun's agent, before or after it started its workers
         fi
@@ -85,13 +87,24 @@ hvt_signal_local_ranks() {
     echo "[slurm] SIG$1 -> rank processes ${ranks[*]} on $(hostname)"
 }
 
+# hvt_stop_command: sets HVT_STOP_CMD, the command that runs hvt_signal_local_ranks SIGNAL on each node of the
+# job (srun --overlap, one task per node), SIGNAL left as "$1" for `bash -c`. Built before the run starts, so that
+# the trap only runs it.
+hvt_stop_command() {
+    local ranks workers
+    ranks=$(PYTHONPATH=$HVT_REPO "${HVT_PY:-python3}" -m horovod_train.launch_commands rank-variables signalled)
+    workers=$(PYTHONPATH=$HVT_REPO "${HVT_PY:-python3}" -m horovod_train.launch_commands rank-variables torchrun-worker)
+    hvt_launch_command srun --overlap --nodes "${SLURM_NNODES:-1}" --ntasks "${SLURM_NNODES:-1}" \
+        --ntasks-per-node 1 -- bash -c "$(declare -f hvt_signal_local_ranks)
+hvt_signal_local_ranks \"\$1\" $SLURM_JOB_ID '$ranks' '$workers'" hvt-stop
+    HVT_STOP_CMD=("${HVT_LAUNCH[@]}")
+}
+
 # hvt_forward_stop SIGNAL: the batch shell's trap. One task on each node of the job signals its ranks.
 hvt_forward_stop() {
     HVT_STOP_SIGNAL=$1
     echo "[slurm] batch shell got SIG$1: asking the ranks to checkpoint and stop"
-    srun --overlap --nodes="${SLURM_NNODES:-1}" --ntasks="${SLURM_NNODES:-1}" --ntasks-per-node=1 \
-        bash -c "$(declare -f hvt_signal_local_ranks); hvt_signal_local_ranks $1 $SLURM_JOB_ID" ||
-        echo "[slurm] could not reach every node to signal its ranks" >&2
+    "${HVT_STOP_CMD[@]}" "$1" || echo "[slurm] could not reach every node to signal its ranks" >&2
 }
 
 # hvt_slurm_run CMD...: print the effective command, run it with the stop signal trapped; after a stop,
@@ -99,6 +112,7 @@ hvt_forward_stop() {
 hvt_slurm_run() {
     local status
     HVT_STOP_SIGNAL=""
+    hvt_stop_command
     trap 'hvt_forward_stop USR1' USR1
     hvt_print_command "$@"
     "$@" &
