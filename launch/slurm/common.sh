@@ -28,6 +28,13 @@ hvt_srun_mpi() {
     fi
 }
 
+# hvt_rank_variables WHICH: horovod_train/launch_commands.py's rank variable names, '|'-separated: signalled (a
+# process with one of them may be a training rank) or torchrun-worker (what a torchrun worker has and its agent lacks).
+hvt_rank_variables() {
+    PYTHONPATH="$HVT_REPO${PYTHONPATH:+:$PYTHONPATH}" "${HVT_PY:-python3}" -m horovod_train.launch_commands \
+        rank-variables "$1"
+}
+
 # Stopping at a time limit or preemption without losing work. The #SBATCH lines of the jobs ask SLURM
 # to send the batch shell SIGUSR1 HVT_SIGNAL_LEAD seconds before the end (--signal=B:USR1@...) and to
 # allow requeueing (--requeue). On that signal the batch shell passes SIGUSR1 to the training ranks of
@@ -54,18 +61,20 @@ hvt_slurm_command() {
 # torchrun worker variables LOCAL_RANK and TORCHELASTIC_RUN_ID, it has neither) or the parent of another
 # candidate (a launcher that inherited the variable). All of them with one kill: signalled one by one, the
 # first ranks could stop (and exit) before the last is found. Self-contained: hvt_forward_stop ships it to
-# every node with `declare -f`, with the variable names (RANK_VARS, WORKER_VARS: '|'-separated) from
-# horovod_train/launch_commands.py.
-# hvt_signal_local_ranks SIGNAL JOB_ID RANK_VARS WORKER_VARS
+# every node with `declare -f`, with the variable names (RANK_VARS, WORKER_VARS: '|'-separated; by default
+# hvt_rank_variables's).
+# hvt_signal_local_ranks SIGNAL JOB_ID [RANK_VARS WORKER_VARS]
 hvt_signal_local_ranks() {
-    local pid environ stat other is_parent
+    local pid environ stat other is_parent rank_vars=${3:-} worker_vars=${4:-}
+    [ -n "$rank_vars" ] || rank_vars=$(hvt_rank_variables signalled)
+    [ -n "$worker_vars" ] || worker_vars=$(hvt_rank_variables torchrun-worker)
     local -a candidates=() parents=() ranks=()
     for pid in $(pgrep -f horovod_train); do
         [ "$pid" != "$$" ] || continue
         environ=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
         grep -qx "SLURM_JOB_ID=$2" <<<"$environ" || continue
-        grep -qE "^($3)=" <<<"$environ" || continue
-        if ! grep -qE "^($4)=" <<<"$environ" &&
+        grep -qE "^($rank_vars)=" <<<"$environ" || continue
+        if ! grep -qE "^($worker_vars)=" <<<"$environ" &&
             tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE '(^|/)torchrun$|^torch\.distributed\.run$'; then
             continue # torchrun's agent, before or after it started its workers
         fi
@@ -92,8 +101,8 @@ hvt_signal_local_ranks() {
 # the trap only runs it.
 hvt_stop_command() {
     local ranks workers
-    ranks=$(PYTHONPATH=$HVT_REPO "${HVT_PY:-python3}" -m horovod_train.launch_commands rank-variables signalled)
-    workers=$(PYTHONPATH=$HVT_REPO "${HVT_PY:-python3}" -m horovod_train.launch_commands rank-variables torchrun-worker)
+    ranks=$(hvt_rank_variables signalled)
+    workers=$(hvt_rank_variables torchrun-worker)
     hvt_launch_command srun --overlap --nodes "${SLURM_NNODES:-1}" --ntasks "${SLURM_NNODES:-1}" \
         --ntasks-per-node 1 -- bash -c "$(declare -f hvt_signal_local_ranks)
 hvt_signal_local_ranks \"\$1\" $SLURM_JOB_ID '$ranks' '$workers'" hvt-stop
