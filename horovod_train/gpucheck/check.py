@@ -427,7 +427,9 @@ def setup_steps(ctx: Context) -> list[Step]:
 # --- training and benchmark steps -------------------------------------------------------------------
 
 DRY_DEMO = ["--synthetic_num_examples", "400", "--max_steps", "16", "--logging_steps", "4"]
+# 24 steps at 1e-4 leave a random tiny-bert at chance (loss ~ln 3), rising as often as falling: 1e-3 learns.
 DRY_BERT = ["--synthetic_num_examples", "400", "--per_device_train_batch_size", "8", "--logging_steps", "3"]
+DRY_BERT += ["--learning_rate", "1e-3"]
 
 
 def train_step(ctx: Context, name: str, what: str, launcher: list[str], args: list[str], **kw: Any) -> Step:
