@@ -79,7 +79,7 @@ def _adjusted(f: dataclasses.Field, field_type: FieldType, kwargs: dict[str, Any
     """HfArgumentParser's keywords for ``f``'s argument, in our conventions (see the module's doc)."""
     kwargs = dict(kwargs, default=None)
     if kwargs.get("action") == "store_false":  # HfArgumentParser's --no_<flag>
-        return {**kwargs, "help": f"The same as --{f.name} false."}
+        return {**kwargs, "help": f"The same as --{f.name} false. (default: not given)"}
     if field_type.choices is not None:
         del kwargs["choices"]
         kwargs["metavar"] = "{" + ",".join(map(str, field_type.choices)) + "}"

@@ -50,7 +50,6 @@ class ModelArguments:
         default=None, metadata={"help": "Where tokenized data and trained tokenizers are cached."}
     )
 
-
     def __post_init__(self) -> None:
         check_section(self)
 
@@ -134,8 +133,10 @@ class DataArguments:
             self.train_file or (self.dataset_name in (None, "synthetic-nli") and not self.task_name)
         ):
             source = f"--train_file {self.train_file}" if self.train_file else f"--dataset_name {self.dataset_name}"
-            raise UsageError(f"--validation_split_name {self.validation_split_name}: {source} has no named splits",
-                             "drop it (10% of train is held out), or pass --validation_file")
+            raise UsageError(
+                f"--validation_split_name {self.validation_split_name}: {source} has no named splits",
+                "drop it (10% of train is held out), or pass --validation_file",
+            )
 
 
 @dataclass
@@ -202,21 +203,27 @@ class TrainingArguments:
     # Checkpoints.
     load_best_model_at_end: bool = field(
         default=False,
-        metadata={"help": "Keep the checkpoint with the best --metric_for_best_model (rotation spares it) and end "
-                  "the run with its weights; needs --save_strategy equal to --eval_strategy."},
+        metadata={
+            "help": "Keep the checkpoint with the best --metric_for_best_model (rotation spares it) and end "
+            "the run with its weights; needs --save_strategy equal to --eval_strategy."
+        },
     )
     metric_for_best_model: str | None = field(
         default=None,
-        metadata={"help": "What makes a checkpoint best: loss, accuracy, f1, or <split>_<metric> for another "
-                  "validation split, with or without eval_ (default: loss with --load_best_model_at_end)."},
+        metadata={
+            "help": "What makes a checkpoint best: loss, accuracy, f1, or <split>_<metric> for another "
+            "validation split, with or without eval_ (default: loss with --load_best_model_at_end)."
+        },
     )
     greater_is_better: bool | None = field(
         default=None, metadata={"help": "Whether a larger metric is better (default: false for a loss, else true)."}
     )
     save_strategy: Strategy = field(
         default="epoch",
-        metadata={"help": "epoch: checkpoint at epoch ends (and every --save_steps if > 0); steps: every --save_steps "
-                  "and at the end; no: only when a stop signal arrives."},
+        metadata={
+            "help": "epoch: checkpoint at epoch ends (and every --save_steps if > 0); steps: every --save_steps "
+            "and at the end; no: only when a stop signal arrives."
+        },
     )
     save_steps: int = field(default=0, metadata={"help": "Checkpoint every N steps (0: none between epoch ends)."})
     save_total_limit: int | None = field(
@@ -275,13 +282,16 @@ class TrainingArguments:
         if self.eval_strategy == "no" or self.save_strategy != self.eval_strategy:
             raise UsageError(
                 f"--load_best_model_at_end needs --save_strategy equal to --eval_strategy (got save "
-                f"{self.save_strategy}, eval {self.eval_strategy})", "pass the same epoch or steps to both")
+                f"{self.save_strategy}, eval {self.eval_strategy})",
+                "pass the same epoch or steps to both",
+            )
         eval_steps = self.eval_steps or self.logging_steps
         if self.save_strategy == "steps" and self.save_steps % eval_steps:
             raise UsageError(
                 f"--load_best_model_at_end needs --save_steps to be a multiple of the evaluation interval (got "
                 f"--save_steps {self.save_steps}, evaluation every {eval_steps} steps)",
-                f"pass e.g. --save_steps {eval_steps * max(1, self.save_steps // eval_steps)}")
+                f"pass e.g. --save_steps {eval_steps * max(1, self.save_steps // eval_steps)}",
+            )
 
 
 @dataclass
@@ -344,8 +354,10 @@ def _read_config_text(spec: str, config_file: Path) -> str:
     try:
         return config_file.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"config file {spec} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
-                         f"{exc.start})", "save it as UTF-8") from None
+        raise UsageError(
+            f"config file {spec} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})",
+            "save it as UTF-8",
+        ) from None
     except OSError as exc:
         raise UsageError(f"config file {spec} cannot be read ({exc.strerror})", "pass a readable file") from None
 
@@ -363,8 +375,10 @@ def load_config_file(spec: str) -> dict[str, Any]:
         raise UsageError(f"config file {spec} is not a mapping of argument names", "write `name: value` lines")
     odd = [repr(key) for key in data if not isinstance(key, str)]
     if odd:
-        raise UsageError(f"config file {spec} has key(s) that are not argument names: {', '.join(odd[:5])}",
-                         "use argument names from `horovod-train train --help` as keys")
+        raise UsageError(
+            f"config file {spec} has key(s) that are not argument names: {', '.join(odd[:5])}",
+            "use argument names from `horovod-train train --help` as keys",
+        )
     unknown = sorted(set(data) - set(FIELD_TYPES))
     if unknown:
         raise UsageError(

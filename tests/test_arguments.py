@@ -114,10 +114,14 @@ def test_bench_gpu_parses_trains_arguments_as_train_does():
     assert fp16["fp16"] is True and fp16["bf16"] is False
     assert _bench_gpu("--tiny", "--bf16", "false")["bf16"] is False
     gpu_help = _help("bench", "gpu")
-    assert "--group_by_length [BOOL], --group-by-length [BOOL] Batch examples of similar length (less padding). " \
+    assert (
+        "--group_by_length [BOOL], --group-by-length [BOOL] Batch examples of similar length (less padding). "
         "(default: True)" in gpu_help
-    assert "--per_device_train_batch_size INT, --per-device-train-batch-size INT Examples per rank per micro-step. " \
+    )
+    assert (
+        "--per_device_train_batch_size INT, --per-device-train-batch-size INT Examples per rank per micro-step. "
         "(default: 128; tiny 8)" in gpu_help
+    )
 
 
 def _arguments(*path: str) -> dict:

@@ -110,7 +110,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_dataclass_arguments(parser, DataArguments, only=DATA_FIELDS, shown=SHOWN_DEFAULTS)
     # HfArgumentParser's --no_<flag> for a flag that defaults to true (here), and this command's earlier spelling.
     parser.add_argument("--no_group_by_length", "--no-group_by_length", dest="group_by_length", action="store_false",
-                        default=None, help="The same as --group_by_length false.")  # fmt: skip
+                        default=None, help="The same as --group_by_length false. (default: not given)")  # fmt: skip
 
 
 def fill_defaults(args: argparse.Namespace) -> None:

@@ -63,8 +63,14 @@ def _check_adasum(training: TrainingArguments) -> None:
     """Horovod's Adasum optimizer steps each rank's optimizer inside the backward pass (its delta
     optimizer) and combines the updates, so there is no gradient left to clip or unscale afterwards."""
     if training.max_grad_norm > 0:
-        raise UsageError(f"--op adasum cannot clip gradients (--max_grad_norm {training.max_grad_norm}): it steps "
-                         "each rank's optimizer inside the backward pass", "add --max_grad_norm 0, or use --op average")
+        raise UsageError(
+            f"--op adasum cannot clip gradients (--max_grad_norm {training.max_grad_norm}): it steps "
+            "each rank's optimizer inside the backward pass",
+            "add --max_grad_norm 0, or use --op average",
+        )
     if training.fp16:
-        raise UsageError("--op adasum cannot use --fp16's loss scaling: it steps inside the backward pass, "
-                         "before the gradients could be unscaled", "use --bf16, or --op average")
+        raise UsageError(
+            "--op adasum cannot use --fp16's loss scaling: it steps inside the backward pass, "
+            "before the gradients could be unscaled",
+            "use --bf16, or --op average",
+        )
