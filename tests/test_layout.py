@@ -64,9 +64,14 @@ def test_the_loop_the_cli_and_the_file_helpers_know_nothing_of_elastic_horovod()
 
 
 def imports_of(path: Path, known: set[str]) -> set[str]:
-    """Package modules ``path`` imports anywhere in it (function-level imports count too)."""
+    """Package modules ``path`` imports anywhere in it (function-level imports count too; imports for type
+    checkers alone, under ``if TYPE_CHECKING:``, do not run and do not count)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
+            node.body = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
