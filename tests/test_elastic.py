@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,8 @@ def start_elastic(
     tmp_path: Path, cache_dir: Path, hosts: list[str], np: int, out: Path, *extra: str
 ) -> subprocess.Popen:
     hosts_file = write_hosts(tmp_path, hosts)
-    env = {**base_env(cache_dir), "HVT_HOSTS_FILE": str(hosts_file)}
+    # Horovod's info log says "Horovod initialized" at each (re)initialisation: how a test counts resets.
+    env = {**base_env(cache_dir), "HVT_HOSTS_FILE": str(hosts_file), "HOROVOD_LOG_LEVEL": "info"}
     cmd = [
         str(BIN / "horovodrun"),
         "-np",
@@ -171,3 +173,41 @@ def test_resumed_elastic_job_grows_when_a_host_is_added(tmp_path, cache_dir):
     assert f"resumed from step {stopped}" in output
     assert sizes == [1, 2] and results["world_size"] == 2, results["world_size_changes"]
     assert results["param_checksum_per_rank"][0] == results["param_checksum_per_rank"][1]
+
+
+def test_a_hosts_file_caught_empty_does_not_reset_the_job(tmp_path, cache_dir):
+    """A hosts file caught empty while it is rewritten used to be discovered as "no hosts": the driver told every
+    worker that its host was removed, and the job reset and rolled back to its last commit (then grew again when the
+    file was whole). Discovery now fails on an empty file, which the driver retries: nothing happens."""
+    out = tmp_path / "run"
+    hosts = ["localhost:1", "127.0.0.1:1"]
+    job = start_elastic(tmp_path, cache_dir, hosts, 2, out)
+    try:
+        wait_for(lambda: last_logged_step(out) >= 30, 240, "30 steps on 2 workers")
+        write_hosts(tmp_path, [])
+        time.sleep(3)  # horovodrun discovers every second
+        write_hosts(tmp_path, hosts)
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        raise
+    results, sizes, output = completed_run(job, out)
+    assert sizes == [2], results["world_size_changes"]
+    initialised = re.findall(r"^\[0\]<stdout>:.*Horovod initialized", output, re.MULTILINE)
+    assert len(initialised) == 1, f"rank 0 initialised Horovod {len(initialised)} times:\n{output[-4000:]}"
+
+
+def test_a_host_removed_from_the_file_shrinks_the_job_without_repeating_examples(tmp_path, cache_dir):
+    """A scheduler that takes a host back edits the hosts file: Horovod interrupts the workers with a "removed"
+    update and re-enters the loop without syncing the state (skip_sync). The survivor's sampler then listed the
+    whole epoch again (its unprocessed indices are recomputed only when its state is loaded): 1760 examples of
+    2700 trained twice. The audit checks that each epoch covered every example once."""
+    out = tmp_path / "run"
+    job = start_elastic(tmp_path, cache_dir, ["localhost:1", "127.0.0.1:1"], 2, out)
+    try:
+        wait_for(lambda: last_logged_step(out) >= 30, 240, "30 steps on 2 workers")
+        write_hosts(tmp_path, ["localhost:1"])
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        raise
+    results, sizes, output = completed_run(job, out)
+    assert sizes == [2, 1] and results["world_size"] == 1, results["world_size_changes"]

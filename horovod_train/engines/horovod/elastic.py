@@ -123,9 +123,10 @@ def make_elastic_sampler(dataset: Any, seed: int) -> Any:
 
     class ElasticTrainSampler(ElasticSampler):
         def begin_epoch(self, epoch: int, samples_in_epoch: int) -> None:
-            # A re-entry after a resize finds the committed state; a resumed run sets it from its checkpoint.
-            if (self.epoch, self.processed_num) != (epoch, samples_in_epoch):
-                self.load_state_dict({"epoch": epoch, "processed_num": samples_in_epoch})
+            # Always re-shard (load_state_dict recomputes the unprocessed indices for this world): a re-entry
+            # that skipped Horovod's sync (a host removed while its workers live on) finds the sampler as the
+            # epoch's start left it, counting the samples processed but still listing all of them.
+            self.load_state_dict({"epoch": epoch, "processed_num": samples_in_epoch})
 
         def record_step(self, samples_per_rank: int) -> None:
             self.record_batch(0, samples_per_rank)
