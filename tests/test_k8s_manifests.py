@@ -240,6 +240,14 @@ def pod(command: list[str], out: Path, cache_dir: Path) -> subprocess.Popen[str]
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
+DECOY = """
+import signal, sys, time
+from pathlib import Path
+for sig in (signal.SIGUSR1, signal.SIGTERM):
+    signal.signal(sig, lambda *_: Path(sys.argv[1]).touch())
+time.sleep(600)
+"""
+
 LAUNCHES = {
     "python": (train_cmd("--engine", "single", *JOB), 75),
     # torchrun reports its workers' exit 75 as a failure of its own: the pod restarts (restartPolicy OnFailure)
@@ -252,7 +260,9 @@ LAUNCHES = {
 @pytest.mark.parametrize("launch", LAUNCHES)
 def test_pod_sigterm_checkpoints_and_the_restarted_pod_resumes(launch: str, tmp_path: Path, cache_dir: Path) -> None:
     command, stopped_exit = LAUNCHES[launch]
-    out = tmp_path / "out"
+    out, decoy_got = tmp_path / "out", tmp_path / "decoy-got-a-signal"
+    # Another job's rank on the same machine (not this pod's): outside a pod's PID namespace it must be left alone.
+    decoy = subprocess.Popen([sys.executable, "-c", DECOY, str(decoy_got), "horovod_train"])
     job = pod(command, out, cache_dir)
     try:
         deadline = time.monotonic() + 240
@@ -265,8 +275,12 @@ def test_pod_sigterm_checkpoints_and_the_restarted_pod_resumes(launch: str, tmp_
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
+        decoy_alive = decoy.poll() is None
+        decoy.kill()
+        decoy.wait()
     assert job.returncode == stopped_exit, output[-3000:]
     assert "[pod] SIGTERM: checkpoint signal to ranks:" in output
+    assert decoy_alive and not decoy_got.exists(), "pod.sh signalled a process outside its pod"
     saved = ckpt.list_checkpoints(out)
     assert saved, output[-3000:]
     step = ckpt.verify_checkpoint(saved[-1])["global_step"]

@@ -8,7 +8,6 @@
 # to every rank), and keeps the pod alive until the ranks are gone. A restarted pod runs the same command,
 # which carries --resume_from_checkpoint auto.
 #
-#
 # Usage: launch/k8s/pod.sh worker                        (MPIJob workers: sshd runs, the ranks arrive over ssh)
 #        launch/k8s/pod.sh run [--forward SIG] -- CMD...  (launchers: mpirun, horovodrun, torchrun)
 # Env: HVT_SSH_SECRET_DIR: where the MPI Operator mounted the job's ssh Secret (the MPIJobs' sshAuthMountPath).
