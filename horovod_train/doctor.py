@@ -7,7 +7,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from horovod_train import distributed_env
+from horovod_train import __version__, distributed_env
 from horovod_train.config import RunConfig, TrainingArguments
 from horovod_train.errors import UsageError
 from horovod_train.tables import format_table
@@ -115,6 +115,7 @@ def main(args: argparse.Namespace) -> int:
                 *horovod_support(),
                 *torch_support(),
                 f"engines: {', '.join(available_engines())}",
+                f"horovod-train {__version__} ({Path(__file__).parent})",
             ]
             print("\n".join(lines), flush=True)
     return 0

@@ -164,3 +164,4 @@ def test_wheel_installs_next_to_an_existing_torch(built: dict[str, Path]) -> Non
     assert "horovod: not importable" in doctor
     assert "scripts/build_horovod.sh" in doctor and f"PYTHON={python}" in doctor
     assert "joined with engine single" in doctor
+    assert f"horovod-train {project_version()} ({site / 'horovod_train'})" in doctor
