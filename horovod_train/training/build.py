@@ -153,6 +153,5 @@ def plan_run(args: TrainingArguments, micro_batches: int, world_size: int) -> Ru
 
 def start_position(resumed: dict[str, Any] | None, plan: RunPlan) -> TrainingPosition:
     """Where a checkpoint left off, or the beginning; the schedule's length is this run's plan."""
-    position = TrainingPosition.from_dict(resumed["trainer_state"]) if resumed else TrainingPosition()
-    position.total_steps = plan.total_steps
-    return position
+    saved = resumed["trainer_state"] if resumed else {}
+    return TrainingPosition.from_dict({**saved, "total_steps": plan.total_steps})
