@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from horovod_train import amp, rng
 from horovod_train import checkpoint as ckpt
 from horovod_train import data as data_lib
@@ -118,11 +120,13 @@ class Trainer:
         policy = engine.policy(model, optimizer, train_loader.sampler, len(train_set), self.precision.scaler)
         lineage = resumed["trainer_state"].get("lineage", []) if resumed else []
         checkpoints = ckpt.Checkpoints(self.output_dir, args.save_total_limit, lineage)
-        parts = RunParts(tokenizer, tokenized, compatibility, model, optimizer, train_set, train_loader, plan, policy,
-                         checkpoints)  # fmt: skip
+        parts = RunParts(
+            tokenizer=tokenizer, tokenized=tokenized, compatibility=compatibility, model=model, optimizer=optimizer,
+            train_set=train_set, train_loader=train_loader, plan=plan, policy=policy, checkpoints=checkpoints,
+        )  # fmt: skip
         return parts, resumed
 
-    def load_checkpoint(self, model: Any, compatibility: ckpt.Compatibility) -> dict[str, Any] | None:
+    def load_checkpoint(self, model: nn.Module, compatibility: ckpt.Compatibility) -> dict[str, Any] | None:
         args = self.args
 
         def read() -> ckpt.Payload | None:
