@@ -55,18 +55,17 @@ def test_training_steps_read_nothing_back_to_the_host_between_log_lines(tmp_path
     run_config = config(tmp_path, "--max_steps", "20", "--logging_steps", "100", "--gradient_accumulation_steps", "2")
     engine = SingleEngine(run_config)
     with engine.running():
-        trainer = Trainer(run_config, engine)
-        trainer.setup()
-        trainer.enter(trainer.position)
-        batches = iter(trainer.train_loader)
-        trainer.train_step(batches, trainer.position)  # warm-up: lazy initialisations
+        loop = Trainer(run_config, engine).setup()
+        loop.enter(loop.position)
+        batches = iter(loop.parts.train_loader)
+        loop.train_step(batches, loop.position)  # warm-up: lazy initialisations
         with profile(activities=[ProfilerActivity.CPU], with_stack=True) as trace:  # with Python frames
             for _ in range(4):
-                trainer.train_step(batches, trainer.position)
+                loop.train_step(batches, loop.position)
         reads = [chain(e) for e in trace.events() if e.name in HOST_READS and not not_ours(e)]
         assert reads == [], f"{len(reads)} host reads in 4 steps (8 micro-batches)"
-        assert trainer.meter.micro_batches == 10
-        logged = trainer.meter.reduce(engine)  # the log line: one read of the sums
+        assert loop.meter.micro_batches == 10
+        logged = loop.meter.reduce(engine)  # the log line: one read of the sums
         assert logged["loss"] > 0 and logged["samples_per_second"] > 0
 
 

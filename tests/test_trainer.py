@@ -89,14 +89,13 @@ def test_resumed_run_starts_at_the_checkpoint_position_with_its_learning_rate(tm
                      str(tmp_path / "run" / "checkpoint-3"))  # fmt: skip
     engine = SingleEngine(resumed)
     with engine.running():
-        trainer = Trainer(resumed, engine)
-        trainer.setup()
-        trainer.enter(trainer.position)
-        position = trainer.position
+        loop = Trainer(resumed, engine).setup()
+        loop.enter(loop.position)
+        position = loop.position
         assert (position.global_step, position.epoch, position.steps_in_epoch) == (3, 0, 3)
         assert position.samples_in_epoch == 3 * 16 and position.total_steps == 6
         expected_lr = resumed.training.learning_rate * (6 - 3) / (6 - 2)
-        assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(expected_lr, rel=1e-12)
+        assert loop.parts.optimizer.param_groups[0]["lr"] == pytest.approx(expected_lr, rel=1e-12)
 
 
 class StopAtFive(RunPolicy):
@@ -107,7 +106,7 @@ class StopAtFive(RunPolicy):
 def test_the_loop_ends_where_its_policy_says(tmp_path, offline_cache, monkeypatch):
     monkeypatch.setattr(SingleEngine, "policy", lambda self, *args: StopAtFive())
     trainer, results = train(config(tmp_path, "--max_steps", "30"))
-    assert results["global_step"] == 5 and trainer.position.total_steps == 30
+    assert results["global_step"] == 5 and trainer.loop.position.total_steps == 30
     assert results["history"][-1]["step"] == 5  # evaluated where it stopped
 
 
@@ -117,9 +116,8 @@ def test_entering_the_loop_drops_gradients_left_by_a_cut_short_step(tmp_path, of
     run_config = config(tmp_path, "--max_steps", "4")
     engine = SingleEngine(run_config)
     with engine.running():
-        trainer = Trainer(run_config, engine)
-        trainer.setup()
-        for p in trainer.model.parameters():
+        loop = Trainer(run_config, engine).setup()
+        for p in loop.parts.model.parameters():
             p.grad = torch.ones_like(p)
-        trainer.enter(trainer.position)
-        assert all(p.grad is None or not p.grad.any() for p in trainer.model.parameters())
+        loop.enter(loop.position)
+        assert all(p.grad is None or not p.grad.any() for p in loop.parts.model.parameters())

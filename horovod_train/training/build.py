@@ -1,0 +1,157 @@
+"""The builders setup() calls, in its order: each returns what it builds and sets nothing."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from datasets import Dataset, DatasetDict
+from torch.utils.data import DataLoader
+
+from horovod_train import checkpoint as ckpt
+from horovod_train import data as data_lib
+from horovod_train import model as model_lib
+from horovod_train.config import RunConfig, TrainingArguments
+from horovod_train.engines.base import Engine
+from horovod_train.errors import UsageError
+from horovod_train.position import TrainingPosition
+from horovod_train.training.evaluation import eval_prefixes
+from horovod_train.training.parts import RunPlan
+
+
+def prepare_data(
+    config: RunConfig, engine: Engine, cache_dir: Path, main_first: Callable[[Callable[[], None]], None]
+) -> tuple[Any, DatasetDict]:
+    """The tokenizer and the tokenized splits, through the tokenization cache (each node's local rank 0
+    fills it first; ``main_first`` runs rank 0's work before any other rank's)."""
+    c = config
+    raw = data_lib.load_raw_datasets(c.data, c.training.seed, c.model.cache_dir)
+    tokenizer_name = c.model.tokenizer_name or c.model.model_name_or_path
+    if tokenizer_name == model_lib.TINY_BERT:
+        texts = [t for column in data_lib.text_columns(raw) for t in raw["train"][column]]
+        tokenizer_dir = model_lib.tiny_tokenizer_dir(cache_dir, texts)
+        engine.local_main_first(lambda: model_lib.prepare_tiny_tokenizer(tokenizer_dir, texts))
+        tokenizer_name = str(tokenizer_dir)
+    tokenizer = engine.local_main_first(lambda: model_lib.load_tokenizer(tokenizer_name, c.model.cache_dir))
+    d = c.data
+    cached = data_lib.tokenized_cache_path(raw, tokenizer, d.max_seq_length, cache_dir, d.pad_to_max_length)
+
+    def tokenize(overwrite: bool = False) -> None:
+        data_lib.tokenize_to_disk(raw, tokenizer, d.max_seq_length, cached, d.pad_to_max_length, overwrite)
+
+    if d.overwrite_cache:  # rebuilt once, by rank 0, before any rank maps it (the cache may be shared by nodes)
+        main_first(lambda: tokenize(overwrite=True))
+    engine.local_main_first(tokenize)
+    return tokenizer, data_lib.load_tokenized(cached)
+
+
+def check_metric_for_best_model(metric: str | None, tokenized: DatasetDict) -> None:
+    if metric is None:
+        return
+    known = [f"{prefix}_{m}" for prefix in eval_prefixes(tokenized).values() for m in ("loss", "accuracy", "f1")]
+    if metric not in known:
+        raise UsageError(f"--metric_for_best_model {metric} is not a metric of this run",
+                         f"use one of {', '.join(known)}")
+
+
+def build_model(config: RunConfig, tokenizer: Any, tokenized: DatasetDict) -> torch.nn.Module:
+    c, args = config, config.training
+    label_names = data_lib.label_names(tokenized)  # checked against --num_labels when the data loaded
+    model = model_lib.build_model(
+        c.model.model_name_or_path,
+        len(label_names),
+        label_names,
+        len(tokenizer),
+        args.seed,
+        dropout=args.dropout,
+        cache_dir=c.model.cache_dir,
+        config_name=c.model.config_name,
+    )
+    if args.torch_compile:
+        model.compile()  # in place: state_dict keys and save_pretrained are unchanged
+    return model
+
+
+def run_compatibility(
+    config: RunConfig, engine: Engine, tokenizer: Any, tokenized: DatasetDict, model: torch.nn.Module
+) -> ckpt.Compatibility:
+    """What a checkpoint must agree with: the model, and what fixes the examples each step trains on (the
+    tokenized training set, the seed and sampler that order it, the global batch)."""
+    args = config.training
+    label_names = data_lib.label_names(tokenized)
+    return ckpt.Compatibility(
+        config.model.model_name_or_path,
+        len(label_names),
+        len(tokenizer),
+        type(model).__name__,
+        engine.step_examples(args.per_device_train_batch_size * args.gradient_accumulation_steps),
+        tokenizer=data_lib.tokenizer_digest(tokenizer),
+        label_names=list(label_names),
+        train_data=data_lib.dataset_digest(tokenized["train"]),
+        seed=args.seed,
+        group_by_length=args.group_by_length,
+    )
+
+
+def build_optimizer(args: TrainingArguments, engine: Engine, model: torch.nn.Module) -> torch.optim.Optimizer:
+    no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight")
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for n, p in params if not n.endswith(no_decay)], "weight_decay": args.weight_decay},
+        {"params": [p for n, p in params if n.endswith(no_decay)], "weight_decay": 0.0},
+    ]
+    lr = engine.effective_learning_rate(args.learning_rate)
+    betas = (args.adam_beta1, args.adam_beta2)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=args.adam_epsilon)
+
+
+def build_train_set(tokenized: DatasetDict, audit_samples: bool) -> Dataset:
+    """The training split; with --audit_samples each example carries its index."""
+    train_set = tokenized["train"]
+    if audit_samples:
+        train_set = train_set.add_column("example_index", list(range(len(train_set))))
+    return train_set
+
+
+def build_train_loader(train_set: Dataset, tokenizer: Any, args: TrainingArguments, engine: Engine) -> DataLoader:
+    return data_lib.train_loader(
+        train_set,
+        tokenizer,
+        args.per_device_train_batch_size,
+        engine.world_size,
+        engine.rank,
+        args.seed,
+        args.dataloader_num_workers,
+        sampler=engine.train_sampler(train_set, args.seed),
+        group_by_length=args.group_by_length,
+        pin_memory=engine.device.type == "cuda",
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+    )
+
+
+def plan_run(args: TrainingArguments, micro_batches: int, world_size: int) -> RunPlan:
+    """The run's length from this world's steps per epoch (``micro_batches``: a rank's per epoch)."""
+    accum = args.gradient_accumulation_steps
+    steps_per_epoch = micro_batches // accum
+    if steps_per_epoch == 0:
+        raise UsageError(
+            f"one optimizer step needs {accum} micro-batches per rank but a rank has {micro_batches}",
+            "lower --gradient_accumulation_steps or --per_device_train_batch_size, or add data",
+        )
+    max_steps, epochs = args.max_steps, args.num_train_epochs
+    total_steps = max_steps if max_steps > 0 else math.ceil(epochs * steps_per_epoch)
+    return RunPlan(
+        steps_per_epoch=steps_per_epoch,
+        num_epochs=math.ceil(total_steps / steps_per_epoch),
+        total_steps=total_steps,
+        global_batch=args.per_device_train_batch_size * accum * world_size,
+    )
+
+
+def start_position(resumed: dict[str, Any] | None, plan: RunPlan) -> TrainingPosition:
+    """Where a checkpoint left off, or the beginning; the schedule's length is this run's plan."""
+    saved = resumed["trainer_state"] if resumed else {}
+    return TrainingPosition.from_dict({**saved, "total_steps": plan.total_steps})

@@ -1,0 +1,73 @@
+"""Writing checkpoints (collective: every rank's RNG states go into the one rank 0 writes), tracking the
+best by --metric_for_best_model, and loading the best at the end."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from horovod_train import amp, rng
+from horovod_train import checkpoint as ckpt
+from horovod_train.config import RunConfig
+from horovod_train.engines.base import Engine
+from horovod_train.position import TrainingPosition
+from horovod_train.schedule import Schedule
+from horovod_train.training.console import Console
+from horovod_train.training.parts import RunParts
+from horovod_train.training.rank_zero import RankZero
+
+
+class CheckpointSaver:
+    def __init__(self, engine: Engine, parts: RunParts, config: RunConfig, precision: amp.Precision) -> None:
+        self.engine, self.parts, self.config, self.precision = engine, parts, config, precision
+        self.metric = config.training.metric_for_best_model
+        self.greater_is_better = config.training.greater_is_better
+        self.last_saved_step = -1
+
+    def save(self, position: TrainingPosition, schedule: Schedule, evaluation: dict[str, Any] | None) -> None:
+        """``evaluation``: the metrics of an evaluation at this very step, if there was one."""
+        rng_states = self.engine.gather_objects(rng.capture())
+        self.track_best(position, evaluation)
+        if self.engine.is_main:
+            training_state = {
+                "optimizer": self.parts.optimizer.state_dict(),
+                "rng": rng_states,
+                # The schedule is a function of the position; its parameters are kept for the record.
+                "scheduler": dataclasses.asdict(schedule),
+                **self.precision.state_dict(),
+            }
+            model, tokenizer = self.engine.unwrap(self.parts.model), self.parts.tokenizer
+            self.parts.checkpoints.save(
+                model, position, self.parts.compatibility, self.config.to_dict(), training_state,
+                write_loadable=lambda path: (model.config.save_pretrained(path), tokenizer.save_pretrained(path)),
+            )
+        self.last_saved_step = position.global_step
+
+    def track_best(self, position: TrainingPosition, evaluation: dict[str, Any] | None) -> None:
+        """A checkpoint written right after an evaluation competes on --metric_for_best_model (every rank
+        holds the same metrics, so every rank's position agrees)."""
+        if self.metric is None or evaluation is None:
+            return
+        value, best = evaluation[self.metric], position.best_metric
+        if best is None or (value > best if self.greater_is_better else value < best):
+            position.best_metric = value
+            # A name, not a path: the run directory may be moved between a checkpoint and its resume.
+            position.best_model_checkpoint = f"{ckpt.PREFIX}{position.global_step}"
+
+
+def load_best_weights(
+    engine: Engine, parts: RunParts, position: TrainingPosition, output_dir: Path, rank_zero: RankZero,
+    console: Console, metric: str | None,
+) -> bool:  # fmt: skip
+    """--load_best_model_at_end: rank 0 reads and verifies the best checkpoint's weights and every rank
+    loads them. False: the final weights are the best ones (or nothing was ever compared)."""
+    best = position.best_model_checkpoint
+    if best is None or Path(best).name == f"{ckpt.PREFIX}{position.global_step}":
+        return False
+    path = output_dir / Path(best).name  # earlier versions stored an absolute path
+    weights = rank_zero.read_for_all(lambda: ckpt.load_weights(path))
+    model = engine.unwrap(parts.model)
+    model.load_state_dict(ckpt.with_shared_tensors(weights, model))
+    console.log(f"loaded the best model: {path} ({metric} {position.best_metric:.4f})")
+    return True

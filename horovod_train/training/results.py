@@ -1,0 +1,91 @@
+"""The end of a run: every rank's checksum and peak memory gathered into the results, and the files rank 0
+writes (model, tokenizer, predictions, training curves, transformers' results files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from horovod_train import model as model_lib
+from horovod_train import outputs
+from horovod_train.config import TrainingArguments
+from horovod_train.engines.base import Engine
+from horovod_train.files import follow_umask
+from horovod_train.memory import peak_memory_mb
+from horovod_train.output_dir import recording
+from horovod_train.position import TrainingPosition
+from horovod_train.trackers import plot_training_curves
+from horovod_train.training.parts import RunPlan
+
+
+def gather_results(
+    engine: Engine, model: torch.nn.Module, plan: RunPlan, position: TrainingPosition, evaluation: dict[str, Any],
+    train_metrics: dict[str, Any], wall_time_s: float,
+) -> dict[str, Any]:  # fmt: skip
+    """Collective: the run's results, with every rank's parameter checksum and peak memory."""
+    checksum = torch.tensor([model_lib.param_checksum(model)], dtype=torch.int64, device=engine.device)
+    peak_memory = torch.tensor([peak_memory_mb(engine.device)], dtype=torch.float64, device=engine.device)
+    return {
+        **train_metrics,
+        **evaluation,
+        **engine.describe(),
+        "epoch": plan.num_epochs,
+        "global_step": position.global_step,
+        "history": position.history,
+        "world_size_changes": position.world_sizes,
+        "param_checksum_per_rank": engine.all_gather(checksum).cpu().tolist(),
+        "peak_memory_mb_per_rank": engine.all_gather(peak_memory).cpu().tolist(),
+        "wall_time_s": round(wall_time_s, 3),
+    }
+
+
+def train_metrics(
+    position: TrainingPosition, plan: RunPlan, first_step: int, train_examples: int, wall_time_s: float
+) -> dict[str, float]:
+    """transformers' train_* summary: the mean logged loss, and throughput over this process's run (from
+    ``first_step``)."""
+    losses = [entry["loss"] for entry in position.log_history if "loss" in entry]
+    steps = position.global_step - first_step
+    return {
+        "train_loss": sum(losses) / len(losses) if losses else float("nan"),
+        "train_runtime": round(wall_time_s, 4),
+        "train_samples": train_examples,
+        "train_samples_per_second": round(steps * plan.global_batch / max(wall_time_s, 1e-9), 3),
+        "train_steps_per_second": round(steps / max(wall_time_s, 1e-9), 3),
+    }
+
+
+def trainer_state(args: TrainingArguments, output_dir: Path, plan: RunPlan, position: TrainingPosition) -> dict:
+    best = position.best_model_checkpoint
+    return {
+        "global_step": position.global_step,
+        "max_steps": position.total_steps,
+        "epoch": plan.epoch_float(position),
+        "num_train_epochs": plan.num_epochs,
+        "logging_steps": args.logging_steps,
+        "eval_steps": args.eval_steps or args.logging_steps,
+        "save_steps": args.save_steps,
+        "train_batch_size": args.per_device_train_batch_size,
+        "is_world_process_zero": True,
+        "best_metric": position.best_metric,
+        # transformers' form: the output directory joined with the checkpoint's name
+        "best_model_checkpoint": best and str(output_dir / Path(best).name),
+        "log_history": position.log_history,
+    }
+
+
+def write_outputs(
+    output_dir: Path, model: torch.nn.Module, tokenizer: Any, predictions: dict[str, list[int]],
+    log_history: list[dict[str, Any]], results: dict[str, Any], train_metrics: dict[str, Any], state: dict,
+) -> None:  # fmt: skip
+    """Rank 0's files; all_results.json last: it marks a finished run."""
+    with recording(output_dir):
+        model.save_pretrained(output_dir)
+        for weights in output_dir.glob("*.safetensors"):  # safetensors writes 0600 whatever the umask
+            follow_umask(weights)
+        tokenizer.save_pretrained(output_dir)
+        outputs.write_predictions(output_dir, predictions, model.config.id2label)
+        plot_training_curves(log_history, output_dir / "training_curves.png")
+        outputs.write_results(output_dir, results, train_metrics, state)

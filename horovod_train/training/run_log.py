@@ -1,0 +1,52 @@
+"""What a run reports as it goes: its log_history (in the position), the trackers, ``metrics.jsonl``
+(rank 0; opened per record: after a resize rank 0 may be a new process) and a log line or the bar."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from horovod_train.engines.base import Engine
+from horovod_train.position import TrainingPosition
+from horovod_train.trackers import Trackers
+from horovod_train.training.console import Console
+from horovod_train.training.parts import RunPlan
+
+
+class RunLog:
+    def __init__(self, engine: Engine, output_dir: Path, trackers: Trackers, console: Console, plan: RunPlan) -> None:
+        self.engine, self.output_dir, self.trackers, self.console, self.plan = (
+            engine, output_dir, trackers, console, plan,
+        )  # fmt: skip
+
+    def training(self, position: TrainingPosition, learning_rate: float, meter: dict[str, float]) -> None:
+        """A --logging_steps record; ``meter``: the training meter reduced over ranks."""
+        record = {
+            "step": position.global_step,
+            "epoch": self.plan.epoch_float(position),
+            "learning_rate": learning_rate,
+            "world_size": self.engine.world_size,
+            **meter,
+        }
+        position.log_history.append({k: record[k] for k in ("loss", "learning_rate", "epoch", "step")})
+        self.trackers.log(record, position.global_step)
+        if self.engine.is_main:
+            with (self.output_dir / "metrics.jsonl").open("a") as f:
+                f.write(json.dumps(record) + "\n")
+        if self.console.show_bar:
+            self.console.bar.set_postfix(loss=f"{record['loss']:.4f}")
+        else:
+            self.console.log(
+                f"step {position.global_step}/{position.total_steps} epoch {record['epoch']:.2f} "
+                f"loss {record['loss']:.4f} lr {learning_rate:.3e} {record['samples_per_second']:.1f} samples/s"
+            )
+
+    def evaluation(self, position: TrainingPosition, result: dict[str, Any]) -> None:
+        position.log_history.append(
+            {**{k: v for k, v in result.items() if not k.endswith("_per_rank")},
+             "epoch": self.plan.epoch_float(position), "step": position.global_step}
+        )  # fmt: skip
+        self.trackers.log(position.log_history[-1], position.global_step)
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if k.endswith(("_accuracy", "_f1", "_loss")))
+        self.console.log(f"eval at step {position.global_step}: {shown} ({result['eval_samples']} examples)")
