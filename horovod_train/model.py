@@ -63,12 +63,27 @@ def prepare_tiny_tokenizer(target: Path, texts: list[str]) -> None:
 
 def load_tokenizer(name_or_path: str, cache_dir: str | None = None) -> PreTrainedTokenizerBase:
     try:
-        return AutoTokenizer.from_pretrained(name_or_path, cache_dir=cache_dir)
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, cache_dir=cache_dir)
     except (OSError, ValueError) as exc:
         raise UsageError(
             f"cannot load tokenizer {name_or_path!r} ({str(exc).splitlines()[0][:160]})",
             "pass a local model directory, 'tiny-bert', or a hub name with network access",
         ) from None
+    return with_pad_token(tokenizer, name_or_path)
+
+
+def with_pad_token(tokenizer: PreTrainedTokenizerBase, name: str) -> PreTrainedTokenizerBase:
+    """Decoder LLM tokenizers (Llama, Mistral) have no pad token: batches are padded with EOS, as users of
+    their *ForSequenceClassification do; the model then pools the last token that is not padding."""
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise UsageError(
+                f"tokenizer {name!r} has neither a pad token nor an EOS token to pad batches with",
+                "add a pad token to it (tokenizer.add_special_tokens({'pad_token': '<pad>'}), then save_pretrained "
+                "it and the model with resized embeddings)",
+            )
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def param_checksum(model: torch.nn.Module) -> int:
@@ -100,9 +115,29 @@ def build_model(
     dropout: float | None = None,
     cache_dir: str | None = None,
     config_name: str | None = None,
+    pad_token_id: int | None = None,
 ) -> PreTrainedModel:
     """``config_name`` (run_glue.py's --config_name): the configuration to load the weights into, or with
-    tiny-bert the architecture to random-init instead of the built-in tiny one."""
+    tiny-bert the architecture to random-init instead of the built-in tiny one. ``pad_token_id``: the
+    tokenizer's, given to a model configuration that has none (decoders find the last real token by it)."""
+    model = _build_model(
+        model_name_or_path, num_labels, label_names, vocab_size, seed, dropout, cache_dir, config_name
+    )
+    if model.config.pad_token_id is None and pad_token_id is not None:
+        model.config.pad_token_id = pad_token_id
+    return model
+
+
+def _build_model(
+    model_name_or_path: str,
+    num_labels: int,
+    label_names: list[str],
+    vocab_size: int,
+    seed: int,
+    dropout: float | None,
+    cache_dir: str | None,
+    config_name: str | None,
+) -> PreTrainedModel:
     id2label = dict(enumerate(label_names))
     label2id = {name: i for i, name in id2label.items()}
     overrides = {}

@@ -198,6 +198,7 @@ class Trainer:
             dropout=self.args.dropout,
             cache_dir=c.model.cache_dir,
             config_name=c.model.config_name,
+            pad_token_id=self.tokenizer.pad_token_id,
         )
         if self.args.torch_compile:
             model.compile()  # in place: state_dict keys and save_pretrained are unchanged
