@@ -5,18 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from horovod_train import bench, compare, distributed_env, doctor
-from horovod_train.config import (
-    FALSE_VALUES,
-    TRUE_VALUES,
-    Parser,
-    RunConfig,
-    add_run_arguments,
-    parse_run_config,
-    str_to_bool,
-)
+from horovod_train.arguments import FALSE_VALUES, TRUE_VALUES, ArgumentParser, add_dataclass_arguments
+from horovod_train.config import CONFIG_HELP, SECTIONS, RunConfig, parse_run_config
 from horovod_train.console import write_line
 from horovod_train.domains import fit_max_seq_length
 from horovod_train.errors import UsageError, exit_with
@@ -26,19 +20,25 @@ if TYPE_CHECKING:
     from horovod_train.engines.base import Engine
 
 
+@dataclass
+class DebugArguments:
+    debug: bool = field(default=False, metadata={"help": "Show tracebacks for bad input."})
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="horovod-train", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    train = commands.add_parser("train", help="fine-tune a sequence-classification model")
-    add_run_arguments(train)
+    parser = ArgumentParser(prog="horovod-train", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
+    train = commands.add_parser("train", help="fine-tune a sequence-classification model",
+                                description="Fine-tune a sequence-classification model data-parallel.",
+                                dataclass_types=SECTIONS.values())  # fmt: skip
+    train.add_argument("--config", help=CONFIG_HELP)
     compare_parser = commands.add_parser("compare", help="run one job under every engine and tabulate them")
     compare.add_arguments(compare_parser)
     doctor_parser = commands.add_parser("doctor", help="print the rank/host/device map and Horovod's build")
     doctor.add_arguments(doctor_parser)
     bench.add_arguments(commands.add_parser("bench", help="all-reduce, training and GPU benchmarks"))
     for command in (train, compare_parser):
-        command.add_argument("--debug", type=str_to_bool, nargs="?", const=True, default=False,
-                             help="Show tracebacks for bad input (default: false).")
+        add_dataclass_arguments(command, DebugArguments)
     return parser
 
 

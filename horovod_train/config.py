@@ -1,8 +1,11 @@
-"""Run configuration: dataclasses in the style of transformers' run_glue.py, a CLI built from them,
-and an optional YAML/JSON ``--config`` whose keys are the same names (the CLI overrides it).
+"""Run configuration: dataclasses in the style of transformers' run_glue.py, parsed by transformers'
+HfArgumentParser (arguments.py), and an optional YAML/JSON ``--config`` whose keys are the same names.
 
-Each dataclass is a section of ``--help``. The engine-only sections (Horovod, DDP) are read by their
-engine alone; the flags keep one flat namespace, so a config file needs no section headers.
+Precedence: the fields' defaults < the ``--config`` file < the command line. Each dataclass is a section
+of ``--help`` and checks itself when built (``__post_init__``: its fields' domains from domains.py, then
+the rules between them); ``RunConfig`` checks the rules between sections. The engine-only sections live
+with their engine (engines/horovod/options.py, engines/ddp_options.py) and are read by it alone; the
+flags keep one flat namespace, so a config file needs no section headers.
 """
 
 from __future__ import annotations
@@ -16,17 +19,21 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from transformers.hf_argparser import string_to_bool
 
-from horovod_train.domains import STRATEGIES, check_domains, path_problem
+from horovod_train.arguments import ArgumentParser, FieldType, add_dataclass_arguments, field_types, given
+from horovod_train.domains import EngineName, ScheduleName, Strategy, check_section, path_problem
+from horovod_train.engines.ddp_options import DDPArguments
+from horovod_train.engines.horovod.options import HorovodArguments
 from horovod_train.errors import UsageError
-from horovod_train.schedule import SCHEDULES
 
-EVAL_STRATEGIES = SAVE_STRATEGIES = STRATEGIES
 PACKAGED_CONFIGS = "configs"  # horovod_train/configs/<name>.yaml, found by name after any install
 
 
 @dataclass
 class ModelArguments:
+    _argument_group_name = "model arguments"
+
     model_name_or_path: str = field(
         default="tiny-bert",
         metadata={"help": "Hub name or local directory, or 'tiny-bert' (random init, tokenizer trained locally)."},
@@ -43,9 +50,14 @@ class ModelArguments:
         default=None, metadata={"help": "Where tokenized data and trained tokenizers are cached."}
     )
 
+    def __post_init__(self) -> None:
+        check_section(self)
+
 
 @dataclass
 class DataArguments:
+    _argument_group_name = "data arguments"
+
     task_name: str | None = field(
         default=None,
         metadata={
@@ -109,7 +121,8 @@ class DataArguments:
     def text_columns(self) -> list[str] | None:
         return [name.strip() for name in self.text_column_names.split(",")] if self.text_column_names else None
 
-    def check(self) -> None:
+    def __post_init__(self) -> None:
+        check_section(self)
         columns = self.text_columns()
         if columns is not None and (not 1 <= len(columns) <= 2 or not all(columns)):
             raise UsageError(
@@ -120,17 +133,21 @@ class DataArguments:
             self.train_file or (self.dataset_name in (None, "synthetic-nli") and not self.task_name)
         ):
             source = f"--train_file {self.train_file}" if self.train_file else f"--dataset_name {self.dataset_name}"
-            raise UsageError(f"--validation_split_name {self.validation_split_name}: {source} has no named splits",
-                             "drop it (10% of train is held out), or pass --validation_file")
+            raise UsageError(
+                f"--validation_split_name {self.validation_split_name}: {source} has no named splits",
+                "drop it (10% of train is held out), or pass --validation_file",
+            )
 
 
 @dataclass
 class TrainingArguments:
+    _argument_group_name = "training arguments"
+
     output_dir: str = field(
         default="runs/train", metadata={"help": "Where the model, results, logs and checkpoints go."}
     )
     overwrite_output_dir: bool = field(default=False, metadata={"help": "Replace an earlier run in --output_dir."})
-    engine: str = field(default="horovod", metadata={"help": "Data-parallel engine: horovod, ddp, dp or single."})
+    engine: EngineName = field(default="horovod", metadata={"help": "Data-parallel engine."})
     per_device_train_batch_size: int = field(default=32, metadata={"help": "Examples per rank per micro-step."})
     per_device_eval_batch_size: int = field(default=64, metadata={"help": "Examples per rank per evaluation batch."})
     learning_rate: float = field(default=5e-5, metadata={"help": "AdamW's peak learning rate (after warmup)."})
@@ -142,8 +159,8 @@ class TrainingArguments:
     adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW's epsilon."})
     num_train_epochs: float = field(default=3.0, metadata={"help": "Epochs to train (fractions allowed)."})
     max_steps: int = field(default=-1, metadata={"help": "If > 0, overrides num_train_epochs."})
-    lr_scheduler_type: str = field(
-        default="linear", metadata={"help": f"Learning-rate schedule after the warmup: {', '.join(SCHEDULES)}."}
+    lr_scheduler_type: ScheduleName = field(
+        default="linear", metadata={"help": "Learning-rate schedule after the warmup."}
     )
     warmup_ratio: float = field(
         default=0.0, metadata={"help": "Warmup as a share of the steps (when --warmup_steps is 0)."}
@@ -158,7 +175,7 @@ class TrainingArguments:
     )
     seed: int = field(default=42, metadata={"help": "Seed of the model init, the data order and synthetic-nli."})
     logging_steps: int = field(default=50, metadata={"help": "Log the training loss every N steps."})
-    eval_strategy: str = field(
+    eval_strategy: Strategy = field(
         default="epoch", metadata={"help": "When to evaluate during training: epoch, steps (every --eval_steps) or no."}
     )
     eval_steps: int | None = field(
@@ -186,21 +203,27 @@ class TrainingArguments:
     # Checkpoints.
     load_best_model_at_end: bool = field(
         default=False,
-        metadata={"help": "Keep the checkpoint with the best --metric_for_best_model (rotation spares it) and end "
-                  "the run with its weights; needs --save_strategy equal to --eval_strategy."},
+        metadata={
+            "help": "Keep the checkpoint with the best --metric_for_best_model (rotation spares it) and end "
+            "the run with its weights; needs --save_strategy equal to --eval_strategy."
+        },
     )
     metric_for_best_model: str | None = field(
         default=None,
-        metadata={"help": "What makes a checkpoint best: loss, accuracy, f1, or <split>_<metric> for another "
-                  "validation split, with or without eval_ (default: loss with --load_best_model_at_end)."},
+        metadata={
+            "help": "What makes a checkpoint best: loss, accuracy, f1, or <split>_<metric> for another "
+            "validation split, with or without eval_ (default: loss with --load_best_model_at_end)."
+        },
     )
     greater_is_better: bool | None = field(
         default=None, metadata={"help": "Whether a larger metric is better (default: false for a loss, else true)."}
     )
-    save_strategy: str = field(
+    save_strategy: Strategy = field(
         default="epoch",
-        metadata={"help": "epoch: checkpoint at epoch ends (and every --save_steps if > 0); steps: every --save_steps "
-                  "and at the end; no: only when a stop signal arrives."},
+        metadata={
+            "help": "epoch: checkpoint at epoch ends (and every --save_steps if > 0); steps: every --save_steps "
+            "and at the end; no: only when a stop signal arrives."
+        },
     )
     save_steps: int = field(default=0, metadata={"help": "Checkpoint every N steps (0: none between epoch ends)."})
     save_total_limit: int | None = field(
@@ -231,38 +254,44 @@ class TrainingArguments:
     torch_compile: bool = field(default=False, metadata={"help": "torch.compile the model (in place)."})
     group_by_length: bool = field(default=False, metadata={"help": "Batch examples of similar length (less padding)."})
 
+    def __post_init__(self) -> None:
+        check_section(self)
+        if self.save_strategy == "steps" and not self.save_steps:
+            raise UsageError("--save_strategy steps needs --save_steps", "pass e.g. --save_steps 500")
+        if self.max_steps <= 0 and self.num_train_epochs <= 0:
+            raise UsageError("nothing to train: --num_train_epochs <= 0 and no --max_steps", "set one of them > 0")
+        if not (self.do_train and self.do_eval):
+            flag = "--do_train" if not self.do_train else "--do_eval"
+            raise UsageError(f"{flag} false: `train` always trains and evaluates",
+                             "drop the flag (--eval_strategy no evaluates only once, at the end)")  # fmt: skip
+        self._check_best_model()
+        if self.bf16 and self.fp16:
+            raise UsageError("--bf16 and --fp16 are both set", "choose one of them")
 
-@dataclass
-class HorovodArguments:
-    """Read by --engine horovod only."""
-
-    scale_lr: bool = field(default=False, metadata={"help": "Multiply the learning rate by the world size."})
-    compression: str = field(default="none", metadata={"help": "Gradient compression: none or fp16."})
-    op: str = field(default="average", metadata={"help": "Gradient reduction: average or adasum."})
-    gradient_predivide_factor: float = field(
-        default=1.0, metadata={"help": "Divide gradients by this before the sum and by size/this after it."}
-    )
-    # Not --timeline: horovodrun's parser would reject it as an ambiguous prefix of its own --timeline-* options.
-    horovod_timeline: str | None = field(default=None, metadata={"help": "Horovod timeline (HOROVOD_TIMELINE)."})
-    autotune: bool = field(default=False, metadata={"help": "Horovod autotuning (HOROVOD_AUTOTUNE=1)."})
-    autotune_log: str | None = field(default=None, metadata={"help": "Horovod autotune log (HOROVOD_AUTOTUNE_LOG)."})
-    horovod_groups: int | None = field(
-        default=None, metadata={"help": "hvd.DistributedOptimizer gradient groups (0: per tensor; default 1 on CPU)."}
-    )
-    # Elastic Horovod (horovodrun --min-np/--max-np --host-discovery-script).
-    elastic: bool = field(default=False, metadata={"help": "Survive workers leaving and joining (Horovod)."})
-    elastic_commit_steps: int = field(default=10, metadata={"help": "Steps between elastic state commits."})
-
-
-@dataclass
-class DDPArguments:
-    """Read by --engine ddp only."""
-
-    ddp_bucket_cap_mb: int = field(default=25, metadata={"help": "DDP gradient bucket size in MiB."})
-    ddp_backend: str = field(default="auto", metadata={"help": "auto (NCCL on GPUs, else Gloo), nccl or gloo."})
-    ddp_find_unused_parameters: bool = field(
-        default=False, metadata={"help": "Let DDP find parameters that get no gradient (slower; some models need it)."}
-    )
+    def _check_best_model(self) -> None:
+        """transformers' rules: the best checkpoint is chosen among checkpoints written right after an evaluation."""
+        if self.metric_for_best_model is None and self.load_best_model_at_end:
+            self.metric_for_best_model = "loss"
+        if self.metric_for_best_model is not None:
+            if not self.metric_for_best_model.startswith("eval_"):
+                self.metric_for_best_model = f"eval_{self.metric_for_best_model}"
+            if self.greater_is_better is None:
+                self.greater_is_better = not self.metric_for_best_model.endswith("_loss")
+        if not self.load_best_model_at_end:
+            return
+        if self.eval_strategy == "no" or self.save_strategy != self.eval_strategy:
+            raise UsageError(
+                f"--load_best_model_at_end needs --save_strategy equal to --eval_strategy (got save "
+                f"{self.save_strategy}, eval {self.eval_strategy})",
+                "pass the same epoch or steps to both",
+            )
+        eval_steps = self.eval_steps or self.logging_steps
+        if self.save_strategy == "steps" and self.save_steps % eval_steps:
+            raise UsageError(
+                f"--load_best_model_at_end needs --save_steps to be a multiple of the evaluation interval (got "
+                f"--save_steps {self.save_steps}, evaluation every {eval_steps} steps)",
+                f"pass e.g. --save_steps {eval_steps * max(1, self.save_steps // eval_steps)}",
+            )
 
 
 @dataclass
@@ -273,92 +302,36 @@ class RunConfig:
     horovod: HorovodArguments = field(default_factory=HorovodArguments)
     ddp: DDPArguments = field(default_factory=DDPArguments)
 
+    def __post_init__(self) -> None:
+        self.horovod.check_with(self.training)
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any]) -> RunConfig:
+        """Each section from the values named by its fields (the others keep their defaults)."""
+        return cls(**{name: section(**{f.name: values[f.name] for f in dataclasses.fields(section)
+                                       if f.name in values}) for name, section in SECTIONS.items()})  # fmt: skip
+
     def to_dict(self) -> dict[str, Any]:
         """Every argument by its flag name (the sections share one namespace)."""
         return {k: v for f in dataclasses.fields(self) for k, v in dataclasses.asdict(getattr(self, f.name)).items()}
 
 
-SECTIONS = {f.name: f.default_factory for f in dataclasses.fields(RunConfig)}
-SECTION_TITLES = {"model": "model", "data": "data", "training": "training", "horovod": "--engine horovod",
-                  "ddp": "--engine ddp"}  # fmt: skip
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse with the project's error style: one line and exit 2, not a usage dump."""
-
-    def error(self, message: str) -> None:
-        raise UsageError(message, f"see `{self.prog} --help`")
-
-
-def _all_fields() -> dict[str, dataclasses.Field]:
-    return {f.name: f for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
-
-
-TRUE_VALUES, FALSE_VALUES = ("yes", "true", "t", "y", "1"), ("no", "false", "f", "n", "0")
-
-
-def str_to_bool(value: str | bool) -> bool:
-    if isinstance(value, bool):
-        return value
-    lowered = value.lower()
-    if lowered in TRUE_VALUES:
-        return True
-    if lowered in FALSE_VALUES:
-        return False
-    raise argparse.ArgumentTypeError(f"expected a boolean, got {value!r}")
-
-
-class _ExplicitNone:
-    """`--flag None` on the command line: unlike an absent flag (argparse's None), it overrides a config file."""
-
-    def __repr__(self) -> str:
-        return "None"
-
-
-EXPLICIT_NONE = _ExplicitNone()
-
-
-def _optional(kind: type):
-    def parse(value: str):
-        return EXPLICIT_NONE if value.lower() in ("none", "null") else kind(value)
-
-    parse.__name__ = kind.__name__
-    return parse
-
-
-def _field_type(f: dataclasses.Field) -> tuple[type, bool]:
-    """(base type, optional?) from the string annotations of the dataclasses above."""
-    annotation = str(f.type)
-    optional = "None" in annotation
-    base = annotation.replace("| None", "").strip()
-    return {"str": str, "int": int, "float": float, "bool": bool}[base], optional
-
-
-def _help(f: dataclasses.Field) -> str:
-    """The field's help with its choices and default, as ``--help`` shows them (% escaped for argparse)."""
-    text = f.metadata["help"]
-    if "choices" in f.metadata:
-        text += f" Choices: {', '.join(f.metadata['choices'])}."
-    return f"{text} (default: {f.default})".replace("%", "%%")
+SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(RunConfig)}  # type: ignore[misc]
+FIELD_TYPES: dict[str, FieldType] = {name: kind for cls in SECTIONS.values() for name, kind in field_types(cls).items()}
+CONFIG_HELP = "YAML or JSON file (or a packaged config name: demo) of the arguments below."
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="YAML or JSON file (or a packaged config name: demo) of the arguments below.")
-    for section, cls in SECTIONS.items():
-        group = parser.add_argument_group(f"{SECTION_TITLES[section]} arguments")
-        for f in dataclasses.fields(cls):
-            kind, optional = _field_type(f)
-            help_text = _help(f)
-            if kind is bool:
-                group.add_argument(f"--{f.name}", type=str_to_bool, nargs="?", const=True, help=help_text,
-                                   metavar="BOOL")  # fmt: skip
-                if f.default is True:  # HfArgumentParser's spelling of false for a flag that defaults to true
-                    group.add_argument(f"--no_{f.name}", dest=f.name, action="store_const", const=False,
-                                       help=f"The same as --{f.name} false. (default: not given)")  # fmt: skip
-            else:
-                group.add_argument(f"--{f.name}", type=_optional(kind) if optional else kind, help=help_text,
-                                   metavar=kind.__name__.upper())  # fmt: skip
-    parser.set_defaults(**{name: None for name in _all_fields()})
+    """train's arguments on another command's parser (compare, bench train)."""
+    parser.add_argument("--config", help=CONFIG_HELP)
+    for section in SECTIONS.values():
+        add_dataclass_arguments(parser, section)
+
+
+def train_parser(prog: str = "horovod-train train", **kwargs: Any) -> ArgumentParser:
+    parser = ArgumentParser(SECTIONS.values(), prog=prog, **kwargs)
+    parser.add_argument("--config", help=CONFIG_HELP)
+    return parser
 
 
 def config_path(spec: str) -> Path:
@@ -381,8 +354,10 @@ def _read_config_text(spec: str, config_file: Path) -> str:
     try:
         return config_file.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"config file {spec} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
-                         f"{exc.start})", "save it as UTF-8") from None
+        raise UsageError(
+            f"config file {spec} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})",
+            "save it as UTF-8",
+        ) from None
     except OSError as exc:
         raise UsageError(f"config file {spec} cannot be read ({exc.strerror})", "pass a readable file") from None
 
@@ -400,21 +375,23 @@ def load_config_file(spec: str) -> dict[str, Any]:
         raise UsageError(f"config file {spec} is not a mapping of argument names", "write `name: value` lines")
     odd = [repr(key) for key in data if not isinstance(key, str)]
     if odd:
-        raise UsageError(f"config file {spec} has key(s) that are not argument names: {', '.join(odd[:5])}",
-                         "use argument names from `horovod-train train --help` as keys")
-    unknown = sorted(set(data) - set(_all_fields()))
+        raise UsageError(
+            f"config file {spec} has key(s) that are not argument names: {', '.join(odd[:5])}",
+            "use argument names from `horovod-train train --help` as keys",
+        )
+    unknown = sorted(set(data) - set(FIELD_TYPES))
     if unknown:
         raise UsageError(
             f"unknown key(s) in {spec}: {', '.join(unknown)}",
             "use argument names from `horovod-train train --help`",
         )
-    return data
+    return {name: _coerce(name, value) for name, value in data.items()}
 
 
 def _coerce(name: str, value: Any) -> Any:
     """A config file's value as the argument's type: YAML's scalars only (a list, a mapping, or true for a
-    number is refused, not turned into text or 1)."""
-    kind, optional = _field_type(_all_fields()[name])
+    number is refused, not turned into text or 1). A Literal's value is checked by its domain."""
+    kind, optional = FIELD_TYPES[name].kind, FIELD_TYPES[name].optional
     if value is None:
         if optional:
             return None
@@ -423,7 +400,7 @@ def _coerce(name: str, value: Any) -> Any:
         if isinstance(value, list | dict | set | tuple) or (isinstance(value, bool) and kind is not bool):
             raise ValueError
         if kind is bool:
-            return str_to_bool(value if isinstance(value, bool) else str(value))
+            return string_to_bool(value if isinstance(value, bool) else str(value))
         if kind is int and isinstance(value, float) and not value.is_integer():
             raise ValueError
         return kind(value)
@@ -433,98 +410,10 @@ def _coerce(name: str, value: Any) -> Any:
         ) from None
 
 
-def train_parser(prog: str = "horovod-train train") -> Parser:
-    parser = Parser(prog=prog, description="Fine-tune a sequence-classification model data-parallel.")
-    add_run_arguments(parser)
-    return parser
-
-
 def parse_run_config(argv: list[str] | None = None, namespace: argparse.Namespace | None = None) -> RunConfig:
-    """Defaults < --config file < command line."""
+    """Defaults < --config file < command line; every section checked as it is built."""
     args = train_parser().parse_args(argv or []) if namespace is None else namespace
-    values: dict[str, Any] = {}
-    if args.config:
-        values.update({k: _coerce(k, v) for k, v in load_config_file(args.config).items()})
-    given = {k: v for k, v in vars(args).items() if k in _all_fields() and v is not None}
-    values.update({k: None if v is EXPLICIT_NONE else v for k, v in given.items()})
-    sections = {
-        section: cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values})
-        for section, cls in SECTIONS.items()
-    }
-    config = RunConfig(**sections)
-    validate(config)
-    return config
-
-
-def validate(config: RunConfig) -> None:
-    """Each argument against its domain (domains.py), then the rules between arguments."""
-    check_domains(config.to_dict())
-    config.data.check()
-    _validate_training(config.training)
-    _validate_horovod(config.horovod, config.training)
-
-
-def _validate_training(t: TrainingArguments) -> None:
-    if t.save_strategy == "steps" and not t.save_steps:
-        raise UsageError("--save_strategy steps needs --save_steps", "pass e.g. --save_steps 500")
-    if t.max_steps <= 0 and t.num_train_epochs <= 0:
-        raise UsageError("nothing to train: --num_train_epochs <= 0 and no --max_steps", "set one of them > 0")
-    if not (t.do_train and t.do_eval):
-        flag = "--do_train" if not t.do_train else "--do_eval"
-        raise UsageError(f"{flag} false: `train` always trains and evaluates",
-                         "drop the flag (--eval_strategy no evaluates only once, at the end)")
-    _validate_best_model(t)
-    if t.bf16 and t.fp16:
-        raise UsageError("--bf16 and --fp16 are both set", "choose one of them")
-
-
-def _validate_best_model(t: TrainingArguments) -> None:
-    """transformers' rules: the best checkpoint is chosen among checkpoints written right after an evaluation."""
-    if t.metric_for_best_model is None and t.load_best_model_at_end:
-        t.metric_for_best_model = "loss"
-    if t.metric_for_best_model is not None:
-        if not t.metric_for_best_model.startswith("eval_"):
-            t.metric_for_best_model = f"eval_{t.metric_for_best_model}"
-        if t.greater_is_better is None:
-            t.greater_is_better = not t.metric_for_best_model.endswith("_loss")
-    if not t.load_best_model_at_end:
-        return
-    if t.eval_strategy == "no" or t.save_strategy != t.eval_strategy:
-        raise UsageError(
-            f"--load_best_model_at_end needs --save_strategy equal to --eval_strategy (got save {t.save_strategy}, "
-            f"eval {t.eval_strategy})", "pass the same epoch or steps to both")
-    eval_steps = t.eval_steps or t.logging_steps
-    if t.save_strategy == "steps" and t.save_steps % eval_steps:
-        raise UsageError(
-            f"--load_best_model_at_end needs --save_steps to be a multiple of the evaluation interval (got "
-            f"--save_steps {t.save_steps}, evaluation every {eval_steps} steps)",
-            f"pass e.g. --save_steps {eval_steps * max(1, t.save_steps // eval_steps)}")
-
-
-def _validate_horovod(h: HorovodArguments, t: TrainingArguments) -> None:
-    if h.op == "adasum" and h.gradient_predivide_factor != 1.0:
-        raise UsageError("--gradient_predivide_factor only applies to --op average", "drop it or use average")
-    if h.autotune_log and not h.autotune:
-        raise UsageError("--autotune_log without --autotune", "add --autotune or drop --autotune_log")
-    if h.op == "adasum" and t.engine == "horovod":
-        _validate_adasum(t)
-    if not h.elastic:
-        return
-    if t.engine != "horovod":
-        raise UsageError(f"--elastic needs --engine horovod (got {t.engine})", "drop --elastic or use horovod")
-    if t.group_by_length:
-        raise UsageError("--group_by_length does not work with --elastic", "drop one of the two flags")
-    if h.horovod_groups:  # a joining worker's grouped all-reduce never matches the running workers'
-        raise UsageError("--horovod_groups does not work with --elastic (a joining worker stalls)",
-                         "drop --horovod_groups (elastic runs all-reduce per tensor)")
-
-
-def _validate_adasum(t: TrainingArguments) -> None:
-    """Horovod's Adasum optimizer steps each rank's optimizer inside the backward pass (its delta
-    optimizer) and combines the updates, so there is no gradient left to clip or unscale afterwards."""
-    if t.max_grad_norm > 0:
-        raise UsageError(f"--op adasum cannot clip gradients (--max_grad_norm {t.max_grad_norm}): it steps each "
-                         "rank's optimizer inside the backward pass", "add --max_grad_norm 0, or use --op average")
-    if t.fp16:
-        raise UsageError("--op adasum cannot use --fp16's loss scaling: it steps inside the backward pass, "
-                         "before the gradients could be unscaled", "use --bf16, or --op average")
+    values = load_config_file(args.config) if args.config else {}
+    for section in SECTIONS.values():
+        values.update(given(args, section))
+    return RunConfig.from_values(values)

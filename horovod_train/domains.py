@@ -4,7 +4,10 @@
 without one). A domain checks one value; ``None`` (an optional argument left unset) is always in it.
 Ranges follow transformers' ``TrainingArguments`` where it checks one (warmup_ratio in [0, 1]) and
 what torch, NumPy and Horovod accept otherwise (AdamW's eps and weight decay >= 0, NumPy's seed below
-2**32); the checks between arguments stay in config.validate.
+2**32). The fixed sets of values are the ``Literal`` types below, which the argument dataclasses use as
+their fields' types (HfArgumentParser lists them in --help; the domain refuses a value outside, from the
+command line and from a config file alike). Each dataclass's ``__post_init__`` runs its fields' domains
+(``check_section``) and then the rules between them.
 """
 
 from __future__ import annotations
@@ -13,9 +16,9 @@ import math
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from horovod_train.errors import UsageError
 
@@ -34,6 +37,15 @@ NOT_STOP_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS"
                     "SIGVTALRM", "SIGIO", "SIGPOLL"}  # fmt: skip
 
 Check = Callable[[str, Any], None]  # (argument name, value) -> None, or raises UsageError
+
+# The fixed sets, as the dataclasses' field types. EngineName is horovod_train.engines.ENGINES's names and
+# ScheduleName schedule.SCHEDULES (tests/test_domains.py checks both agree; no import back: they import torch).
+EngineName = Literal["ddp", "dp", "horovod", "single"]
+Strategy = Literal["epoch", "steps", "no"]
+ScheduleName = Literal["linear", "cosine", "constant", "constant_with_warmup"]
+Compression = Literal["none", "fp16"]
+ReduceOp = Literal["average", "adasum"]
+DDPBackend = Literal["auto", "nccl", "gloo"]
 
 
 def refuse(name: str, rule: str, value: Any, example: str, fix: str | None = None) -> UsageError:
@@ -84,11 +96,17 @@ def count(minimum: int, maximum: int | None = None, example: str = "1", fix: str
 
 
 def choice(*options: str) -> Check:
+    """One of ``options`` (``one_of`` takes them from a Literal type)."""
+
     def check(name: str, value: Any) -> None:
         if value is not None and value not in options:
             raise UsageError(f"unknown --{name} {value!r}", f"use {', '.join(options)}")
 
     return check
+
+
+def one_of(values: Any) -> Check:
+    return choice(*get_args(values))
 
 
 def boolean(name: str, value: Any) -> None:
@@ -207,9 +225,7 @@ def stop_signals(name: str, value: Any) -> None:
         raise UsageError(f"--{name} {value} names a signal twice", "name each signal once")
 
 
-# horovod_train.engines.ENGINES's names (engines import config, which imports this: no import back;
-# tests/test_domains.py checks the two agree).
-ENGINE_NAMES = ("ddp", "dp", "horovod", "single")
+ENGINE_NAMES = get_args(EngineName)
 
 
 def engine(name: str, value: Any) -> None:
@@ -229,13 +245,6 @@ def task(name: str, value: Any) -> None:
     glue.check_task(value)
 
 
-def schedule(name: str, value: Any) -> None:
-    from horovod_train.schedule import SCHEDULES
-
-    choice(*SCHEDULES)(name, value)
-
-
-STRATEGIES = ("epoch", "steps", "no")
 FRACTION = Number(0.0, 1.0, high_open=True, example="0.1")  # [0, 1): dropout, label smoothing, Adam's betas
 
 DOMAINS: dict[str, Check] = {
@@ -275,7 +284,7 @@ DOMAINS: dict[str, Check] = {
     "adam_epsilon": Number(0.0, example="1e-8"),
     "num_train_epochs": Number(0.0, example="3"),
     "max_steps": count(-1, example="1000"),
-    "lr_scheduler_type": schedule,
+    "lr_scheduler_type": one_of(ScheduleName),
     "warmup_ratio": Number(0.0, 1.0, example="0.1"),
     "warmup_steps": count(0, example="500"),
     "gradient_accumulation_steps": count(1, example="2"),
@@ -283,7 +292,7 @@ DOMAINS: dict[str, Check] = {
     "label_smoothing_factor": FRACTION,
     "seed": count(0, SEED_MAX, example="42"),
     "logging_steps": count(1, example="50"),
-    "eval_strategy": choice(*STRATEGIES),
+    "eval_strategy": one_of(Strategy),
     "eval_steps": count(1, example="500"),
     "do_train": boolean,
     "do_eval": boolean,
@@ -296,7 +305,7 @@ DOMAINS: dict[str, Check] = {
     "load_best_model_at_end": boolean,
     "metric_for_best_model": text,
     "greater_is_better": boolean,
-    "save_strategy": choice(*STRATEGIES),
+    "save_strategy": one_of(Strategy),
     "save_steps": count(0, example="500"),
     "save_total_limit": count(1, fix="pass --save_strategy no to write no checkpoints, or None to keep them all"),
     "resume_from_checkpoint": checkpoint,
@@ -310,8 +319,8 @@ DOMAINS: dict[str, Check] = {
     "group_by_length": boolean,
     # --engine horovod
     "scale_lr": boolean,
-    "compression": choice("none", "fp16"),
-    "op": choice("average", "adasum"),
+    "compression": one_of(Compression),
+    "op": one_of(ReduceOp),
     "gradient_predivide_factor": Number(0.0, low_open=True, example="1.0"),
     "horovod_timeline": writable_file,
     "autotune": boolean,
@@ -321,7 +330,7 @@ DOMAINS: dict[str, Check] = {
     "elastic_commit_steps": count(1, example="10"),
     # --engine ddp
     "ddp_bucket_cap_mb": count(1, example="25"),
-    "ddp_backend": choice("auto", "nccl", "gloo"),
+    "ddp_backend": one_of(DDPBackend),
     "ddp_find_unused_parameters": boolean,
 }
 
@@ -330,6 +339,11 @@ def check_domains(values: dict[str, Any]) -> None:
     """Each argument against its domain, in the order of ``--help``."""
     for name, value in values.items():
         DOMAINS[name](name, value)
+
+
+def check_section(section: Any) -> None:
+    """Each field of an argument dataclass against its domain."""
+    check_domains({f.name: getattr(section, f.name) for f in fields(section)})
 
 
 TOKENIZER_UNLIMITED = 10**6  # a tokenizer's model_max_length at or above this means "no limit" (transformers: 1e30)

@@ -11,8 +11,8 @@
 # from that sdist instead of downloading it; HOROVOD_WHEEL=path/horovod-X.whl installs a wheel built
 # before; build tools already present are not reinstalled (pip honours PIP_NO_INDEX/PIP_FIND_LINKS).
 # NCCL is found through HOROVOD_NCCL_HOME or HOROVOD_NCCL_INCLUDE/HOROVOD_NCCL_LIB (+ HOROVOD_NCCL_LINK),
-# passed through to Horovod's CMake, else it is torch's own pip NCCL (gpu_check.nccl_dirs); torch's CUDA must
-# be nvcc's (scripts/check_cuda_match.sh). HOROVOD_WITHOUT_MPI=1 builds without MPI (a node with no mpicxx).
+# passed through to Horovod's CMake, else it is torch's own pip NCCL (gpucheck/nccl.py); torch's CUDA must be
+# nvcc's (scripts/check_cuda_match.sh). HOROVOD_WITHOUT_MPI=1 builds without MPI (a node with no mpicxx).
 # GPU builds: the CUDA toolkit is the one `nvcc` belongs to (HOROVOD_CUDA_HOME overrides), and on CUDA >= 13
 # the kernels are compiled for HOROVOD_BUILD_CUDA_CC_LIST (default 75,80,86,89,90,100,120). Without a GPU
 # too: scripts/build_horovod_nccl.sh (`make nccl-build`) builds and checks the NCCL variant on CUDA 13.
@@ -53,13 +53,13 @@ if [ "$TORCH_CUDA" != "cpu" ]; then
     # torch's CUDA against nvcc's: another major version is an error (exit 2), another minor a warning.
     NVCC=$NVCC PYTHON=$PYTHON bash "$(dirname "${BASH_SOURCE[0]}")/check_cuda_match.sh"
     # NCCL: unless HOROVOD_NCCL_HOME/HOROVOD_NCCL_LIB name one, the pip wheel torch itself loads (nvidia-nccl-cuXX,
-    # a dependency of every CUDA torch), found and linked by gpu_check.nccl_dirs as the GPU check does: the
+    # a dependency of every CUDA torch), found and linked by gpucheck/nccl.py as the GPU check does: the
     # same NCCL as torch's, never a system libnccl built for another CUDA.
-    if [ -z "${HOROVOD_NCCL_HOME:-}${HOROVOD_NCCL_LIB:-}" ] && [ -f "$ROOT/horovod_train/gpu_check.py" ]; then
+    if [ -z "${HOROVOD_NCCL_HOME:-}${HOROVOD_NCCL_LIB:-}" ] && [ -f "$ROOT/horovod_train/gpucheck/nccl.py" ]; then
         nccl_env=$(PYTHONPATH="$ROOT" "$PYTHON" - "$("$PYTHON" -c 'import sys; print(sys.prefix)')/nccl-link" <<'PY'
 import shlex, sys
 from pathlib import Path
-from horovod_train.gpu_check import nccl_dirs
+from horovod_train.gpucheck.nccl import nccl_dirs
 print("".join(f"export {key}={shlex.quote(value)}\n" for key, value in nccl_dirs(Path(sys.argv[1])).items()))
 PY
 )

@@ -111,11 +111,11 @@ if [ "${TORCH_CUDA%%.*}" != "${CUDA_RELEASE%%.*}" ]; then
 fi
 
 # NCCL from its wheel (nccl.h and libnccl.so.2, but no libnccl.so, which CMake's find_library looks for):
-# found and linked in the environment by gpu_check.py's nccl_dirs, as the GPU check does on a GPU node.
+# found and linked in the environment by nccl_dirs (horovod_train/gpucheck/nccl.py), as the GPU check does.
 nccl_env=$(HOROVOD_NCCL_HOME='' HOROVOD_NCCL_LIB='' PYTHONPATH="$ROOT" "$PY" - "$VENV/nccl-link" <<'PY'
 import shlex, sys
 from pathlib import Path
-from horovod_train.gpu_check import nccl_dirs
+from horovod_train.gpucheck.nccl import nccl_dirs
 print("".join(f"export {key}={shlex.quote(value)}\n" for key, value in nccl_dirs(Path(sys.argv[1])).items()))
 PY
 )

@@ -9,8 +9,9 @@
 # python gets a venv (.venv-gpu, --system-site-packages: the node's torch and libraries stay in use);
 # a python already in a venv is used as it is. Missing dependencies come from $HVT_WHEELS (pip
 # --no-index), Horovod from $HOROVOD_SDIST or a horovod wheel in $HVT_WHEELS; see scripts/gpu_bundle.sh
-# for making that folder on a machine with network. The steps and the report: horovod_train/gpu_check.py
-# (--help); extra arguments are passed to it (--budget_s, --steps a,b, --output_dir, ...).
+# for making that folder on a machine with network. The steps and the report: horovod_train/gpucheck/
+# (`python -m horovod_train.gpucheck --help`, which also runs from an installed wheel); extra arguments are
+# passed to it (--budget_s, --steps a,b, --output_dir, ...).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -71,4 +72,4 @@ fi
 echo "[gpu-check] python $PY (torch CUDA: ${cuda% *}), dry run: $([ "$DRY" = 1 ] && echo yes || echo no)"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 if [ "$DRY" = 1 ]; then ARGS=(--dry_run "${ARGS[@]+"${ARGS[@]}"}"); fi
-exec "$PY" -m horovod_train.gpu_check --python "$PY" "${ARGS[@]+"${ARGS[@]}"}"
+exec "$PY" -m horovod_train.gpucheck --python "$PY" --scripts_dir "$ROOT/scripts" "${ARGS[@]+"${ARGS[@]}"}"

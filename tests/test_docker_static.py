@@ -172,31 +172,30 @@ def test_gpu_image_takes_nccl_from_torchs_pip_wheel_not_apt() -> None:
     libnccl2, and Horovod would link a CUDA 13 NCCL. build_horovod.sh links the NCCL wheel torch loads."""
     assert "libnccl" not in run_instructions()
     build = (REPO / "scripts" / "build_horovod.sh").read_text()
-    assert "from horovod_train.gpu_check import nccl_dirs" in build and 'eval "$nccl_env"' in build
+    assert "from horovod_train.gpucheck.nccl import nccl_dirs" in build and 'eval "$nccl_env"' in build
 
 
 def test_gpu_image_copies_what_the_nccl_lookup_imports() -> None:
-    """build_horovod.sh imports gpu_check before the package is copied: the modules it needs come first."""
+    """build_horovod.sh imports gpucheck.nccl before the package is copied: the files it needs come first."""
     import ast
 
     def imports(module: str) -> set[str]:
-        tree = ast.parse((REPO / "horovod_train" / f"{module}.py").read_text())
+        tree = ast.parse((REPO / f"{module.replace('.', '/')}.py").read_text())
         found = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-        return {m.removeprefix("horovod_train.") for m in found if m.startswith("horovod_train.")}
+        return {m for m in found if m.startswith("horovod_train.")}
 
-    needed, todo = set(), ["gpu_check"]
+    needed, todo = set(), ["horovod_train.gpucheck.nccl"]
     while todo:
         module = todo.pop()
         if module not in needed:
             needed.add(module)
             todo += imports(module)
-    copies = [args.split() for keyword, args in instructions(DOCKERFILE) if keyword == "COPY"]
-    early = next(words for words in copies if "horovod_train/gpu_check.py" in words)
-    assert {w.removeprefix("horovod_train/").removesuffix(".py") for w in early[:-1]} == needed | {"__init__"}
+    files = {f"{m.replace('.', '/')}.py" for m in needed}
+    files |= {f"{'/'.join(m.split('.')[:i])}/__init__.py" for m in needed for i in range(1, m.count(".") + 1)}
     steps = instructions(DOCKERFILE)
-    copied_at = next(i for i, (k, a) in enumerate(steps) if k == "COPY" and "horovod_train/gpu_check.py" in a)
     built_at = next(i for i, (k, a) in enumerate(steps) if k == "RUN" and "bash scripts/build_horovod.sh" in a)
-    assert copied_at < built_at
+    early = [args.split()[:-1] for keyword, args in steps[:built_at] if keyword == "COPY"]
+    assert {word for words in early for word in words if word.startswith("horovod_train/")} == files
 
 
 def test_gpu_image_installs_torch_from_its_index_alone_and_checks_its_cuda() -> None:

@@ -120,6 +120,14 @@ def test_the_engine_domain_is_the_engine_registry():
     assert sorted(domains.ENGINE_NAMES) == sorted(ENGINES)
 
 
+def test_the_schedule_domain_is_the_schedules():
+    from typing import get_args
+
+    from horovod_train.schedule import SCHEDULES
+
+    assert get_args(domains.ScheduleName) == SCHEDULES
+
+
 def test_every_argument_has_a_domain_and_out_of_domain_values():
     assert sorted(domains.DOMAINS) == sorted(FIELDS), "give each new argument a domain in horovod_train/domains.py"
     assert sorted(BAD) == sorted(FIELDS), "add the new argument's out-of-domain values to BAD"

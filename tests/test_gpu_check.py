@@ -100,7 +100,7 @@ def test_a_step_that_times_out_ends_its_whole_process_group(tmp_path):
     import argparse
     import time
 
-    from horovod_train import gpu_check
+    from horovod_train.gpucheck import check as gpu_check
 
     pid_file = tmp_path / "worker.pid"
     launcher = ["bash", "-c", f"sleep 300 & echo $! > {pid_file}; wait"]  # a launcher waiting on its worker

@@ -9,15 +9,14 @@ from dataclasses import replace
 
 import pytest
 
-from horovod_train.bench import layers, project
-from horovod_train.bench.allreduce import ddp_buckets
+from horovod_train.bench import common, layers, project
 from horovod_train.bench.project import MB, Cluster, Link, Setting, Workload
 from horovod_train.cli import main
 
 PNG = b"\x89PNG\r\n\x1a\n"
 NVLINK, ETHERNET = Link(100e9, 5e-6), Link(12.5e9, 10e-6)
 CLUSTER = Cluster(8, NVLINK, ETHERNET)
-SETTINGS = [Setting("horovod", "horovod", 128 * MB, cycle_time=1e-3), Setting("ddp", "ddp", 25 * MB, MB)]
+SETTINGS = [Setting("horovod", "horovod", 128 * MB, cycle_time=1e-3), Setting("ddp", "ddp", 25 * MB)]
 WORLDS = project.world_sizes(1024, 8)
 
 
@@ -77,11 +76,12 @@ def test_overlap_hides_communication_and_exposes_at_most_all_of_it():
             assert hidden["step"] == pytest.approx(work.compute + hidden["exposed"])
 
 
-def test_ddp_buckets_are_bench_allreduces_and_horovod_fuses_per_cycle():
+def test_ddp_buckets_launch_as_their_last_gradient_is_ready_and_horovod_fuses_per_cycle():
     work = workload("bert-base-cased")
-    params = layers.parameter_counts("bert-base-cased")
     modelled = project.ddp_buckets(work, SETTINGS[1])
-    assert [nbytes for _, nbytes in modelled] == [4 * n for n in ddp_buckets(tuple(params))]
+    ready = project.ready_times(work)
+    buckets = common.ddp_buckets(work.tensor_bytes, 25)  # DDP's own: tests/test_ddp_buckets.py
+    assert modelled == [(ready[last], nbytes) for last, nbytes in buckets] and len(modelled) > 1
     assert sum(nbytes for _, nbytes in modelled) == sum(work.tensor_bytes)
     fused = project.horovod_buckets(work, SETTINGS[0])
     assert sum(nbytes for _, nbytes in fused) == sum(work.tensor_bytes)

@@ -10,9 +10,9 @@ broadcast with Horovod. Measuring one after the other keeps Horovod's idle cycle
 Cases: single float32 tensors from --min_bytes to --max_bytes, and the gradient tensors of a model
 (every trainable parameter's shape). Horovod's modes: ``async`` submits every tensor and then waits for
 all, as ``hvd.DistributedOptimizer`` does, so tensor fusion applies; ``one_by_one`` waits for each call.
-torch's: ``async`` (one ``all_reduce`` per tensor, all in flight) and ``bucketed`` (DDP's layout: 25 MiB
-flat buckets in reverse parameter order, the first 1 MiB, reduced in place as with
-``gradient_as_bucket_view``). Time is the median over iterations of the slowest rank; algbw = bytes /
+torch's: ``async`` (one ``all_reduce`` per tensor, all in flight) and ``bucketed`` (DDP's layout as the ddp
+engine makes it, ``common.ddp_buckets``: 25 MiB flat buckets in reverse parameter order, reduced in place
+as with ``gradient_as_bucket_view``). Time is the median over iterations of the slowest rank; algbw = bytes /
 time and busbw = algbw x 2(n-1)/n, as nccl-tests defines them for all-reduce.
 """
 
@@ -31,6 +31,7 @@ import torch
 
 from horovod_train import domains
 from horovod_train.bench import common
+from horovod_train.config import DDPArguments
 from horovod_train.distributed_env import free_port, hostname
 from horovod_train.errors import UsageError
 from horovod_train.tables import format_table
@@ -54,7 +55,6 @@ COLUMNS = [
     "busbw_GBps",
 ]
 FRAMEWORKS = ("horovod", "torch")
-DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES = 25 * 2**20, 2**20
 HOROVOD_DEFAULTS = {"HOROVOD_FUSION_THRESHOLD": str(128 * 2**20), "HOROVOD_CYCLE_TIME": "1"}  # Horovod 0.28
 
 
@@ -88,17 +88,6 @@ def model_case(name: str) -> Case:
     with torch.device("meta"):
         model = BertForSequenceClassification(common.bert_config(name))
     return Case(name, "model", tuple(p.numel() for p in model.parameters() if p.requires_grad))
-
-
-def ddp_buckets(numels: tuple[int, ...]) -> list[int]:
-    """Element counts of DDP's gradient buckets: reverse parameter order, the first capped at 1 MiB."""
-    buckets, current, cap = [], 0, DDP_FIRST_BUCKET_BYTES
-    for n in reversed(numels):
-        current += n
-        if 4 * current >= cap:
-            buckets.append(current)
-            current, cap = 0, DDP_BUCKET_BYTES
-    return buckets + ([current] if current else [])
 
 
 def iterations(nbytes: int, args: argparse.Namespace) -> int:
@@ -180,7 +169,9 @@ def torch_modes(dist: Any) -> dict[str, Mode]:
 
     def bucketed(case: Case, tensors: list[torch.Tensor]):
         # DDP with gradient_as_bucket_view: the gradients are views of flat buckets, reduced in place.
-        buckets = list(torch.zeros(sum(case.numels), device=tensors[0].device).split(ddp_buckets(case.numels)))
+        sizes = common.ddp_buckets([4 * n for n in case.numels], DDPArguments.ddp_bucket_cap_mb)  # float32
+        numels = [nbytes // 4 for _, nbytes in sizes]
+        buckets = list(torch.zeros(sum(case.numels), device=tensors[0].device).split(numels))
         return in_flight(case, buckets)
 
     return {"tensor:single": in_flight, "model:async": in_flight, "model:bucketed": bucketed}

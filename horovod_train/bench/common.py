@@ -1,5 +1,6 @@
 """What the benchmarks share: byte sizes, bandwidths as nccl-tests defines them, the BERT shapes they
-measure, and their CSV/JSON/PNG outputs."""
+measure, DDP's gradient buckets (the one model of them: bench allreduce reduces them, bench project times
+them), and their CSV/JSON/PNG outputs."""
 
 from __future__ import annotations
 
@@ -39,6 +40,10 @@ BERT_BASE_CASED = dict(
     type_vocab_size=2,
 )
 MODELS = ("tiny-bert", "bert-base-cased")
+# DDP's buckets as torch 2.13 forms them: bucket_cap_mb (25 MiB unless given), and only when it is not given
+# is the first bucket (the last layers' gradients) capped at 1 MiB. The ddp engine always passes its
+# --ddp_bucket_cap_mb, so its buckets all have the one cap (tests/test_ddp_buckets.py checks DDP's own).
+DDP_DEFAULT_CAP_MB, DDP_DEFAULT_FIRST_BUCKET_BYTES = 25, 2**20
 
 
 def parse_bytes(text: str) -> int:
@@ -64,6 +69,27 @@ def algbw(nbytes: float, seconds: float) -> float:
 def busbw(alg: float, world_size: int) -> float:
     """nccl-tests' bus bandwidth of all-reduce, 2(n-1)/n x algbw: comparable with the link's peak."""
     return alg * 2 * (world_size - 1) / world_size
+
+
+def ddp_caps(bucket_cap_mb: float | None) -> tuple[int, int]:
+    """(cap, first bucket's cap) in bytes of ``DistributedDataParallel(bucket_cap_mb=...)``."""
+    if bucket_cap_mb is None:
+        return DDP_DEFAULT_CAP_MB * 2**20, DDP_DEFAULT_FIRST_BUCKET_BYTES
+    return int(bucket_cap_mb * 2**20), int(bucket_cap_mb * 2**20)
+
+
+def ddp_buckets(tensor_bytes: Sequence[int], bucket_cap_mb: float | None) -> list[tuple[int, int]]:
+    """The one model of DDP's gradient buckets: over tensors of ``tensor_bytes`` (in parameter order), a
+    list of (position in backward order of the gradient that completes the bucket, bytes). Backward makes
+    the gradients in reverse order; a bucket is closed once it holds its cap or more (``ddp_caps``)."""
+    cap, limit = ddp_caps(bucket_cap_mb)
+    buckets, size = [], 0
+    for position, nbytes in enumerate(reversed(tensor_bytes)):
+        size += nbytes
+        if size >= limit:
+            buckets.append((position, size))
+            size, limit = 0, cap
+    return buckets + ([(len(tensor_bytes) - 1, size)] if size else [])
 
 
 def bert_config(name: str, num_labels: int = 3) -> Any:

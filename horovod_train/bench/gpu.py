@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,9 @@ import torch
 
 from horovod_train import domains
 from horovod_train.amp import Precision, enable_tf32
+from horovod_train.arguments import add_dataclass_arguments, field_default, given
 from horovod_train.bench import common
-from horovod_train.config import RunConfig, TrainingArguments, str_to_bool
+from horovod_train.config import DataArguments, RunConfig, TrainingArguments
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
 from horovod_train.tables import format_table
@@ -70,48 +72,69 @@ COLUMNS = [
     "peak_memory_mb",
     "vs_single",
 ]
-# (tiny, full) defaults of the size-dependent arguments
+# bench gpu's defaults where they differ from train's (its --help shows them): the size-dependent ones
+# (tiny, full), then the others.
 SIZES = {"per_device_train_batch_size": (8, 128), "steps": (3, 50), "warmup": (1, 10), "max_seq_length": (64, 128)}
+DEFAULTS = {"output_dir": "runs/bench/gpu", "bf16": True, "group_by_length": True}  # bf16: false with --fp16
+SHOWN_DEFAULTS = {**{name: f"{full}; tiny {tiny}" for name, (tiny, full) in SIZES.items()}, **DEFAULTS,
+                  "bf16": "True (False with --fp16; --bf16 false without --fp16: fp32)",
+                  "peak_tflops": "by device name, PEAK_BF16_TFLOPS"}  # fmt: skip
+# train's arguments that bench gpu takes, parsed as train parses them (their domains are train's).
+TRAINING_FIELDS = ("output_dir", "per_device_train_batch_size", "seed", "bf16", "fp16", "torch_compile",
+                   "group_by_length")  # fmt: skip
+DATA_FIELDS = ("max_seq_length",)
+
+
+@dataclass
+class GpuBenchArguments:
+    """bench gpu's own options; its training arguments are train's (TRAINING_FIELDS, DATA_FIELDS)."""
+
+    _argument_group_name = "bench gpu arguments"
+
+    model: str = field(default="bert-base-cased", metadata={"help": "The architecture (random init).",
+                                                              "choices": common.MODELS})  # fmt: skip
+    tiny: bool = field(default=False, metadata={"help": "tiny-bert, few small steps (automatic without CUDA)."})
+    steps: int | None = field(default=None, metadata={"help": "Timed steps per window."})
+    warmup: int | None = field(default=None, metadata={"help": "Untimed steps first."})
+    repeats: int = field(default=3, metadata={"help": "Timing windows per engine, interleaved."})
+    mean_length: float = field(default=40.0, metadata={"help": "Mean tokens per example (MNLI: ~40)."})
+    min_length: int = field(default=8, metadata={"help": "Fewest tokens of an example."})
+    peak_tflops: float | None = field(default=None, metadata={"help": "Dense bf16 peak TFLOP/s for MFU."})
+    engines: list[str] = field(default_factory=lambda: list(ENGINES),
+                               metadata={"help": "Engines to time.", "choices": ENGINES})  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--output_dir", default="runs/bench/gpu")
-    parser.add_argument("--model", default="bert-base-cased", choices=common.MODELS)
-    parser.add_argument("--tiny", action="store_true", help="tiny-bert, few small steps (automatic without CUDA)")
-    # train's names: --bf16/--fp16 (here bf16 unless --bf16 false: fp32), --per_device_train_batch_size, ...
-    parser.add_argument("--bf16", type=str_to_bool, nargs="?", const=True, default=None, metavar="BOOL",
-                        help="bfloat16 autocast (default: true here; --bf16 false without --fp16: fp32)")
-    parser.add_argument("--fp16", type=str_to_bool, nargs="?", const=True, default=False, metavar="BOOL",
-                        help="float16 autocast with a GradScaler (default: false)")
-    parser.add_argument("--per_device_train_batch_size", type=int, default=None,
-                        help="examples per step (default 128; tiny 8)")
-    parser.add_argument("--steps", type=int, default=None, help="timed steps per window (default 50; tiny 3)")
-    parser.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 10; tiny 1)")
-    parser.add_argument("--repeats", type=int, default=3, help="timing windows per engine, interleaved")
-    parser.add_argument("--mean_length", type=float, default=40.0, help="mean tokens per example (MNLI: ~40)")
-    parser.add_argument("--min_length", type=int, default=8)
-    parser.add_argument("--max_seq_length", type=int, default=None, help="truncation (default 128; tiny 64)")
-    parser.add_argument("--group_by_length", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--torch_compile", action="store_true", help="model.compile() before training")
-    parser.add_argument("--peak_tflops", type=float, default=None,
-                        help="dense bf16 peak for MFU (default: by device name, PEAK_BF16_TFLOPS)")
-    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
-    parser.add_argument("--seed", type=int, default=42)
+    add_dataclass_arguments(parser, GpuBenchArguments, shown=SHOWN_DEFAULTS)
+    add_dataclass_arguments(parser, TrainingArguments, only=TRAINING_FIELDS, shown=SHOWN_DEFAULTS)
+    add_dataclass_arguments(parser, DataArguments, only=DATA_FIELDS, shown=SHOWN_DEFAULTS)
+    # HfArgumentParser's --no_<flag> for a flag that defaults to true (here), and this command's earlier spelling.
+    parser.add_argument("--no_group_by_length", "--no-group_by_length", dest="group_by_length", action="store_false",
+                        default=None, help="The same as --group_by_length false. (default: not given)")  # fmt: skip
+
+
+def fill_defaults(args: argparse.Namespace) -> None:
+    """What the command line left out (None): bench gpu's defaults (tiny or full sizes), else the fields'."""
+    tiny = bool(args.tiny) or not torch.cuda.is_available()
+    own = {**DEFAULTS, **{name: sizes[0 if tiny else 1] for name, sizes in SIZES.items()}}
+    if args.fp16:
+        own["bf16"] = False
+    fields_defaults = {f.name: field_default(f) for f in dataclasses.fields(GpuBenchArguments)}
+    fields_defaults |= {f.name: field_default(f) for f in dataclasses.fields(TrainingArguments)
+                        if f.name in TRAINING_FIELDS}  # fmt: skip
+    given_values = {**given(args, GpuBenchArguments), **given(args, TrainingArguments), **given(args, DataArguments)}
+    vars(args).update({**fields_defaults, **own, **given_values, "tiny": tiny})
+    if tiny:
+        args.model = "tiny-bert"
 
 
 def resolve(args: argparse.Namespace) -> None:
-    """Fill the size defaults (tiny or full) and check every argument against its domain."""
+    """Fill the defaults (tiny or full) and check every argument against its domain."""
+    fill_defaults(args)
     if args.bf16 and args.fp16:
         raise UsageError("--bf16 and --fp16 are both set", "choose one of them")
     args.precision = "fp16" if args.fp16 else "fp32" if args.bf16 is False else "bf16"
-    args.tiny = args.tiny or not torch.cuda.is_available()
-    if args.tiny:
-        args.model = "tiny-bert"
-    for name, (tiny, full) in SIZES.items():
-        if getattr(args, name) is None:
-            setattr(args, name, tiny if args.tiny else full)
     domains.writable_dir("output_dir", args.output_dir)
-    domains.count(0, domains.SEED_MAX, example="42")("seed", args.seed)
     domains.Number(0.0, low_open=True, example="989")("peak_tflops", args.peak_tflops)  # None: by GPU name
     sizes = ("per_device_train_batch_size", "steps", "repeats", "min_length")
     positive = {k: getattr(args, k) for k in sizes}
@@ -125,6 +148,7 @@ def resolve(args: argparse.Namespace) -> None:
     if args.max_seq_length > positions:
         raise UsageError(f"--max_seq_length {args.max_seq_length} is more than {args.model}'s {positions} positions",
                          f"pass --max_seq_length {positions} or less")
+    TrainingArguments(**{name: getattr(args, name) for name in TRAINING_FIELDS})  # train's domains (--seed ...)
 
 
 def validate(args: argparse.Namespace) -> None:

@@ -6,9 +6,9 @@ gradients are all-reduced in buckets while the backward pass still runs. The mod
 - gradients: one tensor per trainable parameter (a BERT config built on the meta device, as
   ``bench allreduce`` does, or a CNN's published layer sizes), float32 unless told otherwise;
   backward produces them in reverse order, each tensor after an equal share of the backward time;
-- buckets: DDP's fixed buckets (``--ddp_bucket_cap_mb``, the first 1 MiB) launched when their last
-  gradient is ready; Horovod's background thread wakes every ``--cycle_time_ms`` and fuses what is
-  ready, up to ``--fusion_threshold_mb`` per operation;
+- buckets: DDP's fixed buckets (``--ddp_bucket_cap_mb``, as the ddp engine passes it: ``common.ddp_buckets``)
+  launched when their last gradient is ready; Horovod's background thread wakes every ``--cycle_time_ms``
+  and fuses what is ready, up to ``--fusion_threshold_mb`` per operation;
 - one communication stream: bucket k starts when it is ready and bucket k-1 is done;
 - ring all-reduce of S bytes over n ranks on a link of bandwidth B and latency alpha:
   ``2(n-1)/n * S/B + 2(n-1) * alpha``; across nodes with several GPUs per node, hierarchical:
@@ -31,6 +31,7 @@ from typing import Any
 
 from horovod_train import domains
 from horovod_train.bench import common
+from horovod_train.config import DDPArguments
 from horovod_train.errors import UsageError
 from horovod_train.tables import format_table
 
@@ -73,9 +74,12 @@ class Setting:
     name: str
     kind: str  # "horovod" (cycle + fusion) or "ddp" (fixed buckets)
     bucket_bytes: int  # Horovod's fusion threshold, or DDP's bucket cap
-    first_bucket_bytes: int = 0  # DDP's first bucket
     cycle_time: float = 0.0  # seconds between Horovod's fusion rounds
     overlap: bool = True  # communication starts during backward
+
+    @property
+    def bucket_mb(self) -> float:
+        return self.bucket_bytes / MB
 
 
 @dataclass(frozen=True)
@@ -136,17 +140,9 @@ def ready_times(workload: Workload) -> list[float]:
 
 
 def ddp_buckets(workload: Workload, setting: Setting) -> list[tuple[float, int]]:
-    """(launch time, bytes): fixed buckets in backward order, launched when their last gradient is ready."""
-    buckets, size, cap = [], 0, setting.first_bucket_bytes or setting.bucket_bytes
-    sizes = list(reversed(workload.tensor_bytes))
-    for ready, nbytes in zip(ready_times(workload), sizes, strict=True):
-        size += nbytes
-        if size >= cap:
-            buckets.append((ready, size))
-            size, cap = 0, setting.bucket_bytes
-    if size:
-        buckets.append((ready_times(workload)[-1], size))
-    return buckets
+    """(launch time, bytes): DDP's buckets (common.ddp_buckets), launched when their last gradient is ready."""
+    ready = ready_times(workload)
+    return [(ready[last], nbytes) for last, nbytes in common.ddp_buckets(workload.tensor_bytes, setting.bucket_mb)]
 
 
 def horovod_buckets(workload: Workload, setting: Setting) -> list[tuple[float, int]]:
@@ -221,7 +217,7 @@ def horovod_setting(args: argparse.Namespace) -> Setting:
 
 
 def ddp_setting(args: argparse.Namespace) -> Setting:
-    return Setting("ddp", "ddp", int(args.ddp_bucket_cap_mb * MB), MB, overlap=not args.no_overlap)
+    return Setting("ddp", "ddp", int(args.ddp_bucket_cap_mb * MB), overlap=not args.no_overlap)
 
 
 def fit_link(path: Path) -> tuple[Link, int]:
@@ -364,7 +360,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algorithm", default="auto", choices=("auto", "ring", "hierarchical"))
     parser.add_argument("--fusion_threshold_mb", type=float, default=128.0, help="Horovod (0.28 default 128)")
     parser.add_argument("--cycle_time_ms", type=float, default=1.0, help="Horovod (0.28 default 1)")
-    parser.add_argument("--ddp_bucket_cap_mb", type=float, default=25.0, help="DDP (default 25)")
+    parser.add_argument("--ddp_bucket_cap_mb", type=float, default=float(DDPArguments.ddp_bucket_cap_mb),
+                        help="DDP, as the ddp engine's --ddp_bucket_cap_mb (default 25)")  # fmt: skip
     parser.add_argument("--no_overlap", action="store_true", help="communicate only after backward")
     parser.add_argument("--max_gpus", type=int, default=1024)
     parser.add_argument("--check_published", action="store_true", help="also predict the Horovod paper's 512-GPU runs")

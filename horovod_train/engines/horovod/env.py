@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from horovod_train.config import HorovodArguments
+from horovod_train.engines.horovod.options import HorovodArguments
 from horovod_train.errors import UsageError
 
 # Measured on the embedded job, 2 ranks on 2 cores (docs/performance.md). Only where unset. Under mpirun

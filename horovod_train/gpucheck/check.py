@@ -1,8 +1,10 @@
 """The steps of `scripts/gpu_check.sh`: set up Horovod with NCCL offline, train and benchmark on one GPU,
 report a table on stdout and ``gpu_check.json``.
 
-Run through the script (it picks the python whose torch is a CUDA build). ``--dry_run`` runs every step
-that does not need CUDA on the CPU with tiny sizes, so the plumbing is tested (tests/test_gpu_check.py).
+Run through the script (it picks the python whose torch is a CUDA build), or from an installed wheel as
+``python -m horovod_train.gpucheck``: nothing here reads the checkout; only the Horovod build steps need
+its ``scripts/`` (``--scripts_dir``, which the script passes). ``--dry_run`` runs every step that does not
+need CUDA on the CPU with tiny sizes, so the plumbing is tested (tests/test_gpu_check.py).
 Every step is a subprocess with its own log and timeout, under one overall time budget; a step that
 fails is named and the report is still written (after every step, so even a killed run leaves one).
 Only the standard library is imported here: the dependencies may not be installed yet when it starts.
@@ -13,7 +15,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import importlib.metadata
 import importlib.util
 import json
 import math
@@ -28,10 +29,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from horovod_train.errors import UsageError, exit_with
 from horovod_train.files import write_json_atomic
+from horovod_train.gpucheck.nccl import cuda_arch, nccl_dirs
 from horovod_train.tables import format_table
 
-REPO = Path(__file__).resolve().parents[1]
+# The folder holding this copy of the package (a checkout, or site-packages): the steps' python imports it.
+IMPORT_ROOT = Path(__file__).resolve().parents[2]
+# step -> the script of the checkout's scripts/ it runs (--scripts_dir)
+SCRIPT_STEPS = {"horovod": "build_horovod.sh", "check_build": "check_horovod_build.sh"}
 DEMO_ACCURACY = 0.80  # README: `make demo` reaches >= 0.80
 TARGETS = {"samples_per_second": 6000.0, "mfu": 0.35, "horovod_vs_plain": 0.97}
 # module -> pip name: what the training and the benchmarks import beyond torch
@@ -166,7 +172,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--work_dir", type=Path, default=None, help="model and run directories (large; not kept)")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--budget_s", type=float, default=float(os.environ.get("HVT_GPU_CHECK_BUDGET_S", 520)))
-    parser.add_argument("--demo_config", default="configs/demo.yaml")
+    parser.add_argument("--demo_config", default="demo", help="the demo job's config (default: the packaged demo)")
+    parser.add_argument(
+        "--scripts_dir",
+        type=Path,
+        default=None,
+        help="the checkout's scripts/ (build_horovod.sh, check_horovod_build.sh) for the steps "
+        "horovod and check_build; scripts/gpu_check.sh passes it",
+    )
     parser.add_argument("--steps", default=None, help="comma-separated step names to run (default: all)")
     parser.add_argument("--bert_steps", type=int, default=200, help="training steps of each BERT-base run")
     parser.add_argument("--batch_sizes", default="128,256,64", help="bench gpu batch sweep (plain order)")
@@ -181,7 +194,7 @@ def log_path(ctx: Context, step: Step) -> Path:
 def step_env(ctx: Context, step: Step) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
-        PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p),
+        PYTHONPATH=os.pathsep.join(p for p in (str(IMPORT_ROOT), env.get("PYTHONPATH", "")) if p),
         PYTHONUNBUFFERED="1",
         HF_HUB_OFFLINE="1",
         HF_DATASETS_OFFLINE="1",
@@ -239,7 +252,7 @@ def run_in_own_group(cmd: list[str], env: dict[str, str], log: Any, timeout: flo
     """Run ``cmd`` in a process group of its own and return its exit status. On a timeout (or any
     interruption) the whole group is ended: torchrun's and horovodrun's workers too, not only the launcher,
     whose workers would otherwise keep the GPU and the step's ports."""
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         return proc.wait(timeout=timeout)
     finally:
@@ -367,48 +380,6 @@ def deps_step(ctx: Context) -> Step:
     return step
 
 
-def nccl_dirs(link_dir: Path) -> dict[str, str]:
-    """HOROVOD_NCCL_INCLUDE/LIB from the pip package nvidia-nccl-cu13 (or -cu12), as installed.
-
-    The wheel ships libnccl.so.2 only; CMake's find_library wants libnccl.so, so a link to it is made in
-    ``link_dir`` and Horovod links NCCL shared (the same library torch loads). ``link_dir`` lands in the
-    extension's RUNPATH, so a libnccl.so.2 link there finds NCCL even before torch has loaded it.
-    Shared with scripts/build_horovod_nccl.sh.
-    """
-    if os.environ.get("HOROVOD_NCCL_HOME") or os.environ.get("HOROVOD_NCCL_LIB"):
-        return {}
-    for dist in ("nvidia-nccl-cu13", "nvidia-nccl-cu12"):
-        try:
-            files = importlib.metadata.distribution(dist).files or []
-        except importlib.metadata.PackageNotFoundError:
-            continue
-        paths = [Path(str(f.locate())) for f in files]
-        header = next((p for p in paths if p.name == "nccl.h"), None)
-        lib = next((p for p in paths if p.name.startswith("libnccl.so")), None)
-        if header and lib:
-            link_dir.mkdir(parents=True, exist_ok=True)
-            for name in ("libnccl.so", "libnccl.so.2"):
-                link = link_dir / name
-                link.unlink(missing_ok=True)
-                link.symlink_to(lib.resolve())
-            return {
-                "HOROVOD_NCCL_INCLUDE": str(header.parent),
-                "HOROVOD_NCCL_LIB": str(link_dir),
-                "HOROVOD_NCCL_LINK": "SHARED",
-            }
-    return {}
-
-
-def cuda_arch() -> str:
-    """HOROVOD_BUILD_CUDA_CC_LIST for this GPU only (e.g. 90): CUDA 13 dropped Horovod's old defaults."""
-    query = ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]
-    try:
-        cap = subprocess.run(query, capture_output=True, text=True, timeout=30).stdout.split()
-    except (OSError, subprocess.TimeoutExpired):
-        cap = []
-    return cap[0].replace(".", "") if cap else "90"
-
-
 def horovod_env(ctx: Context) -> dict[str, str]:
     env = {"PYTHON": ctx.python, "HOROVOD_WHEEL_CACHE": str(ctx.work / "horovod-wheels")}
     wheels = Path(os.environ.get("HVT_WHEELS") or "/nonexistent")
@@ -424,12 +395,17 @@ def horovod_env(ctx: Context) -> dict[str, str]:
     return env
 
 
+def script(ctx: Context, step: str) -> str:
+    """The checkout's script a setup step runs (checked by check_arguments before any step runs)."""
+    return str((ctx.args.scripts_dir or Path("scripts")) / SCRIPT_STEPS[step])
+
+
 def setup_steps(ctx: Context) -> list[Step]:
     env = horovod_env(ctx)
     build = Step(
         "horovod",
         "Horovod with NCCL (scripts/build_horovod.sh; from HOROVOD_SDIST, or HOROVOD_WHEEL, offline)",
-        ["bash", "scripts/build_horovod.sh"],
+        ["bash", script(ctx, "horovod")],
         timeout_s=420,
         env=env,
         after="deps",
@@ -437,7 +413,7 @@ def setup_steps(ctx: Context) -> list[Step]:
     check = Step(
         "check_build",
         "horovodrun --check-build lists PyTorch, Gloo (MPI if built), NCCL",
-        ["bash", "scripts/check_horovod_build.sh"],
+        ["bash", script(ctx, "check_build")],
         env=env,
         after="horovod",
     )
@@ -451,7 +427,9 @@ def setup_steps(ctx: Context) -> list[Step]:
 # --- training and benchmark steps -------------------------------------------------------------------
 
 DRY_DEMO = ["--synthetic_num_examples", "400", "--max_steps", "16", "--logging_steps", "4"]
+# 24 steps at 1e-4 leave a random tiny-bert at chance (loss ~ln 3), rising as often as falling: 1e-3 learns.
 DRY_BERT = ["--synthetic_num_examples", "400", "--per_device_train_batch_size", "8", "--logging_steps", "3"]
+DRY_BERT += ["--learning_rate", "1e-3"]
 
 
 def train_step(ctx: Context, name: str, what: str, launcher: list[str], args: list[str], **kw: Any) -> Step:
@@ -539,7 +517,7 @@ def plan(ctx: Context) -> list[Step]:
         wanted = set(ctx.args.steps.split(","))
         unknown = wanted - {s.name for s in steps}
         if unknown:
-            raise SystemExit(f"error: unknown step(s) {', '.join(sorted(unknown))}; fix: use {[s.name for s in steps]}")
+            raise UsageError(f"unknown step(s) {', '.join(sorted(unknown))}", f"use {[s.name for s in steps]}")
         steps = [s for s in steps if s.name in wanted]
         for s in steps:
             s.after = s.after if s.after in wanted else None
@@ -615,24 +593,50 @@ def print_report(report: dict[str, Any], out: Path) -> None:
         print(f"gpu-check FAILED: {', '.join(report['failed'])} (logs in {out / 'logs'})", file=sys.stderr)
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """The checkout's scripts that the chosen steps run are there, before anything is written."""
+    wanted = set(args.steps.split(",")) if args.steps else set(SCRIPT_STEPS)
+    steps = [step for step in SCRIPT_STEPS if step in wanted]
+    folder = args.scripts_dir
+    missing = [SCRIPT_STEPS[s] for s in steps if folder is None or not (folder / SCRIPT_STEPS[s]).is_file()]
+    if missing:
+        where = f"--scripts_dir {args.scripts_dir} has no" if args.scripts_dir else "no --scripts_dir for"
+        raise UsageError(
+            f"{where} {', '.join(missing)} (steps {', '.join(steps)} build and check Horovod)",
+            "pass --scripts_dir CHECKOUT/scripts (scripts/gpu_check.sh does), or --steps without horovod,check_build",
+        )
+
+
+def run_steps(ctx: Context, steps: list[Step]) -> dict[str, Any]:
+    """Every step in order; the report rewritten after each, so even a killed run leaves one."""
+    entries: list[dict[str, Any]] = []
+    for step in steps:
+        entry = run_step(ctx, step)
+        ctx.results[step.name] = entry
+        entries.append(entry)
+        print(f"[gpu-check] {step.name}: {entry['status']} {entry['detail']}", flush=True)
+        write_report(ctx, entries, done=False)
+    return write_report(ctx, entries, done=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu_check", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
+    try:
+        check_arguments(args)
+    except UsageError as error:
+        exit_with(error)
     out = args.output_dir.resolve()
     work = (args.work_dir or Path(os.environ.get("TMPDIR", "/tmp")) / f"hvt-gpu-check-{os.getpid()}").resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    work.mkdir(parents=True, exist_ok=True)
     ctx = Context(args, args.python, out, work, args.dry_run, time.monotonic() + args.budget_s)
-    entries: list[dict[str, Any]] = []
     try:
-        for step in plan(ctx):
-            entry = run_step(ctx, step)
-            ctx.results[step.name] = entry
-            entries.append(entry)
-            print(f"[gpu-check] {step.name}: {entry['status']} {entry['detail']}", flush=True)
-            write_report(ctx, entries, done=False)
-        report = write_report(ctx, entries, done=True)
+        steps = plan(ctx)
+        out.mkdir(parents=True, exist_ok=True)
+        work.mkdir(parents=True, exist_ok=True)
+        report = run_steps(ctx, steps)
+    except UsageError as error:
+        exit_with(error)
     finally:
         if args.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,144 @@
+"""Command-line arguments from dataclasses, by transformers' ``HfArgumentParser``, in the project's style.
+
+HfArgumentParser makes each field an argument from its type hint: ``X | None`` takes an X, a ``Literal``
+one of its values, a ``bool`` is ``--flag [BOOL]`` and, when it defaults to true, also ``--no_flag``; a
+dataclass's ``_argument_group_name`` is its section of ``--help``. On top of that (``_adjusted``):
+
+- every argument's default is None, so a namespace tells what the command line gave: a config file's
+  value must survive a flag that was left out (``given``). ``--name None`` on an optional argument is
+  ``EXPLICIT_NONE``, which does override a config file;
+- a ``Literal``'s values are listed in ``--help`` and checked by the field's domain (domains.py), which
+  refuses a command-line value and a config file's in the same words;
+- an error is one line (``UsageError``, exit 2), not argparse's usage dump.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+from collections.abc import Iterable
+from types import NoneType
+from typing import Any, Literal, get_args, get_origin, get_type_hints
+
+from transformers import HfArgumentParser
+
+from horovod_train.errors import UsageError
+
+TRUE_VALUES, FALSE_VALUES = ("yes", "true", "t", "y", "1"), ("no", "false", "f", "n", "0")  # string_to_bool's
+
+
+class _ExplicitNone:
+    """`--flag None` on the command line: unlike an absent flag (None), it overrides a config file."""
+
+    def __repr__(self) -> str:
+        return "None"
+
+
+EXPLICIT_NONE = _ExplicitNone()
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldType:
+    """What a field's type hint takes: ``kind`` (str, int, float, bool or list; a Literal's values' type),
+    whether None is allowed, and a Literal's values."""
+
+    kind: type
+    optional: bool = False
+    choices: tuple[Any, ...] | None = None
+
+    @classmethod
+    def of(cls, hint: Any) -> FieldType:
+        optional = type(None) in get_args(hint)
+        if optional:
+            hint = next(arg for arg in get_args(hint) if arg is not NoneType)
+        if get_origin(hint) is Literal:
+            choices = get_args(hint)
+            return cls(type(choices[0]), optional, choices)
+        return cls(get_origin(hint) or hint, optional)
+
+
+def field_types(dtype: type) -> dict[str, FieldType]:
+    hints = get_type_hints(dtype)
+    return {f.name: FieldType.of(hints[f.name]) for f in dataclasses.fields(dtype) if f.init}
+
+
+def field_default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def _optional(kind: Any) -> Any:
+    def parse(value: str) -> Any:
+        return EXPLICIT_NONE if value.lower() in ("none", "null") else kind(value)
+
+    parse.__name__ = getattr(kind, "__name__", "value")  # argparse's "invalid int value: ..."
+    return parse
+
+
+def _adjusted(f: dataclasses.Field, field_type: FieldType, kwargs: dict[str, Any], shown_default: Any) -> dict:
+    """HfArgumentParser's keywords for ``f``'s argument, in our conventions (see the module's doc)."""
+    kwargs = dict(kwargs, default=None)
+    if kwargs.get("action") == "store_false":  # HfArgumentParser's --no_<flag>
+        return {**kwargs, "help": f"The same as --{f.name} false. (default: not given)"}
+    if field_type.choices is not None:
+        del kwargs["choices"]
+        kwargs["metavar"] = "{" + ",".join(map(str, field_type.choices)) + "}"
+    elif field_type.kind is bool:  # also an optional bool: a bare --flag is true
+        kwargs.update(nargs="?", const=True, metavar="BOOL")
+    elif field_type.optional:
+        kwargs["type"] = _optional(kwargs["type"])
+    kinds = {str: "STR", int: "INT", float: "FLOAT"}
+    if field_type.kind in kinds and "choices" not in kwargs:
+        kwargs.setdefault("metavar", kinds[field_type.kind])
+    help_text = kwargs.get("help") or ""
+    kwargs["help"] = f"{help_text} (default: {shown_default})".strip().replace("%", "%%")
+    return kwargs
+
+
+class _Adjusting:
+    """The parser or group HfArgumentParser adds one field's argument(s) to, adjusting them."""
+
+    def __init__(self, target: Any, f: dataclasses.Field, field_type: FieldType, shown_default: Any) -> None:
+        self.target, self.field, self.field_type, self.shown_default = target, f, field_type, shown_default
+
+    def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:
+        return self.target.add_argument(*names, **_adjusted(self.field, self.field_type, kwargs, self.shown_default))
+
+
+def add_dataclass_arguments(
+    parser: argparse.ArgumentParser, dtype: type, only: Iterable[str] | None = None, shown: dict[str, str] | None = None
+) -> None:
+    """``dtype``'s fields (or those named in ``only``) as arguments of any argparse parser, the way
+    HfArgumentParser makes them (its own ``_add_dataclass_arguments`` needs an HfArgumentParser).
+    ``shown``: the default --help gives, where a command fills in its own (bench gpu's sizes)."""
+    title = getattr(dtype, "_argument_group_name", None)
+    target = parser.add_argument_group(title) if title else parser
+    types, hints = field_types(dtype), get_type_hints(dtype)
+    wanted = set(only) if only is not None else None
+    for f in dataclasses.fields(dtype):
+        if f.init and (wanted is None or f.name in wanted):
+            resolved = copy.copy(f)  # HfArgumentParser rewrites .type; the class's own field keeps its hint
+            resolved.type = hints[f.name]
+            shown_default = (shown or {}).get(f.name, field_default(f))
+            HfArgumentParser._parse_dataclass_field(_Adjusting(target, f, types[f.name], shown_default), resolved)
+
+
+class ArgumentParser(HfArgumentParser):
+    """HfArgumentParser with the adjustments above, argparse's plain help layout (each help says its
+    default) and the project's error style."""
+
+    def __init__(self, dataclass_types: Any = None, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.HelpFormatter)
+        super().__init__(list(dataclass_types or []), **kwargs)
+
+    def _add_dataclass_arguments(self, dtype: type) -> None:
+        add_dataclass_arguments(self, dtype)
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message, f"see `{self.prog} --help`")
+
+
+def given(namespace: argparse.Namespace, dtype: type) -> dict[str, Any]:
+    """The values of ``dtype``'s fields that the command line gave (None for an explicit None)."""
+    values = {f.name: getattr(namespace, f.name, None) for f in dataclasses.fields(dtype)}
+    return {name: None if value is EXPLICIT_NONE else value for name, value in values.items() if value is not None}

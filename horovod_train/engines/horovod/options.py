@@ -1,0 +1,76 @@
+"""``--engine horovod``'s options, read by the Horovod engine alone, and their rules (config.py adds them
+to train's arguments: this module imports no engine, so config can import it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from horovod_train.domains import Compression, ReduceOp, check_section
+from horovod_train.errors import UsageError
+
+if TYPE_CHECKING:
+    from horovod_train.config import TrainingArguments
+
+
+@dataclass
+class HorovodArguments:
+    """Read by --engine horovod only."""
+
+    _argument_group_name = "--engine horovod arguments"
+
+    scale_lr: bool = field(default=False, metadata={"help": "Multiply the learning rate by the world size."})
+    compression: Compression = field(default="none", metadata={"help": "Gradient compression."})
+    op: ReduceOp = field(default="average", metadata={"help": "Gradient reduction."})
+    gradient_predivide_factor: float = field(
+        default=1.0, metadata={"help": "Divide gradients by this before the sum and by size/this after it."}
+    )
+    # Not --timeline: horovodrun's parser would reject it as an ambiguous prefix of its own --timeline-* options.
+    horovod_timeline: str | None = field(default=None, metadata={"help": "Horovod timeline (HOROVOD_TIMELINE)."})
+    autotune: bool = field(default=False, metadata={"help": "Horovod autotuning (HOROVOD_AUTOTUNE=1)."})
+    autotune_log: str | None = field(default=None, metadata={"help": "Horovod autotune log (HOROVOD_AUTOTUNE_LOG)."})
+    horovod_groups: int | None = field(
+        default=None, metadata={"help": "hvd.DistributedOptimizer gradient groups (0: per tensor; default 1 on CPU)."}
+    )
+    # Elastic Horovod (horovodrun --min-np/--max-np --host-discovery-script).
+    elastic: bool = field(default=False, metadata={"help": "Survive workers leaving and joining (Horovod)."})
+    elastic_commit_steps: int = field(default=10, metadata={"help": "Steps between elastic state commits."})
+
+    def __post_init__(self) -> None:
+        check_section(self)
+        if self.op == "adasum" and self.gradient_predivide_factor != 1.0:
+            raise UsageError("--gradient_predivide_factor only applies to --op average", "drop it or use average")
+        if self.autotune_log and not self.autotune:
+            raise UsageError("--autotune_log without --autotune", "add --autotune or drop --autotune_log")
+
+    def check_with(self, training: TrainingArguments) -> None:
+        """The rules between these options and the training arguments."""
+        if self.op == "adasum" and training.engine == "horovod":
+            _check_adasum(training)
+        if not self.elastic:
+            return
+        if training.engine != "horovod":
+            raise UsageError(f"--elastic needs --engine horovod (got {training.engine})",
+                             "drop --elastic or use horovod")  # fmt: skip
+        if training.group_by_length:
+            raise UsageError("--group_by_length does not work with --elastic", "drop one of the two flags")
+        if self.horovod_groups:  # a joining worker's grouped all-reduce never matches the running workers'
+            raise UsageError("--horovod_groups does not work with --elastic (a joining worker stalls)",
+                             "drop --horovod_groups (elastic runs all-reduce per tensor)")  # fmt: skip
+
+
+def _check_adasum(training: TrainingArguments) -> None:
+    """Horovod's Adasum optimizer steps each rank's optimizer inside the backward pass (its delta
+    optimizer) and combines the updates, so there is no gradient left to clip or unscale afterwards."""
+    if training.max_grad_norm > 0:
+        raise UsageError(
+            f"--op adasum cannot clip gradients (--max_grad_norm {training.max_grad_norm}): it steps "
+            "each rank's optimizer inside the backward pass",
+            "add --max_grad_norm 0, or use --op average",
+        )
+    if training.fp16:
+        raise UsageError(
+            "--op adasum cannot use --fp16's loss scaling: it steps inside the backward pass, "
+            "before the gradients could be unscaled",
+            "use --bf16, or --op average",
+        )

@@ -1,0 +1,5 @@
+import sys
+
+from horovod_train.gpucheck.check import main
+
+sys.exit(main())
