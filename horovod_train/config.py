@@ -49,6 +49,24 @@ class ModelArguments:
     cache_dir: str | None = field(
         default=None, metadata={"help": "Where tokenized data and trained tokenizers are cached."}
     )
+    model_revision: str = field(
+        default="main",
+        metadata={"help": "The hub model's branch, tag or commit (as in run_glue.py); pin a commit to rerun a job."},
+    )
+    token: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hub token for gated or private models (as in run_glue.py); better: HF_TOKEN in the environment "
+            "or `hf auth login` on a login node, since a token on the command line shows in ps and run_config.json."
+        },
+    )
+    trust_remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "Run the modeling code a model directory or hub repository ships (auto_map in its config.json); "
+            "read that code first: it runs on every rank."
+        },
+    )
 
     def __post_init__(self) -> None:
         check_section(self)
@@ -312,8 +330,10 @@ class RunConfig:
                                        if f.name in values}) for name, section in SECTIONS.items()})  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        """Every argument by its flag name (the sections share one namespace)."""
-        return {k: v for f in dataclasses.fields(self) for k, v in dataclasses.asdict(getattr(self, f.name)).items()}
+        """Every argument by its flag name (the sections share one namespace), as recorded in run_config.json,
+        checkpoints and trackers: a --token is never written out."""
+        values = {k: v for f in dataclasses.fields(self) for k, v in dataclasses.asdict(getattr(self, f.name)).items()}
+        return {**values, "token": "<redacted>"} if values.get("token") else values
 
 
 SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(RunConfig)}  # type: ignore[misc]

@@ -253,6 +253,9 @@ DOMAINS: dict[str, Check] = {
     "config_name": path,
     "tokenizer_name": path,
     "cache_dir": writable_dir,
+    "model_revision": text,
+    "token": text,
+    "trust_remote_code": boolean,
     # data
     "task_name": task,
     "dataset_name": path,

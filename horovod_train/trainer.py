@@ -164,7 +164,10 @@ class Trainer:
             tokenizer_dir = model_lib.tiny_tokenizer_dir(self.cache_dir, texts)
             engine.local_main_first(lambda: model_lib.prepare_tiny_tokenizer(tokenizer_dir, texts))
             tokenizer_name = str(tokenizer_dir)
-        tokenizer = engine.local_main_first(lambda: model_lib.load_tokenizer(tokenizer_name, c.model.cache_dir))
+        access = model_lib.HubAccess(c.model.model_revision, c.model.token, c.model.trust_remote_code)
+        tokenizer = engine.local_main_first(
+            lambda: model_lib.load_tokenizer(tokenizer_name, c.model.cache_dir, access)
+        )
         d = c.data
         cached = data_lib.tokenized_cache_path(raw, tokenizer, d.max_seq_length, self.cache_dir, d.pad_to_max_length)
 
@@ -199,6 +202,7 @@ class Trainer:
             cache_dir=c.model.cache_dir,
             config_name=c.model.config_name,
             pad_token_id=self.tokenizer.pad_token_id,
+            access=model_lib.HubAccess(c.model.model_revision, c.model.token, c.model.trust_remote_code),
         )
         if self.args.torch_compile:
             model.compile()  # in place: state_dict keys and save_pretrained are unchanged
