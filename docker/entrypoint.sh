@@ -4,16 +4,16 @@
 # keys mounted at /root/.ssh/authorized_keys; ssh from this container uses the same port. Then it runs
 # the command (default: bash).
 set -euo pipefail
-
-die() {
-    echo "error: $1; fix: $2" >&2
-    exit 2
-}
+# hvt_die: launch/lib.sh of this checkout, or of the image (this file is /usr/local/bin/hvt-entrypoint there).
+lib=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../launch/lib.sh
+[ -f "$lib" ] || lib=/opt/horovod-train/launch/lib.sh
+# shellcheck source=launch/lib.sh
+source "$lib"
 
 if [ "${HVT_SSHD:-0}" = 1 ]; then
     port=${SSH_PORT:-12345}
-    [[ $port =~ ^[1-9][0-9]*$ ]] || die "SSH_PORT '$port' is not a port number" "pass -e SSH_PORT=12345"
-    [ -s /root/.ssh/authorized_keys ] || die "no /root/.ssh/authorized_keys in the container" \
+    [[ $port =~ ^[1-9][0-9]*$ ]] || hvt_die "SSH_PORT '$port' is not a port number" "pass -e SSH_PORT=12345"
+    [ -s /root/.ssh/authorized_keys ] || hvt_die "no /root/.ssh/authorized_keys in the container" \
         "mount the public key(s): -v /path/to/keys/authorized_keys:/root/.ssh/authorized_keys:ro"
     ssh-keygen -A >/dev/null
     mkdir -p /run/sshd /etc/ssh/ssh_config.d

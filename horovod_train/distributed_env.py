@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from horovod_train.errors import UsageError
+from horovod_train.launch_commands import RANK_VARIABLES, SLURM_RANK_VARIABLES, TORCHRUN_WORKER_VARIABLES
 
 if TYPE_CHECKING:
     import torch
@@ -104,32 +105,28 @@ def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
 
 
 def detect_launcher(env: Mapping[str, str]) -> str:
-    if "TORCHELASTIC_RUN_ID" in env or {"RANK", "WORLD_SIZE", "MASTER_ADDR"} <= env.keys():
+    """The launcher by its variables (their names: launch_commands.RANK_VARIABLES and the SLURM ones)."""
+    torchrun_rank, _, torchrun_size, _ = RANK_VARIABLES["torchrun"]
+    if TORCHRUN_WORKER_VARIABLES[1] in env or {torchrun_rank, torchrun_size, "MASTER_ADDR"} <= env.keys():
         return "torchrun"
-    if "HOROVOD_RANK" in env and "HOROVOD_SIZE" in env:
+    horovod_rank, _, horovod_size, _ = RANK_VARIABLES["horovodrun"]
+    if horovod_rank in env and horovod_size in env:
         return "horovodrun"
-    if "OMPI_COMM_WORLD_RANK" in env:
+    if RANK_VARIABLES["mpirun"][0] in env:
         return "mpirun"
     # An sbatch script itself also sees SLURM_PROCID/SLURM_NTASKS; only srun's tasks see the step's size.
-    if "SLURM_PROCID" in env and "SLURM_STEP_NUM_TASKS" in env:
+    if SLURM_RANK_VARIABLES[0] in env and "SLURM_STEP_NUM_TASKS" in env:
         return "srun"
     return "plain"
-
-
-# (rank, local rank, world size, local world size) as exported by the launchers that set all four.
-RANK_VARIABLES = {
-    "torchrun": ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"),
-    "horovodrun": ("HOROVOD_RANK", "HOROVOD_LOCAL_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_SIZE"),
-    "mpirun": tuple(f"OMPI_COMM_WORLD_{name}" for name in ("RANK", "LOCAL_RANK", "SIZE", "LOCAL_SIZE")),
-}
 
 
 def _ranks(env: Mapping[str, str], launcher: str) -> tuple[int, int, int, int]:
     if launcher == "plain":
         return 0, 0, 1, 1
     if launcher == "srun":
-        size = _int(env, "SLURM_NTASKS", _int(env, "SLURM_STEP_NUM_TASKS", 1))
-        return _int(env, "SLURM_PROCID"), _int(env, "SLURM_LOCALID", 0), size, _slurm_local_size(env)
+        rank, local_rank, ntasks = SLURM_RANK_VARIABLES
+        size = _int(env, ntasks, _int(env, "SLURM_STEP_NUM_TASKS", 1))
+        return _int(env, rank), _int(env, local_rank, 0), size, _slurm_local_size(env)
     rank, local_rank, size, local_size = RANK_VARIABLES[launcher]
     return _int(env, rank), _int(env, local_rank, 0), _int(env, size), _int(env, local_size, 1)
 

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 from pathlib import Path
 
-from horovod_train import distributed_env
+from horovod_train import __version__, distributed_env
 from horovod_train.config import RunConfig, TrainingArguments
 from horovod_train.errors import UsageError
 from horovod_train.tables import format_table
 
 FRAMEWORKS = {"torch": "PyTorch", "tensorflow": "TensorFlow", "mxnet": "MXNet"}
+# Horovod is no pip dependency of horovod-train: it is compiled against the torch of the environment it goes into.
+HOROVOD_BUILD_HINT = [
+    f"  build it against this environment's torch: PYTHON={sys.executable} bash scripts/build_horovod.sh",
+    "  (from a horovod-train checkout), or HOROVOD_WITH_PYTORCH=1 pip install --no-build-isolation horovod;",
+    "  --engine ddp, dp and single work without it",
+]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +45,7 @@ def horovod_support() -> list[str]:
         import horovod
         import horovod.torch as hvd
     except (ImportError, OSError) as exc:
-        return [f"horovod: not importable ({str(exc).splitlines()[0][:120]})"]
+        return [f"horovod: not importable ({str(exc).splitlines()[0][:120]})", *HOROVOD_BUILD_HINT]
     root = Path(horovod.__file__).parent
     built = {label: any((root / name).glob("mpi_lib*")) for name, label in FRAMEWORKS.items()}
 
@@ -108,6 +115,7 @@ def main(args: argparse.Namespace) -> int:
                 *horovod_support(),
                 *torch_support(),
                 f"engines: {', '.join(available_engines())}",
+                f"horovod-train {__version__} ({Path(__file__).parent})",
             ]
             print("\n".join(lines), flush=True)
     return 0

@@ -1,13 +1,12 @@
 """Launch a training (or any) program under each launcher the way users do: horovodrun, mpirun,
-torchrun or plain python. Used by `compare` and the benchmarks; the mpirun flags are those of
-launch/mpirun.sh (one list, mpirun_flags.txt)."""
+torchrun or plain python. Used by `compare` and the benchmarks; the command lines come from launch_commands, as
+those of the launch/ scripts do."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -17,20 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from horovod_train import launch_commands
 from horovod_train.config import SECTIONS
 from horovod_train.errors import UsageError
 
 BIN = Path(sys.executable).parent
-MPIRUN_FLAGS_FILE = Path(__file__).with_name("mpirun_flags.txt")
-# Forwarded to the ranks by mpirun (which starts them with its own environment on remote hosts).
-MPI_FORWARD = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "OMP_NUM_THREADS", "HF_HOME")
 # Set per run by compare itself, so not passed through from the command line.
 PER_RUN = {"output_dir", "overwrite_output_dir", "engine", "per_device_train_batch_size"}
-
-
-def mpirun_flags() -> list[str]:
-    lines = (line.strip() for line in MPIRUN_FLAGS_FILE.read_text().splitlines())
-    return [word for line in lines if line and not line.startswith("#") for word in line.split()]
 
 
 @dataclass(frozen=True)
@@ -45,20 +37,17 @@ class Run:
 
     def launch(self, program: list[str], env: Mapping[str, str] | None = None) -> list[str]:
         """``program`` under this run's launcher. horovodrun and torchrun hand their environment to the
-        ranks; mpirun is told to forward MPI_FORWARD and every HOROVOD_* variable of ``env``."""
-        n = str(self.world_size)
+        ranks; mpirun is told to forward the variables of ``env`` the ranks need (launch_commands.mpi_forwarded)."""
+        n = self.world_size
         if self.launcher == "horovodrun":
-            return [tool("horovodrun"), "-np", n, "--gloo", *program]
+            return launch_commands.horovodrun_command(program, n, horovodrun=tool("horovodrun"))
         if self.launcher == "mpirun":
-            env = os.environ if env is None else env
-            root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
-            names = [v for v in env if v in MPI_FORWARD or v.startswith("HOROVOD_")]
-            forward = [arg for var in names for arg in ("-x", var)]
             # Local runs share the cores: more ranks than cores, and idle ranks must yield, not busy-poll.
-            local = ["--oversubscribe", "-mca", "mpi_yield_when_idle", "1"]
-            return [tool("mpirun"), *root, *local, *mpirun_flags(), "-np", n, *forward, *program]
+            return launch_commands.mpirun_command(
+                program, n, env=env, oversubscribe=True, yield_when_idle=True, mpirun=tool("mpirun")
+            )
         if self.launcher == "torchrun":
-            return [tool("torchrun"), "--standalone", "--nproc_per_node", n, "--no-python", *program]
+            return launch_commands.torchrun_command(program, n, torchrun=tool("torchrun"))
         return program
 
 

@@ -194,14 +194,20 @@ hvt_nic_list() {
     done
 }
 
-# Added to every mpirun (launch/mpirun.sh, and horovodrun --mpi through --mpi-args): Open MPI 4.1's libfabric BTL
-# (ofi), which the documented `-mca btl ^openib` leaves loaded, made 6 of 28 runs between two containers start with
-# TCP round trips of 8-16 ms or 300 us instead of 30 us (on a loaded machine; with it excluded, 0 of 22), and
-# Horovod's MPI controller pays a round trip several times a step (scripts/bench_containers.py measures it).
-# Over Ethernet nothing is lost: Open MPI's own TCP BTL carries the traffic. -gmca, because Open MPI refuses a
-# second `-mca btl` and horovodrun always passes the documented one; the later -gmca value wins.
-# shellcheck disable=SC2034  # used by launch/mpirun.sh
-HVT_MPI_BTL_OVERRIDE=(-gmca btl '^openib,ofi')
+# hvt_launch_command KIND OPTIONS... -- PROGRAM...: a launcher's command line (KIND: mpirun, horovodrun, torchrun,
+# srun), built by horovod_train/launch_commands.py, the one place that knows launcher flags (see its usage with
+# --help); sets HVT_LAUNCH. It needs only the standard library: HVT_PY if found, else python3, with this checkout
+# first on PYTHONPATH. Bad options: its one error line, and this script exits with its code.
+hvt_launch_command() {
+    local status
+    mapfile -d '' -t HVT_LAUNCH < <(
+        PYTHONPATH="$HVT_REPO${PYTHONPATH:+:$PYTHONPATH}" "${HVT_PY:-python3}" -m horovod_train.launch_commands "$@"
+        printf '%s\0' "$?"
+    )
+    status=${HVT_LAUNCH[-1]:-1}
+    unset 'HVT_LAUNCH[-1]'
+    [ "$status" = 0 ] || exit "$status"
+}
 
 # Variables whose values are secrets. Under the Gloo controller horovodrun starts each rank as `env VAR=value ...
 # python ...` with every exported variable, through ssh on other hosts: the values are on command lines that `ps`
@@ -293,11 +299,11 @@ hvt_horovodrun() {
             hvt_die "both -H and --hostfile given" "pass one of them"
         elif [ -n "$hosts" ]; then
             slots=$(hvt_host_slots "$hosts")
-            placement=(-H "$hosts" "${placement[@]}")
+            placement=(--hosts "$hosts" "${placement[@]}")
         elif [ -n "$hostfile" ]; then
             hosts=$(hvt_hostfile_hosts "$hostfile")
             slots=$(hvt_host_slots "$hosts")
-            placement=(-H "$hosts" "${placement[@]}")
+            placement=(--hosts "$hosts" "${placement[@]}")
         else
             hvt_die "no hosts given" "pass -H node1:4,node2:4 or --hostfile FILE ('host slots=N' lines)"
         fi
@@ -307,10 +313,8 @@ hvt_horovodrun() {
     hvt_find_python
     hvt_need_command horovodrun "run 'make setup' (scripts/build_horovod.sh installs Horovod) or set HVT_PYTHON"
     hvt_command "$@"
-    if [ "$controller" = --mpi ]; then
-        knobs+=("--mpi-args=${HVT_MPI_BTL_OVERRIDE[*]}")
-    else
-        hvt_drop_secrets
-    fi
-    hvt_run horovodrun -np "$np" "${placement[@]}" "$controller" "${knobs[@]}" "$HVT_PY" -m horovod_train "${HVT_CMD[@]}"
+    [ "$controller" = --mpi ] || hvt_drop_secrets
+    hvt_launch_command horovodrun --np "$np" "${placement[@]}" --controller "${controller#--}" \
+        "${knobs[@]/#/--option=}" -- "$HVT_PY" -m horovod_train "${HVT_CMD[@]}"
+    hvt_run "${HVT_LAUNCH[@]}"
 }

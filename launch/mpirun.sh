@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# Plain mpirun (OpenMPI) with the flags Horovod documents, Horovod's MPI controller in the ranks:
-#   mpirun -np N [-H ...] -bind-to none -map-by slot -x NCCL_DEBUG -x LD_LIBRARY_PATH -x PATH \
-#          -mca pml ob1 -mca btl ^openib -gmca btl ^openib,ofi python -m horovod_train train ...
-# (-gmca btl ^openib,ofi: no libfabric BTL, see HVT_MPI_BTL_OVERRIDE in launch/lib.sh), plus --allow-run-as-root
-# only when run as root, and -x for every HOROVOD_*, NCCL_*, HF_*,
-# TRANSFORMERS_* and OMP_NUM_THREADS variable set here, so HOROVOD_* settings reach every rank.
+# Plain mpirun (OpenMPI) with the flags Horovod documents, Horovod's MPI controller in the ranks. The command line
+# comes from horovod_train/launch_commands.py (mpirun_command: the documented flags of mpirun_flags.txt, Open MPI's
+# libfabric BTL excluded, --allow-run-as-root only when run as root, and -x for PATH, NCCL_DEBUG, LD_LIBRARY_PATH
+# and every HOROVOD_*, NCCL_*, HF_*, TRANSFORMERS_*, PYTHON* and OMP_NUM_THREADS variable set here, so HOROVOD_*
+# settings reach every rank).
 #
 # Usage: launch/mpirun.sh [-np N] [-H host:slots,... | --hostfile FILE] [--ssh-port PORT]
 #          [--ssh-identity-file KEY] [--network-interfaces eth0[,ib0]] [--oversubscribe] [-x VAR]...
@@ -13,20 +12,20 @@
 #     --cycle-time-ms MS (HOROVOD_CYCLE_TIME), --cache-capacity N (HOROVOD_CACHE_CAPACITY),
 #     --timeline-filename FILE (HOROVOD_TIMELINE), --timeline-mark-cycles, --autotune (HOROVOD_AUTOTUNE),
 #     --autotune-log-file FILE (HOROVOD_AUTOTUNE_LOG).
-#   --network-interfaces: btl_tcp_if_include and oob_tcp_if_include for MPI, NCCL_SOCKET_IFNAME for NCCL.
+#   --network-interfaces: Open MPI's TCP interfaces (BTL and out-of-band), NCCL_SOCKET_IFNAME for NCCL.
 #   -np defaults to the slots of -H/--hostfile, else one per GPU here, else 2.
 #   Training args: anything `python -m horovod_train train` takes; none = configs/demo.yaml;
 #     `doctor --engine horovod` instead prints the rank -> local rank -> host -> device map.
 # Example: launch/mpirun.sh -np 8 -H node1:4,node2:4 -- --config configs/demo.yaml
 # Not HOROVOD_HIERARCHICAL_ALLREDUCE=1 with these flags: its cross-node step is an MPI all-reduce of host
-# memory, and -mca pml ob1 -mca btl ^openib,ofi keeps MPI on TCP, so it would move the cross-node traffic
-# from NCCL (InfiniBand/RoCE when present) to TCP. NCCL's own ring/tree already reduces within each node first.
+# memory, and these flags keep MPI on TCP, so it would move the cross-node traffic from NCCL (InfiniBand/RoCE
+# when present) to TCP. NCCL's own ring/tree already reduces within each node first.
 set -euo pipefail
 # shellcheck source=launch/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 np="" slots=0
-placement=() extra=() exports=()
+launch=() # options of horovod_train.launch_commands mpirun
 while [ "$#" -gt 0 ]; do
     case $1 in
     --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
@@ -39,40 +38,40 @@ while [ "$#" -gt 0 ]; do
         hvt_value "$1" "$#"
         [ "$slots" -eq 0 ] || hvt_die "both -H and --hostfile given" "pass one of them"
         slots=$(hvt_host_slots "$2")
-        placement+=(-H "$2")
+        launch+=(--hosts "$2")
         shift 2
         ;;
     --hostfile)
         hvt_value "$1" "$#"
         [ "$slots" -eq 0 ] || hvt_die "both -H and --hostfile given" "pass one of them"
         slots=$(hvt_host_slots "$(hvt_hostfile_hosts "$2")")
-        placement+=(--hostfile "$2")
+        launch+=(--hostfile "$2")
         shift 2
         ;;
     --ssh-port)
         hvt_value "$1" "$#" && hvt_positive_int "$1" "$2" 65535
-        ssh_port=$2
+        launch+=(--ssh-port "$2")
         shift 2
         ;;
     --ssh-identity-file)
         hvt_value "$1" "$#" && hvt_ssh_identity "$1" "$2"
-        ssh_key=$2
+        launch+=(--ssh-identity-file "$2")
         shift 2
         ;;
     --network-interfaces | --network-interface)
         hvt_value "$1" "$#" && hvt_nic_list "$1" "$2"
-        extra+=(-mca btl_tcp_if_include "$2" -mca oob_tcp_if_include "$2")
+        launch+=(--network-interfaces "$2")
         export NCCL_SOCKET_IFNAME=$2
         shift 2
         ;;
     --oversubscribe)
-        extra+=(--oversubscribe)
+        launch+=(--oversubscribe)
         shift
         ;;
     -x)
         hvt_value "$1" "$#"
-        [[ $2 =~ ^[A-Za-z_][A-Za-z0-9_]*(=.*)?$ ]] || hvt_die "-x $2 is not VAR or VAR=value" "pass e.g. -x MY_VAR"
-        exports+=(-x "$2")
+        [[ $2 =~ ^[A-Za-z_][A-Za-z0-9_]*(=.*)?$ ]] || hvt_die "-x $2 is not VAR or VAR=value" "pass a variable's name"
+        launch+=(-x "$2")
         shift 2
         ;;
     --fusion-threshold-mb)
@@ -117,33 +116,14 @@ while [ "$#" -gt 0 ]; do
 done
 
 np=$(hvt_ranks "$np" "$slots")
-if [ -n "${ssh_port:-}${ssh_key:-}" ]; then
-    extra+=(-mca plm_rsh_args "${ssh_port:+-p $ssh_port}${ssh_port:+${ssh_key:+ }}${ssh_key:+-i $ssh_key}")
-fi
 
 hvt_find_python
 hvt_need_command mpirun "load an MPI ('module load openmpi') or run scripts/install_mpi.sh"
 mpirun --version 2>/dev/null | grep -q 'Open MPI' ||
     hvt_die "mpirun on PATH is not Open MPI ($(command -v mpirun))" "put Open MPI first on PATH (this script uses its flags)"
 
-# The documented set; NCCL_DEBUG defaults to WARN so that `-x NCCL_DEBUG` always has a value.
+# NCCL_DEBUG defaults to WARN, and is passed to the ranks with the other variables set here.
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
-exports+=(-x NCCL_DEBUG -x PATH)
-[ -z "${LD_LIBRARY_PATH+set}" ] || exports+=(-x LD_LIBRARY_PATH)
-while IFS= read -r name; do
-    exports+=(-x "$name")
-done < <(compgen -e | grep -E '^(HOROVOD_|NCCL_|HF_|TRANSFORMERS_|PYTHON|OMP_NUM_THREADS$)' | grep -v '^NCCL_DEBUG$' | sort)
-
-# Horovod's documented flags, one list shared with horovod_train.launchers (compare and bench).
-documented=()
-while read -r -a words; do
-    [ "${#words[@]}" -eq 0 ] || [[ ${words[0]} == \#* ]] || documented+=("${words[@]}")
-done <"$HVT_REPO/horovod_train/mpirun_flags.txt"
-root=()
-[ "$(id -u)" -ne 0 ] || root=(--allow-run-as-root)
 hvt_command "$@"
-# Open MPI's libfabric BTL (ofi), loaded by the documented `^openib`, makes some runs start with TCP round trips
-# between hosts of 8-16 ms or 300 us instead of 30 us (measured between two containers, scripts/bench_containers.py):
-# exclude it. -gmca overrides the documented -mca btl (Open MPI refuses a second -mca btl; horovodrun passes one).
-hvt_run mpirun "${root[@]}" -np "$np" "${placement[@]}" "${documented[@]}" "${HVT_MPI_BTL_OVERRIDE[@]}" \
-    "${extra[@]}" "${exports[@]}" "$HVT_PY" -m horovod_train "${HVT_CMD[@]}"
+hvt_launch_command mpirun --np "$np" "${launch[@]}" -- "$HVT_PY" -m horovod_train "${HVT_CMD[@]}"
+hvt_run "${HVT_LAUNCH[@]}"

@@ -26,18 +26,19 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # horovod_train.launch_commands needs only the standard library
+from horovod_train.launch_commands import horovodrun_command, mpirun_command  # noqa: E402
+
 PREFIX = "hvtbench"
 HOSTS = "nodea:1,nodeb:1"
 ENV = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-# Horovod's documented flags: what launch/mpirun.sh and horovodrun --mpi ran before issue 12.
-DOCUMENTED = "-bind-to none -map-by slot -mca pml ob1 -mca btl ^openib"
-# After: what launch/mpirun.sh and launch/horovodrun_multihost.sh --mpi add (HVT_MPI_BTL_OVERRIDE, launch/lib.sh).
-AFTER = DOCUMENTED + " -gmca btl ^openib,ofi"
+# The mpirun command lines compared, from launch_commands.mpirun_command: name -> (exclude_ofi, yield_when_idle).
+# Before issue 12 launch/mpirun.sh and horovodrun --mpi ran Horovod's documented flags only; after, Open MPI's
+# libfabric BTL is excluded too.
 MPI_VARIANTS = {
-    "before: documented flags": DOCUMENTED,
-    "before + mpi_yield_when_idle 1": DOCUMENTED + " -mca mpi_yield_when_idle 1",
-    "after: + -gmca btl ^openib,ofi": AFTER,
-    "btl self,vader,tcp": "-bind-to none -map-by slot -mca pml ob1 -mca btl self,vader,tcp",
+    "before: documented flags": (False, False),
+    "before + yield when idle": (False, True),
+    "after: + libfabric BTL (ofi) excluded": (True, False),
 }
 JOB = [
     "--synthetic_num_examples", "600", "--num_train_epochs", "1", "--per_device_train_batch_size", "16",
@@ -107,8 +108,11 @@ def on_a(*cmd: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return proc
 
 
-def mpirun(flags: str, *cmd: str) -> list[str]:
-    return ["mpirun", "--allow-run-as-root", "-np", "2", "-H", HOSTS, *flags.split(), *cmd]
+def mpirun(variant: tuple[bool, bool], *cmd: str, forward: tuple[str, ...] = ()) -> list[str]:
+    """2 ranks, one on each container (as root there), -x PATH and ``forward``."""
+    exclude_ofi, yield_when_idle = variant
+    return mpirun_command(cmd, 2, env={}, hosts=HOSTS, forward=forward, exclude_ofi=exclude_ofi,
+                          yield_when_idle=yield_when_idle, root=True)  # fmt: skip
 
 
 def tcp_rtt(n: int) -> float:
@@ -117,15 +121,16 @@ def tcp_rtt(n: int) -> float:
     return float(out.split("RTT ")[1].split()[0])
 
 
-def mpi_rtt(flags: str, n: int, runs: int) -> dict:
+def mpi_rtt(variant: tuple[bool, bool], n: int, runs: int) -> dict:
     """Each run is a fresh mpirun (whether a run is slow is decided at its start): every run's median."""
     small, large = [], []
     for _ in range(runs):
-        out = on_a(*mpirun(flags, "-x", "PATH", "python", "-c", PINGPONG, str(n))).stdout
+        command = mpirun(variant, "python", "-c", PINGPONG, str(n))
+        out = on_a(*command).stdout
         words = out.split("RTT ")[1].split()
         small.append(float(words[0]))
         large.append(float(words[1]))
-    return {"flags": flags, "rtt_8B_us": sorted(small), "rtt_4MiB_ms": sorted(large)}
+    return {"command": command[:-4], "rtt_8B_us": sorted(small), "rtt_4MiB_ms": sorted(large)}
 
 
 def train(name: str, cmd: list[str], out: Path, repeats: int) -> dict:
@@ -160,8 +165,8 @@ def main() -> None:
                 sys.exit(up.stdout + up.stderr)
             result["tcp_rtt_us"] = tcp_rtt(args.pings)
             print(f"{'plain TCP':45s} round trip {result['tcp_rtt_us']:9.1f} us", flush=True)
-            for name, flags in MPI_VARIANTS.items():
-                result["mpi"][name] = got = mpi_rtt(flags, args.pings, args.mpi_runs)
+            for name, variant in MPI_VARIANTS.items():
+                result["mpi"][name] = got = mpi_rtt(variant, args.pings, args.mpi_runs)
                 slow = sum(rtt > 200 for rtt in got["rtt_8B_us"])
                 print(f"{'MPI ' + name:45s} round trip per run (us): {', '.join(f'{r:.0f}' for r in got['rtt_8B_us'])}"
                       f"  [{slow}/{len(got['rtt_8B_us'])} runs > 200 us]; 4 MiB median "
@@ -169,16 +174,16 @@ def main() -> None:
             if not args.skip_training:
                 runs = {
                     "horovodrun --gloo": ["launch/horovodrun_multihost.sh", "-H", HOSTS, "--gloo", "--"],
-                    "horovodrun --mpi, before": [
-                        "horovodrun", "-np", "2", "-H", HOSTS, "--mpi", "python", "-m", "horovod_train", "train",
-                    ],
+                    "horovodrun --mpi, before": horovodrun_command(
+                        ["python", "-m", "horovod_train", "train"], 2, controller="mpi", hosts=HOSTS, exclude_ofi=False,
+                    ),
                     "horovodrun --mpi, launch/horovodrun_multihost.sh": [
                         "launch/horovodrun_multihost.sh", "-H", HOSTS, "--mpi", "--",
                     ],
-                    "mpirun, before": [
-                        *mpirun(DOCUMENTED, "-x", "PATH", *[a for k in ENV for a in ("-x", k)]),
-                        "python", "-m", "horovod_train", "train",
-                    ],
+                    "mpirun, before": mpirun(
+                        MPI_VARIANTS["before: documented flags"], "python", "-m", "horovod_train", "train",
+                        forward=tuple(ENV),
+                    ),
                     "mpirun, launch/mpirun.sh": ["launch/mpirun.sh", "-H", HOSTS, "--"],
                 }  # fmt: skip
                 for name, cmd in runs.items():

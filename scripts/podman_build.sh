@@ -44,13 +44,11 @@ BASE=localhost/debian:bookworm-slim
 SUITE=bookworm
 PY=${HVT_PYTHON:-$ROOT/.venv/bin/python}
 
-die() {
-    echo "error: $1; fix: $2" >&2
-    exit 2
-}
+# shellcheck source=launch/lib.sh
+source "$ROOT/launch/lib.sh" # hvt_die
 
 need() {
-    command -v "$1" >/dev/null 2>&1 || die "$1 is not installed" "apt-get install $2"
+    command -v "$1" >/dev/null 2>&1 || hvt_die "$1 is not installed" "apt-get install $2"
 }
 
 step_conf() {
@@ -104,14 +102,14 @@ step_base() {
 
 # Sets TORCH_DIR: a directory with index/torch/index.html and the wheel, to be mounted at /hvt-build.
 step_torch_index() {
-    [ -x "$PY" ] || die "no Python at $PY" "run 'make setup' or set HVT_PYTHON"
+    [ -x "$PY" ] || hvt_die "no Python at $PY" "run 'make setup' or set HVT_PYTHON"
     local version wheel
     version=$("$PY" -c 'import torch; print(torch.__version__)')
     version=${version%%+*}+cpu # a CUDA torch here: the CPU build of the same version (then Horovod is compiled)
     TORCH_DIR=$STATE/build
     mkdir -p "$TORCH_DIR/wheels" "$TORCH_DIR/index/torch"
     if [ -n "${HVT_TORCH_WHEEL:-}" ]; then
-        [ -f "$HVT_TORCH_WHEEL" ] || die "HVT_TORCH_WHEEL=$HVT_TORCH_WHEEL does not exist" "point it at a torch wheel"
+        [ -f "$HVT_TORCH_WHEEL" ] || hvt_die "HVT_TORCH_WHEEL=$HVT_TORCH_WHEEL does not exist" "point it at a torch wheel"
         cp -u "$HVT_TORCH_WHEEL" "$TORCH_DIR/wheels/"
     elif ! ls "$TORCH_DIR"/wheels/torch-"$version"-*.whl >/dev/null 2>&1; then
         echo "[podman] fetching the torch $version wheel with the host's pip"
@@ -122,7 +120,7 @@ step_torch_index() {
                 --index-url https://download.pytorch.org/whl/cpu "torch==$version"
     fi
     local -a found=("$TORCH_DIR"/wheels/torch-"$version"-*.whl)
-    [ -f "${found[0]}" ] || die "no torch $version wheel in $TORCH_DIR/wheels" "set HVT_TORCH_WHEEL to a torch CPU wheel"
+    [ -f "${found[0]}" ] || hvt_die "no torch $version wheel in $TORCH_DIR/wheels" "set HVT_TORCH_WHEEL to a torch CPU wheel"
     wheel=$(basename "${found[0]}")
     printf '<a href="file:///hvt-build/wheels/%s">%s</a>\n' "${wheel//+/%2B}" "$wheel" >"$TORCH_DIR/index/torch/index.html"
     # pip inside the build trusts the host pip's bundle (sites behind a TLS-inspecting proxy need exactly this).
@@ -143,13 +141,13 @@ step_torch_index() {
 # built it (a wheel cached before digests were recorded gets one now: it lies in this user's own cache).
 verified_wheel_digest() {
     local -a wheels=("$1"/horovod-*.whl)
-    [ "${#wheels[@]}" -eq 1 ] || die "$1 holds ${#wheels[@]} Horovod wheels" "remove $1 and run 'make setup' again"
+    [ "${#wheels[@]}" -eq 1 ] || hvt_die "$1 holds ${#wheels[@]} Horovod wheels" "remove $1 and run 'make setup' again"
     if ! [ -f "$1/SHA256SUMS" ]; then
         echo "[podman] recording the digest of ${wheels[0]} (built before digests were recorded)"
         (cd "$1" && sha256sum "$(basename "${wheels[0]}")" >SHA256SUMS)
     fi
     (cd "$1" && sha256sum --quiet --strict -c SHA256SUMS) ||
-        die "${wheels[0]} does not match the digest recorded when it was built" "remove $1 and run 'make setup' again"
+        hvt_die "${wheels[0]} does not match the digest recorded when it was built" "remove $1 and run 'make setup' again"
 }
 
 # private_dir DIR: DIR exists, it and everything in it are ours, and nobody else can write there (it lies in a
@@ -157,7 +155,7 @@ verified_wheel_digest() {
 private_dir() {
     mkdir -p "$1"
     if [ -L "$1" ] || [ -n "$(find "$1" ! -user "$(id -u)" -print -quit)" ]; then
-        die "$1 (or something in it) belongs to another user or is a link" "remove it, or set TMPDIR to a private directory"
+        hvt_die "$1 (or something in it) belongs to another user or is a link" "remove it, or set TMPDIR to a private directory"
     fi
     chmod -R go-w "$1"
 }
@@ -195,7 +193,7 @@ PY
         rm -f "$cache/$key"/horovod-*.whl "$cache/$key/SHA256SUMS"
         cp "$host_cache/$key"/horovod-*.whl "$host_cache/$key/SHA256SUMS" "$cache/$key/"
         (cd "$cache/$key" && sha256sum --quiet --strict -c SHA256SUMS) ||
-            die "the wheel copied to $cache/$key does not match its digest" "check who else writes to ${TMPDIR:-/var/tmp}"
+            hvt_die "the wheel copied to $cache/$key does not match its digest" "check who else writes to ${TMPDIR:-/var/tmp}"
     done
     echo "[podman] seeded the build cache with $host_cache/$key"
 }
@@ -205,7 +203,7 @@ step_build() {
     while [ "$#" -gt 0 ]; do
         case $1 in
         --tag)
-            [ "$#" -ge 2 ] || die "--tag needs a value" "pass --tag localhost/horovod-train:cpu"
+            [ "$#" -ge 2 ] || hvt_die "--tag needs a value" "pass --tag localhost/horovod-train:cpu"
             tag=$2
             shift 2
             ;;
@@ -217,7 +215,7 @@ step_build() {
             shift
             break
             ;;
-        *) die "unknown option '$1'" "see the usage at the top of scripts/podman_build.sh" ;;
+        *) hvt_die "unknown option '$1'" "see the usage at the top of scripts/podman_build.sh" ;;
         esac
     done
     step_base
@@ -237,18 +235,18 @@ step_up() {
     local prefix=hvt tag=localhost/horovod-train:cpu port=12345 host ip keys
     local -a volumes=()
     while [ "$#" -gt 0 ]; do
-        [ "$#" -ge 2 ] || die "$1 needs a value" "see the usage at the top of scripts/podman_build.sh"
+        [ "$#" -ge 2 ] || hvt_die "$1 needs a value" "see the usage at the top of scripts/podman_build.sh"
         case $1 in
         --prefix) prefix=$2 ;;
         --tag) tag=$2 ;;
         --ssh-port) port=$2 ;;
         --volume) volumes+=(--volume "$2") ;;
-        *) die "unknown option '$1'" "see the usage at the top of scripts/podman_build.sh" ;;
+        *) hvt_die "unknown option '$1'" "see the usage at the top of scripts/podman_build.sh" ;;
         esac
         shift 2
     done
     need podman podman
-    podman image exists "$tag" || die "no image $tag" "run scripts/podman_build.sh build first"
+    podman image exists "$tag" || hvt_die "no image $tag" "run scripts/podman_build.sh build first"
     keys=$STATE/$prefix-ssh
     rm -rf "$keys" && mkdir -p "$keys" && chmod 700 "$keys"
     ssh-keygen -q -t ed25519 -N '' -C "$prefix" -f "$keys/id_ed25519"
@@ -271,7 +269,7 @@ step_up() {
         done
     done
     podman exec "$prefix-a" ssh nodeb hostname >/dev/null ||
-        die "no ssh from $prefix-a to nodeb" "see 'podman logs $prefix-b'"
+        hvt_die "no ssh from $prefix-a to nodeb" "see 'podman logs $prefix-b'"
     echo "[podman] $prefix-a (nodea) and $prefix-b (nodeb) up on $prefix-net, sshd on port $port"
 }
 
@@ -294,5 +292,5 @@ down)
     [ "${1:-}" != --prefix ] || shift
     step_down "${1:-hvt}"
     ;;
-*) die "unknown command '$what'" "pass build, base, conf, seed, up or down" ;;
+*) hvt_die "unknown command '$what'" "pass build, base, conf, seed, up or down" ;;
 esac

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from horovod_train import launch_commands
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 # A job small enough for seconds per run, big enough to learn well above chance.
@@ -79,32 +81,19 @@ def train_cmd(*args: str) -> list[str]:
 
 
 def horovodrun(np: int, *args: str, controller: str = "--gloo") -> list[str]:
-    return [str(BIN / "horovodrun"), "-np", str(np), controller, *train_cmd(*args)]
+    return launch_commands.horovodrun_command(
+        train_cmd(*args), np, controller=controller.removeprefix("--"), horovodrun=str(BIN / "horovodrun")
+    )
 
 
 def mpirun(np: int, *args: str) -> list[str]:
-    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
-    return [
-        shutil.which("mpirun") or "mpirun",
-        *root,
-        "--oversubscribe",
-        "-np",
-        str(np),
-        "-x",
-        "PATH",
-        "-x",
-        "HOROVOD_TRAIN_CACHE",
-        "-x",
-        "HF_HUB_OFFLINE",
-        "-x",
-        "PYTHONUNBUFFERED",
-        "-x",
-        "OMP_NUM_THREADS",
-        "--mca",
-        "btl",
-        "self,tcp",
-        *train_cmd(*args),
-    ]
+    """mpirun as compare runs it on one machine; -x for the variables of the tests' environment (base_env: only the
+    names matter here)."""
+    env = base_env(REPO)
+    mpirun = shutil.which("mpirun") or "mpirun"
+    return launch_commands.mpirun_command(
+        train_cmd(*args), np, env=env, oversubscribe=True, yield_when_idle=True, mpirun=mpirun
+    )
 
 
 def read_results(output_dir: Path) -> dict:
@@ -119,4 +108,4 @@ def assert_ok(proc: subprocess.CompletedProcess) -> None:
 
 def torchrun(np: int, *args: str) -> list[str]:
     """`torchrun --standalone`: a free rendezvous port, so concurrent jobs do not collide on 29500."""
-    return [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", str(np), "--no-python", *train_cmd(*args)]
+    return launch_commands.torchrun_command(train_cmd(*args), np, torchrun=str(BIN / "torchrun"))

@@ -13,6 +13,7 @@ import pytest
 from conftest import REPO, SMALL_JOB, assert_ok, base_env, horovodrun, read_results, run, torchrun
 
 from horovod_train import checkpoint as ckpt
+from horovod_train.launch_commands import RANK_VARIABLES
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +29,7 @@ JOB = [
     "--logging_steps",
     "20",
 ]
-RANK_VARIABLE = {"horovod": "HOROVOD_RANK", "ddp": "RANK"}
+RANK_VARIABLE = {"horovod": RANK_VARIABLES["horovodrun"][0], "ddp": RANK_VARIABLES["torchrun"][0]}
 
 
 def find_rank_process(output_dir: Path, rank_variable: str, rank: int | str) -> int | None:

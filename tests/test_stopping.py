@@ -18,13 +18,14 @@ from conftest import REPO, SMALL_JOB, assert_ok, base_env, horovodrun, mpirun, r
 from test_faults import find_rank_process, wait_for
 
 from horovod_train import checkpoint as ckpt
+from horovod_train.launch_commands import RANK_VARIABLES
 from horovod_train.stopping import STOPPED_EXIT_CODE
 
 pytestmark = pytest.mark.slow
 
 MAX_STEPS = 400
 JOB = [*SMALL_JOB, "--synthetic_num_examples", "3000", "--max_steps", str(MAX_STEPS), "--logging_steps", "5"]
-RANK_VARIABLE = {"horovodrun": "HOROVOD_RANK", "mpirun": "OMPI_COMM_WORLD_RANK", "torchrun": "RANK"}
+RANK_VARIABLE = {launcher: names[0] for launcher, names in RANK_VARIABLES.items()}
 
 
 def launch(launcher: str, *args: str) -> list[str]:

@@ -449,8 +449,10 @@ def bert_args(ctx: Context, bert_dir: Path) -> list[str]:
 
 
 def training_steps(ctx: Context) -> list[Step]:
-    hvd = [ctx.tool("horovodrun"), "-np", "1", "--gloo"]
-    ddp = [ctx.tool("torchrun"), "--standalone", "--nproc_per_node", "1", "--no-python"]
+    from horovod_train.launch_commands import horovodrun_command, torchrun_command  # not in the image's build stage
+
+    hvd = horovodrun_command([], 1, horovodrun=ctx.tool("horovodrun"))  # a launcher prefix: the program follows
+    ddp = torchrun_command([], 1, torchrun=ctx.tool("torchrun"))
     demo = ["--config", ctx.args.demo_config, *(DRY_DEMO if ctx.dry else [])]
     bert_dir = ctx.work / "bert-model"
     bert = bert_args(ctx, bert_dir)

@@ -28,6 +28,13 @@ hvt_srun_mpi() {
     fi
 }
 
+# hvt_rank_variables WHICH: horovod_train/launch_commands.py's rank variable names, '|'-separated: signalled (a
+# process with one of them may be a training rank) or torchrun-worker (what a torchrun worker has and its agent lacks).
+hvt_rank_variables() {
+    PYTHONPATH="$HVT_REPO${PYTHONPATH:+:$PYTHONPATH}" "${HVT_PY:-python3}" -m horovod_train.launch_commands \
+        rank-variables "$1"
+}
+
 # Stopping at a time limit or preemption without losing work. The #SBATCH lines of the jobs ask SLURM
 # to send the batch shell SIGUSR1 HVT_SIGNAL_LEAD seconds before the end (--signal=B:USR1@...) and to
 # allow requeueing (--requeue). On that signal the batch shell passes SIGUSR1 to the training ranks of
@@ -54,16 +61,20 @@ hvt_slurm_command() {
 # torchrun worker variables LOCAL_RANK and TORCHELASTIC_RUN_ID, it has neither) or the parent of another
 # candidate (a launcher that inherited the variable). All of them with one kill: signalled one by one, the
 # first ranks could stop (and exit) before the last is found. Self-contained: hvt_forward_stop ships it to
-# every node with `declare -f`.
+# every node with `declare -f`, with the variable names (RANK_VARS, WORKER_VARS: '|'-separated; by default
+# hvt_rank_variables's).
+# hvt_signal_local_ranks SIGNAL JOB_ID [RANK_VARS WORKER_VARS]
 hvt_signal_local_ranks() {
-    local pid environ stat other is_parent
+    local pid environ stat other is_parent rank_vars=${3:-} worker_vars=${4:-}
+    [ -n "$rank_vars" ] || rank_vars=$(hvt_rank_variables signalled)
+    [ -n "$worker_vars" ] || worker_vars=$(hvt_rank_variables torchrun-worker)
     local -a candidates=() parents=() ranks=()
     for pid in $(pgrep -f horovod_train); do
         [ "$pid" != "$$" ] || continue
         environ=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
         grep -qx "SLURM_JOB_ID=$2" <<<"$environ" || continue
-        grep -qE '^(HOROVOD_RANK|OMPI_COMM_WORLD_RANK|PMIX_RANK|PMI_RANK|LOCAL_RANK)=' <<<"$environ" || continue
-        if ! grep -qE '^(LOCAL_RANK|TORCHELASTIC_RUN_ID)=' <<<"$environ" &&
+        grep -qE "^($rank_vars)=" <<<"$environ" || continue
+        if ! grep -qE "^($worker_vars)=" <<<"$environ" &&
             tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE '(^|/)torchrun$|^torch\.distributed\.run$'; then
             continue # torchrun's agent, before or after it started its workers
         fi
@@ -85,13 +96,24 @@ hvt_signal_local_ranks() {
     echo "[slurm] SIG$1 -> rank processes ${ranks[*]} on $(hostname)"
 }
 
+# hvt_stop_command: sets HVT_STOP_CMD, the command that runs hvt_signal_local_ranks SIGNAL on each node of the
+# job (srun --overlap, one task per node), SIGNAL left as "$1" for `bash -c`. Built before the run starts, so that
+# the trap only runs it.
+hvt_stop_command() {
+    local ranks workers
+    ranks=$(hvt_rank_variables signalled)
+    workers=$(hvt_rank_variables torchrun-worker)
+    hvt_launch_command srun --overlap --nodes "${SLURM_NNODES:-1}" --ntasks "${SLURM_NNODES:-1}" \
+        --ntasks-per-node 1 -- bash -c "$(declare -f hvt_signal_local_ranks)
+hvt_signal_local_ranks \"\$1\" $SLURM_JOB_ID '$ranks' '$workers'" hvt-stop
+    HVT_STOP_CMD=("${HVT_LAUNCH[@]}")
+}
+
 # hvt_forward_stop SIGNAL: the batch shell's trap. One task on each node of the job signals its ranks.
 hvt_forward_stop() {
     HVT_STOP_SIGNAL=$1
     echo "[slurm] batch shell got SIG$1: asking the ranks to checkpoint and stop"
-    srun --overlap --nodes="${SLURM_NNODES:-1}" --ntasks="${SLURM_NNODES:-1}" --ntasks-per-node=1 \
-        bash -c "$(declare -f hvt_signal_local_ranks); hvt_signal_local_ranks $1 $SLURM_JOB_ID" ||
-        echo "[slurm] could not reach every node to signal its ranks" >&2
+    "${HVT_STOP_CMD[@]}" "$1" || echo "[slurm] could not reach every node to signal its ranks" >&2
 }
 
 # hvt_slurm_run CMD...: print the effective command, run it with the stop signal trapped; after a stop,
@@ -99,6 +121,7 @@ hvt_forward_stop() {
 hvt_slurm_run() {
     local status
     HVT_STOP_SIGNAL=""
+    hvt_stop_command
     trap 'hvt_forward_stop USR1' USR1
     hvt_print_command "$@"
     "$@" &
