@@ -60,6 +60,20 @@ class ModelArguments:
             "or `hf auth login` on a login node, since a token on the command line shows in ps and run_config.json."
         },
     )
+    use_peft: bool = field(
+        default=False,
+        metadata={"help": "Train LoRA adapters (peft) and the classification head instead of every weight."},
+    )
+    lora_r: int = field(default=8, metadata={"help": "LoRA rank (with --use_peft)."})
+    lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling alpha (with --use_peft)."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA path (with --use_peft)."})
+    lora_target_modules: str | None = field(
+        default=None,
+        metadata={
+            "help": "Comma-separated linear layers to adapt (with --use_peft); default: peft's for the architecture "
+            "(query,value for BERT; q_proj,v_proj for Llama/Qwen2/Mistral)."
+        },
+    )
     trust_remote_code: bool = field(
         default=False,
         metadata={
@@ -270,6 +284,13 @@ class TrainingArguments:
     fp16: bool = field(default=False, metadata={"help": "float16 autocast with a GradScaler (CUDA only)."})
     tf32: bool = field(default=False, metadata={"help": "TF32 matmuls for float32 on CUDA."})
     torch_compile: bool = field(default=False, metadata={"help": "torch.compile the model (in place)."})
+    gradient_checkpointing: bool = field(
+        default=False,
+        metadata={
+            "help": "Recompute activations in the backward pass instead of storing them (less memory, ~30% more "
+            "compute); non-reentrant, so it works under DDP."
+        },
+    )
     group_by_length: bool = field(default=False, metadata={"help": "Batch examples of similar length (less padding)."})
 
     def __post_init__(self) -> None:
