@@ -49,6 +49,38 @@ class ModelArguments:
     cache_dir: str | None = field(
         default=None, metadata={"help": "Where tokenized data and trained tokenizers are cached."}
     )
+    model_revision: str = field(
+        default="main",
+        metadata={"help": "The hub model's branch, tag or commit (as in run_glue.py); pin a commit to rerun a job."},
+    )
+    token: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hub token for gated or private models (as in run_glue.py); better: HF_TOKEN in the environment "
+            "or `hf auth login` on a login node, since a token on the command line shows in ps and run_config.json."
+        },
+    )
+    use_peft: bool = field(
+        default=False,
+        metadata={"help": "Train LoRA adapters (peft) and the classification head instead of every weight."},
+    )
+    lora_r: int = field(default=8, metadata={"help": "LoRA rank (with --use_peft)."})
+    lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling alpha (with --use_peft)."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA path (with --use_peft)."})
+    lora_target_modules: str | None = field(
+        default=None,
+        metadata={
+            "help": "Comma-separated linear layers to adapt (with --use_peft); default: peft's for the architecture "
+            "(query,value for BERT; q_proj,v_proj for Llama/Qwen2/Mistral)."
+        },
+    )
+    trust_remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "Run the modeling code a model directory or hub repository ships (auto_map in its config.json); "
+            "read that code first: it runs on every rank."
+        },
+    )
 
     def __post_init__(self) -> None:
         check_section(self)
@@ -252,6 +284,13 @@ class TrainingArguments:
     fp16: bool = field(default=False, metadata={"help": "float16 autocast with a GradScaler (CUDA only)."})
     tf32: bool = field(default=False, metadata={"help": "TF32 matmuls for float32 on CUDA."})
     torch_compile: bool = field(default=False, metadata={"help": "torch.compile the model (in place)."})
+    gradient_checkpointing: bool = field(
+        default=False,
+        metadata={
+            "help": "Recompute activations in the backward pass instead of storing them (less memory, ~30% more "
+            "compute); non-reentrant, so it works under DDP."
+        },
+    )
     group_by_length: bool = field(default=False, metadata={"help": "Batch examples of similar length (less padding)."})
 
     def __post_init__(self) -> None:
@@ -312,8 +351,10 @@ class RunConfig:
                                        if f.name in values}) for name, section in SECTIONS.items()})  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        """Every argument by its flag name (the sections share one namespace)."""
-        return {k: v for f in dataclasses.fields(self) for k, v in dataclasses.asdict(getattr(self, f.name)).items()}
+        """Every argument by its flag name (the sections share one namespace), as recorded in run_config.json,
+        checkpoints and trackers: a --token is never written out."""
+        values = {k: v for f in dataclasses.fields(self) for k, v in dataclasses.asdict(getattr(self, f.name)).items()}
+        return {**values, "token": "<redacted>"} if values.get("token") else values
 
 
 SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(RunConfig)}  # type: ignore[misc]

@@ -409,7 +409,8 @@ def tokenized_cache_path(
 ) -> Path:
     vocab = sorted(tokenizer.get_vocab().items())
     splits = [part for name in raw for part in (name, raw[name])]
-    length = (max_seq_length, "padded") if pad else max_seq_length
+    # Padded to max length in the cache: the pad id and side are in the data too.
+    length = (max_seq_length, "padded", tokenizer.pad_token_id, tokenizer.padding_side) if pad else max_seq_length
     digest = content_digest(*splits, label_names(raw), vocab, type(tokenizer).__name__, length)
     return cache_dir / "tokenized" / digest
 

@@ -253,6 +253,14 @@ DOMAINS: dict[str, Check] = {
     "config_name": path,
     "tokenizer_name": path,
     "cache_dir": writable_dir,
+    "model_revision": text,
+    "token": text,
+    "trust_remote_code": boolean,
+    "use_peft": boolean,
+    "lora_r": count(1, 4096, example="8"),
+    "lora_alpha": count(1, example="16"),
+    "lora_dropout": FRACTION,
+    "lora_target_modules": text,
     # data
     "task_name": task,
     "dataset_name": path,
@@ -316,6 +324,7 @@ DOMAINS: dict[str, Check] = {
     "fp16": boolean,
     "tf32": boolean,
     "torch_compile": boolean,
+    "gradient_checkpointing": boolean,
     "group_by_length": boolean,
     # --engine horovod
     "scale_lr": boolean,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -61,14 +62,53 @@ def prepare_tiny_tokenizer(target: Path, texts: list[str]) -> None:
         train_wordpiece_tokenizer(texts, tmp)
 
 
-def load_tokenizer(name_or_path: str, cache_dir: str | None = None) -> PreTrainedTokenizerBase:
+@dataclass(frozen=True)
+class HubAccess:
+    """How a model is fetched and trusted: run_glue's --model_revision, --token and --trust_remote_code."""
+
+    revision: str = "main"
+    token: str | None = None
+    trust_remote_code: bool = False
+
+    def kwargs(self) -> dict:
+        return {"revision": self.revision, "token": self.token, "trust_remote_code": self.trust_remote_code}
+
+
+def loading_error(what: str, name: str, exc: Exception) -> UsageError:
+    """One line for a model, config or tokenizer that did not load, with the fix for the usual causes."""
+    message = str(exc)
+    first = message.strip().splitlines()[0][:160] if message.strip() else type(exc).__name__
+    if "trust_remote_code" in message:
+        fix = f"pass --trust_remote_code if you trust the code {name} ships (read it first: it runs on every rank)"
+    elif "gated" in message or "401" in message or "403" in message:
+        fix = "pass --token (or set HF_TOKEN) of an account granted access, or download it on a login node"
+    else:
+        fix = "pass a local model directory, 'tiny-bert', or a hub name with network access"
+    return UsageError(f"cannot load {what} {name!r} ({first})", fix)
+
+
+def load_tokenizer(
+    name_or_path: str, cache_dir: str | None = None, access: HubAccess = HubAccess()
+) -> PreTrainedTokenizerBase:
     try:
-        return AutoTokenizer.from_pretrained(name_or_path, cache_dir=cache_dir)
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, cache_dir=cache_dir, **access.kwargs())
     except (OSError, ValueError) as exc:
-        raise UsageError(
-            f"cannot load tokenizer {name_or_path!r} ({str(exc).splitlines()[0][:160]})",
-            "pass a local model directory, 'tiny-bert', or a hub name with network access",
-        ) from None
+        raise loading_error("tokenizer", name_or_path, exc) from None
+    return with_pad_token(tokenizer, name_or_path)
+
+
+def with_pad_token(tokenizer: PreTrainedTokenizerBase, name: str) -> PreTrainedTokenizerBase:
+    """Decoder LLM tokenizers (Llama, Mistral) have no pad token: batches are padded with EOS, as users of
+    their *ForSequenceClassification do; the model then pools the last token that is not padding."""
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise UsageError(
+                f"tokenizer {name!r} has neither a pad token nor an EOS token to pad batches with",
+                "add a pad token to it (tokenizer.add_special_tokens({'pad_token': '<pad>'}), then save_pretrained "
+                "it and the model with resized embeddings)",
+            )
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def param_checksum(model: torch.nn.Module) -> int:
@@ -81,14 +121,11 @@ def param_checksum(model: torch.nn.Module) -> int:
     return int.from_bytes(h.digest()[:8], "little") >> 1
 
 
-def load_config(name: str, cache_dir: str | None, labels: dict, overrides: dict):
+def load_config(name: str, cache_dir: str | None, labels: dict, overrides: dict, access: HubAccess = HubAccess()):
     try:
-        return AutoConfig.from_pretrained(name, cache_dir=cache_dir, **labels, **overrides)
+        return AutoConfig.from_pretrained(name, cache_dir=cache_dir, **labels, **overrides, **access.kwargs())
     except (OSError, ValueError) as exc:
-        raise UsageError(
-            f"cannot load config {name!r} ({str(exc).splitlines()[0][:160]})",
-            "pass a directory holding a config.json, or a hub name with network access",
-        ) from None
+        raise loading_error("config", name, exc) from None
 
 
 def build_model(
@@ -100,9 +137,31 @@ def build_model(
     dropout: float | None = None,
     cache_dir: str | None = None,
     config_name: str | None = None,
+    pad_token_id: int | None = None,
+    access: HubAccess = HubAccess(),
 ) -> PreTrainedModel:
     """``config_name`` (run_glue.py's --config_name): the configuration to load the weights into, or with
-    tiny-bert the architecture to random-init instead of the built-in tiny one."""
+    tiny-bert the architecture to random-init instead of the built-in tiny one. ``pad_token_id``: the
+    tokenizer's, given to a model configuration that has none (decoders find the last real token by it)."""
+    model = _build_model(
+        model_name_or_path, num_labels, label_names, vocab_size, seed, dropout, cache_dir, config_name, access
+    )
+    if model.config.pad_token_id is None and pad_token_id is not None:
+        model.config.pad_token_id = pad_token_id
+    return model
+
+
+def _build_model(
+    model_name_or_path: str,
+    num_labels: int,
+    label_names: list[str],
+    vocab_size: int,
+    seed: int,
+    dropout: float | None,
+    cache_dir: str | None,
+    config_name: str | None,
+    access: HubAccess,
+) -> PreTrainedModel:
     id2label = dict(enumerate(label_names))
     label2id = {name: i for i, name in id2label.items()}
     overrides = {}
@@ -110,7 +169,7 @@ def build_model(
         overrides = {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
     torch.manual_seed(seed)  # same random init on every rank (rank 0's is broadcast anyway)
     labels = {"num_labels": num_labels, "id2label": id2label, "label2id": label2id}
-    config = load_config(config_name, cache_dir, labels, overrides) if config_name else None
+    config = load_config(config_name, cache_dir, labels, overrides, access) if config_name else None
     if model_name_or_path == TINY_BERT and config is not None:
         config.vocab_size = vocab_size  # the tokenizer trained on the run's data
         return AutoModelForSequenceClassification.from_config(config, dtype=torch.float32)
@@ -125,12 +184,10 @@ def build_model(
             ignore_mismatched_sizes=True,
             # transformers 5 loads in the saved dtype by default; training needs fp32 master weights (AMP casts)
             dtype=torch.float32,
+            **access.kwargs(),
         )
     except (OSError, ValueError) as exc:
-        raise UsageError(
-            f"cannot load model {model_name_or_path!r} ({str(exc).splitlines()[0][:160]})",
-            "pass a local model directory, 'tiny-bert', or a hub name with network access",
-        ) from None
+        raise loading_error("model", model_name_or_path, exc) from None
     embeddings = model.get_input_embeddings().num_embeddings
     if embeddings < vocab_size:
         raise UsageError(

@@ -1,0 +1,64 @@
+"""LoRA through peft, in one process: what is trained, the merged model, the refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+from horovod_train import lora
+from horovod_train.errors import UsageError
+
+ENCODER = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+DECODER = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+               intermediate_size=64, pad_token_id=0)  # fmt: skip
+CASES = {
+    "bert": ("BertConfig", ENCODER, None),
+    "deberta-v2": ("DebertaV2Config", ENCODER, None),
+    "modernbert": ("ModernBertConfig", {**ENCODER, "pad_token_id": 0}, ("Wqkv",)),
+    "llama": ("LlamaConfig", DECODER, None),
+    "qwen2": ("Qwen2Config", DECODER, None),
+}
+
+
+def model_of(name: str) -> torch.nn.Module:
+    config_class, fields, _ = CASES[name]
+    torch.manual_seed(0)
+    config = getattr(transformers, config_class)(**fields, num_labels=3)
+    return transformers.AutoModelForSequenceClassification.from_config(config)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_only_the_adapters_and_the_head_train_and_the_merged_model_computes_the_same(name):
+    options = lora.LoraOptions(r=4, alpha=8, dropout=0.0, target_modules=CASES[name][2])
+    model = lora.wrap(model_of(name), options)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n or "modules_to_save" in n for n in trainable), sorted(trainable)
+    assert any("modules_to_save" in n for n in trainable), "the classification head must train"
+    count, total = lora.trainable_fraction(model)
+    assert 0 < count < total / 2
+    # Move the adapters off zero (B starts at 0), as training would, then fold them in.
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.1)
+    model.eval()
+    ids = torch.randint(1, 64, (2, 7))
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        adapted = model(input_ids=ids, attention_mask=mask).logits
+        folded = lora.merged(model).eval()(input_ids=ids, attention_mask=mask).logits
+    assert not lora.is_peft(lora.merged(model)) and lora.is_peft(model)
+    torch.testing.assert_close(adapted, folded, atol=1e-5, rtol=1e-4)
+
+
+def test_a_model_peft_has_no_defaults_for_needs_target_modules():
+    with pytest.raises(UsageError, match="no default LoRA target modules for modernbert") as refused:
+        lora.wrap(model_of("modernbert"), lora.LoraOptions())
+    assert "Wqkv" in refused.value.fix
+
+
+def test_target_modules_that_do_not_exist_are_refused():
+    with pytest.raises(UsageError, match="--lora_target_modules q_proj: no such linear layer") as refused:
+        lora.wrap(model_of("bert"), lora.LoraOptions(target_modules=("q_proj",)))
+    assert "query" in refused.value.fix
