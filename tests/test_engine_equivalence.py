@@ -62,8 +62,8 @@ CASES = {
 }
 
 
-def train(out: Path, cache_dir: Path, launcher, engine: str, batch: int, accum: int) -> Path:
-    args = [*JOB, "--engine", engine, "--per_device_train_batch_size", str(batch)]
+def train(out: Path, cache_dir: Path, launcher, engine: str, batch: int, accum: int, *extra: str) -> Path:
+    args = [*JOB, *extra, "--engine", engine, "--per_device_train_batch_size", str(batch)]
     args += ["--gradient_accumulation_steps", str(accum), "--output_dir", str(out)]
     proc = run(launcher(2, *args) if launcher else train_cmd(*args), cache_dir, timeout=300)
     assert_ok(proc)
@@ -100,6 +100,47 @@ def test_engine_matches_single_process(case, baseline, tmp_path, cache_dir, reco
     )
     print(message)
     assert difference <= TOLERANCE, message
+
+
+# ---- memory modes: gradient checkpointing and LoRA change what is stored, not what is learned ----
+# name -> (launcher, engine, per-process batch, arguments); all have global batch 2B, no accumulation.
+MEMORY_CASES = {
+    "horovod-gloo": (horovodrun, "horovod", B),
+    "ddp-torchrun": (torchrun, "ddp", B),
+    "dp": (None, "dp", 2 * B),
+}
+LORA = ["--use_peft", "--lora_r", "4", "--lora_dropout", "0", "--learning_rate", "2e-3"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(MEMORY_CASES))
+def test_gradient_checkpointing_learns_what_storing_the_activations_learns(case, baseline, tmp_path, cache_dir):
+    """Recomputing the activations in the backward pass (non-reentrant, which DDP's reducer accepts) gives the
+    parameters of the run that stored them, under every engine."""
+    launcher, engine, batch = MEMORY_CASES[case]
+    params = train(tmp_path / case, cache_dir, launcher, engine, batch, 1, "--gradient_checkpointing")
+    difference = max(parameter_differences(baseline, params).values())
+    print(f"{case} with --gradient_checkpointing vs single without: max-abs parameter difference {difference:.3e}")
+    assert difference <= TOLERANCE
+
+
+@pytest.fixture(scope="module")
+def lora_baseline(tmp_path_factory, cache_dir) -> Path:
+    return train(tmp_path_factory.mktemp("single-lora"), cache_dir, None, "single", 2 * B, 1, *LORA)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(MEMORY_CASES))
+def test_lora_trains_the_same_adapters_under_every_engine(case, lora_baseline, tmp_path, cache_dir):
+    """--use_peft: every engine all-reduces the adapters' and the head's gradients alone, and ends with the
+    single process's merged model; the adapter is saved as peft saves it."""
+    launcher, engine, batch = MEMORY_CASES[case]
+    params = train(tmp_path / case, cache_dir, launcher, engine, batch, 1, *LORA)
+    difference = max(parameter_differences(lora_baseline, params).values())
+    print(f"{case} with LoRA vs single with LoRA: max-abs difference of the merged models {difference:.3e}")
+    assert difference <= TOLERANCE
+    adapter = load_file(params.parent / "adapter" / "adapter_model.safetensors")
+    assert adapter and all("lora_" in k or "modules_to_save" in k or "classifier" in k for k in adapter), list(adapter)
 
 
 # ---- the sampler: global batch k is the same set of examples for every world size ------------

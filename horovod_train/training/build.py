@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 from horovod_train import checkpoint as ckpt
 from horovod_train import data as data_lib
+from horovod_train import lora
 from horovod_train import model as model_lib
 from horovod_train.config import RunConfig, TrainingArguments
 from horovod_train.engines.base import Engine
@@ -35,7 +36,8 @@ def prepare_data(
         tokenizer_dir = model_lib.tiny_tokenizer_dir(cache_dir, texts)
         engine.local_main_first(lambda: model_lib.prepare_tiny_tokenizer(tokenizer_dir, texts))
         tokenizer_name = str(tokenizer_dir)
-    tokenizer = engine.local_main_first(lambda: model_lib.load_tokenizer(tokenizer_name, c.model.cache_dir))
+    access = hub_access(c)
+    tokenizer = engine.local_main_first(lambda: model_lib.load_tokenizer(tokenizer_name, c.model.cache_dir, access))
     d = c.data
     cached = data_lib.tokenized_cache_path(raw, tokenizer, d.max_seq_length, cache_dir, d.pad_to_max_length)
 
@@ -69,10 +71,38 @@ def build_model(config: RunConfig, tokenizer: Any, tokenized: DatasetDict) -> to
         dropout=args.dropout,
         cache_dir=c.model.cache_dir,
         config_name=c.model.config_name,
+        pad_token_id=tokenizer.pad_token_id,
+        access=hub_access(c),
     )
+    if args.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    if c.model.use_peft:
+        model = lora.wrap(model, lora_options(c.model))
     if args.torch_compile:
         model.compile()  # in place: state_dict keys and save_pretrained are unchanged
     return model
+
+
+def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
+    """Non-reentrant checkpointing (torch's recommended kind): gradients reach every parameter in one backward
+    pass, so DDP's reducer sees each once (the reentrant kind marks parameters ready twice, or never)."""
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise UsageError(
+            f"{type(model).__name__} does not support gradient checkpointing",
+            "drop --gradient_checkpointing (or lower --per_device_train_batch_size to save memory)",
+        )
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False  # decoders: a key/value cache is useless in training and breaks recomputation
+
+
+def lora_options(model_args: Any) -> lora.LoraOptions:
+    targets = model_args.lora_target_modules
+    return lora.LoraOptions(
+        r=model_args.lora_r,
+        alpha=model_args.lora_alpha,
+        dropout=model_args.lora_dropout,
+        target_modules=tuple(t.strip() for t in targets.split(",") if t.strip()) if targets else None,
+    )
 
 
 def run_compatibility(
@@ -155,3 +185,7 @@ def start_position(resumed: dict[str, Any] | None, plan: RunPlan) -> TrainingPos
     """Where a checkpoint left off, or the beginning; the schedule's length is this run's plan."""
     saved = resumed["trainer_state"] if resumed else {}
     return TrainingPosition.from_dict({**saved, "total_steps": plan.total_steps})
+
+
+def hub_access(c: RunConfig) -> model_lib.HubAccess:
+    return model_lib.HubAccess(c.model.model_revision, c.model.token, c.model.trust_remote_code)

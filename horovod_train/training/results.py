@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
+from horovod_train import lora, outputs
 from horovod_train import model as model_lib
-from horovod_train import outputs
 from horovod_train.config import TrainingArguments
 from horovod_train.engines.base import Engine
 from horovod_train.files import follow_umask
@@ -76,12 +76,20 @@ def trainer_state(args: TrainingArguments, output_dir: Path, plan: RunPlan, posi
     }
 
 
+# With --use_peft: the LoRA adapter (adapter_config.json, adapter_model.safetensors), loadable with
+# peft.AutoPeftModelForSequenceClassification; the output directory itself holds the merged model.
+ADAPTER_DIR = "adapter"
+
+
 def write_outputs(
     output_dir: Path, model: torch.nn.Module, tokenizer: Any, predictions: dict[str, list[int]],
     log_history: list[dict[str, Any]], results: dict[str, Any], train_metrics: dict[str, Any], state: dict,
 ) -> None:  # fmt: skip
     """Rank 0's files; all_results.json last: it marks a finished run."""
     with recording(output_dir):
+        if lora.is_peft(model):  # the adapter as peft saves it, and beside it the model it makes, for pipeline()
+            model.save_pretrained(output_dir / ADAPTER_DIR)
+            model = lora.merged(model)
         model.save_pretrained(output_dir)
         for weights in output_dir.glob("*.safetensors"):  # safetensors writes 0600 whatever the umask
             follow_umask(weights)

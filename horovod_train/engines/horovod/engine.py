@@ -99,10 +99,11 @@ class HorovodEngine(Engine):
         if op == hvd.Adasum:
             self.check_adasum()
         if not options.elastic:  # elastic: TorchState.sync broadcasts them when the loop (re)starts
-            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            hvd.broadcast_parameters(rank_dependent_state(model), root_rank=0)
         optimizer = hvd.DistributedOptimizer(
             optimizer,
-            named_parameters=model.named_parameters(),
+            # Trained parameters only: with LoRA the frozen weights have no gradient to all-reduce.
+            named_parameters=[(n, p) for n, p in model.named_parameters() if p.requires_grad],
             compression=compression,
             backward_passes_per_step=self.training.gradient_accumulation_steps,
             op=op,
@@ -182,3 +183,12 @@ class HorovodEngine(Engine):
 
     def shutdown(self) -> None:
         self.hvd.shutdown()
+
+
+def rank_dependent_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """What rank 0 broadcasts at the start: the parameters that train, and the buffers. Frozen weights (LoRA's
+    base model) come from the same checkpoint, or the same seeded init, on every rank: sending them would only
+    cost time (a 7B base model is 28 GB in fp32)."""
+    state = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    state.update(model.named_buffers())
+    return state

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The system commands the integration and system tests drive (`make test` runs this; `make test-fast` needs none):
+# shellcheck, ssh (multi-host launches), ip/unshare (network namespaces), a SLURM cluster with munge, and Podman
+# with what it builds images with. As root with apt-get, the missing Debian packages are installed; otherwise
+# the tests that need them say what is missing and are skipped. Idempotent: nothing to do takes milliseconds.
+set -euo pipefail
+
+# command -> Debian package
+declare -A PACKAGES=(
+    [shellcheck]=shellcheck
+    [/usr/sbin/sshd]=openssh-server [ssh]=openssh-client [ssh-keygen]=openssh-client
+    [ip]=iproute2 [unshare]=util-linux
+    [slurmctld]=slurmctld [slurmd]=slurmd [sbatch]=slurm-client [munged]=munge
+    [podman]=podman [buildah]=buildah [mmdebstrap]=mmdebstrap [runc]=runc [slirp4netns]=slirp4netns
+    [newuidmap]=uidmap [iptables]=iptables
+)
+
+have() { if [[ $1 == /* ]]; then [ -f "$1" ]; else command -v "$1" >/dev/null 2>&1; fi; }
+
+missing=()
+for command in "${!PACKAGES[@]}"; do
+    have "$command" || missing+=("${PACKAGES[$command]}")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+mapfile -t wanted < <(printf '%s\n' "${missing[@]}" | sort -u)
+
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "[test-tools] missing: ${wanted[*]} (Debian packages); the tests that need them are skipped" >&2
+    exit 0
+fi
+echo "[test-tools] installing ${wanted[*]}"
+export DEBIAN_FRONTEND=noninteractive
+# Packages such as openssh-server and munge would start their system daemons: keep them from doing so.
+created_policy=0
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    created_policy=1
+fi
+trap 'if [ $created_policy -eq 1 ]; then rm -f /usr/sbin/policy-rc.d; fi' EXIT
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${wanted[@]}" >/dev/null
