@@ -7,7 +7,7 @@ import torch
 import transformers
 
 from horovod_train.errors import UsageError
-from horovod_train.training.build import enable_gradient_checkpointing
+from horovod_train.model import enable_gradient_checkpointing
 
 
 def tiny_bert() -> transformers.PreTrainedModel:

@@ -75,24 +75,12 @@ def build_model(config: RunConfig, tokenizer: Any, tokenized: DatasetDict) -> to
         access=hub_access(c),
     )
     if args.gradient_checkpointing:
-        enable_gradient_checkpointing(model)
+        model_lib.enable_gradient_checkpointing(model)
     if c.model.use_peft:
         model = lora.wrap(model, lora_options(c.model))
     if args.torch_compile:
         model.compile()  # in place: state_dict keys and save_pretrained are unchanged
     return model
-
-
-def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
-    """Non-reentrant checkpointing (torch's recommended kind): gradients reach every parameter in one backward
-    pass, so DDP's reducer sees each once (the reentrant kind marks parameters ready twice, or never)."""
-    if not getattr(model, "supports_gradient_checkpointing", False):
-        raise UsageError(
-            f"{type(model).__name__} does not support gradient checkpointing",
-            "drop --gradient_checkpointing (or lower --per_device_train_batch_size to save memory)",
-        )
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.config.use_cache = False  # decoders: a key/value cache is useless in training and breaks recomputation
 
 
 def lora_options(model_args: Any) -> lora.LoraOptions:
