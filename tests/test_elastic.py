@@ -211,3 +211,20 @@ def test_a_host_removed_from_the_file_shrinks_the_job_without_repeating_examples
         raise
     results, sizes, output = completed_run(job, out)
     assert sizes == [2, 1] and results["world_size"] == 1, results["world_size_changes"]
+
+
+def test_a_lora_job_grows_when_a_host_is_added(tmp_path, cache_dir):
+    """--use_peft under elastic Horovod: the joining worker takes the adapters, the head and the optimizer
+    state from the state sync (the frozen base comes from the same init on every worker)."""
+    out = tmp_path / "run"
+    job = start_elastic(tmp_path, cache_dir, ["localhost:1"], 1, out, "--use_peft", "--num_train_epochs", "12")
+    try:
+        wait_for(lambda: last_logged_step(out) >= 20, 240, "20 steps on 1 worker")
+        write_hosts(tmp_path, ["localhost:1", "127.0.0.1:1"])
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        raise
+    results, sizes, output = completed_run(job, out)
+    assert sizes == [1, 2], results["world_size_changes"]
+    assert results["param_checksum_per_rank"][0] == results["param_checksum_per_rank"][1]
+    assert (out / "adapter" / "adapter_model.safetensors").is_file()
