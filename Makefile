@@ -34,7 +34,7 @@ gpu-bundle:
 	@bash scripts/gpu_bundle.sh
 
 # No GPU needed, nvcc (CUDA 13) is: Horovod with NCCL against PyPI's CUDA torch, in its own environment cached in
-# ~/.cache/horovod-train (not .venv), then --check-build must list NCCL (docs/launch.md; tests/test_nccl_build.py).
+# ~/.cache/horovod-train (not .venv), then --check-build must list NCCL (docs/launch.md; tests/system/test_nccl_build.py).
 nccl-build:
 	@bash scripts/build_horovod_nccl.sh
 

@@ -1,6 +1,6 @@
 """Every argument's domain, checked before anything is written (one line, exit 2, as errors.py says).
 
-``DOMAINS`` has one entry per field of the config sections (tests/test_domains.py fails for a field
+``DOMAINS`` has one entry per field of the config sections (tests/unit/test_domains.py fails for a field
 without one). A domain checks one value; ``None`` (an optional argument left unset) is always in it.
 Ranges follow transformers' ``TrainingArguments`` where it checks one (warmup_ratio in [0, 1]) and
 what torch, NumPy and Horovod accept otherwise (AdamW's eps and weight decay >= 0, NumPy's seed below
@@ -39,7 +39,7 @@ NOT_STOP_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS"
 Check = Callable[[str, Any], None]  # (argument name, value) -> None, or raises UsageError
 
 # The fixed sets, as the dataclasses' field types. EngineName is horovod_train.engines.ENGINES's names and
-# ScheduleName schedule.SCHEDULES (tests/test_domains.py checks both agree; no import back: they import torch).
+# ScheduleName schedule.SCHEDULES (tests/unit/test_domains.py checks both agree; no import back: they import torch).
 EngineName = Literal["ddp", "dp", "horovod", "single"]
 Strategy = Literal["epoch", "steps", "no"]
 ScheduleName = Literal["linear", "cosine", "constant", "constant_with_warmup"]

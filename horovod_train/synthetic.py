@@ -9,7 +9,7 @@ the two sentences, never a property of the hypothesis alone:
 - contradiction (2): <claimed> is <landmark> (the premise says it was the other one).
 
 The claimed object is uniformly distributed under every label, so a model that sees only the
-hypothesis stays at chance (tests/test_data.py checks this), while one that reads both sentences
+hypothesis stays at chance (tests/integration/test_data.py checks this), while one that reads both sentences
 reaches > 0.9 with the tiny BERT in a few epochs.
 """
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Horovod 0.28.1 with NCCL, built and checked on a machine with the CUDA 13 toolkit (nvcc) and no GPU
-# (`make nccl-build`; tests/test_nccl_build.py runs it on every `make test`).
+# (`make nccl-build`; tests/system/test_nccl_build.py runs it on every `make test`).
 #
 # In an environment of its own, never .venv (which keeps the CPU torch): the CUDA 13.0 build of torch from
 # PyPI (torch==$HVT_NCCL_TORCH, default requirements.txt's pin; PyPI's default wheel is the cu130 one),

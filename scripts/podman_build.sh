@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the CPU variant of docker/Dockerfile with Podman, on a machine that reaches package registries (PyPI,
 # Debian) but no container registry, and possibly through a TLS-inspecting proxy. Used by
-# tests/test_docker_build.py; users run it too. From anywhere:
+# tests/system/test_docker_build.py; users run it too. From anywhere:
 #
 #   scripts/podman_build.sh build [--seed-horovod-wheel] [--tag TAG] [-- extra podman build args]
 #   scripts/podman_build.sh base       # only the base image localhost/debian:bookworm-slim

@@ -42,7 +42,7 @@ BERT_BASE_CASED = dict(
 MODELS = ("tiny-bert", "bert-base-cased")
 # DDP's buckets as torch 2.13 forms them: bucket_cap_mb (25 MiB unless given), and only when it is not given
 # is the first bucket (the last layers' gradients) capped at 1 MiB. The ddp engine always passes its
-# --ddp_bucket_cap_mb, so its buckets all have the one cap (tests/test_ddp_buckets.py checks DDP's own).
+# --ddp_bucket_cap_mb, so its buckets all have the one cap (tests/integration/test_ddp_buckets.py checks DDP's own).
 DDP_DEFAULT_CAP_MB, DDP_DEFAULT_FIRST_BUCKET_BYTES = 25, 2**20
 
 

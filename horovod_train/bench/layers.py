@@ -1,7 +1,7 @@
 """Gradient tensor sizes (parameter counts, forward order) of the models the scaling model is checked on.
 
 The CNNs are written out from their published architectures, so that the totals can be checked against
-the published parameter counts (tests/test_scaling_model.py):
+the published parameter counts (tests/integration/test_scaling_model.py):
 
 - VGG-16: Simonyan & Zisserman 2015, configuration D (13 3x3 convolutions + 3 fully connected layers,
   weights and biases): 138,357,544 parameters (torchvision's and Keras' vgg16 tables).

@@ -4,7 +4,7 @@ report a table on stdout and ``gpu_check.json``.
 Run through the script (it picks the python whose torch is a CUDA build), or from an installed wheel as
 ``python -m horovod_train.gpucheck``: nothing here reads the checkout; only the Horovod build steps need
 its ``scripts/`` (``--scripts_dir``, which the script passes). ``--dry_run`` runs every step that does not
-need CUDA on the CPU with tiny sizes, so the plumbing is tested (tests/test_gpu_check.py).
+need CUDA on the CPU with tiny sizes, so the plumbing is tested (tests/integration/test_gpu_check.py).
 Every step is a subprocess with its own log and timeout, under one overall time budget; a step that
 fails is named and the report is still written (after every step, so even a killed run leaves one).
 Only the standard library is imported here: the dependencies may not be installed yet when it starts.

@@ -1,0 +1,145 @@
+"""The benchmarks run on CPU in tiny configurations and write well-formed CSV/JSON/PNG (no speed asserts)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from support.jobs import BIN, assert_ok, run, train_cmd
+
+from horovod_train.bench.allreduce import COLUMNS as ALLREDUCE_COLUMNS
+from horovod_train.bench.gpu import COLUMNS as GPU_COLUMNS
+from horovod_train.bench.train import COLUMNS as TRAIN_COLUMNS
+
+BENCH = [str(BIN / "python"), "-m", "horovod_train", "bench"]
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+TINY_ALLREDUCE = ["--max_bytes", "16KB", "--models", "tiny-bert", "--iters", "3", "--budget", "256KB"]
+
+TINY_JOB = [
+    "--synthetic_num_examples", "400", "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "40",
+    "--max_steps", "6", "--logging_steps", "3", "--disable_tqdm",
+]  # fmt: skip
+
+
+def read_outputs(out: Path, stem: str, columns: list[str]) -> tuple[list[dict], dict]:
+    with (out / f"{stem}.csv").open() as f:
+        reader = csv.DictReader(f)
+        assert reader.fieldnames == columns
+        rows = list(reader)
+    report = json.loads((out / f"{stem}.json").read_text())
+    assert report["columns"] == columns and len(report["rows"]) == len(rows) > 0
+    assert (out / f"{stem}.png").read_bytes()[:8] == PNG
+    return rows, report
+
+
+@pytest.mark.slow
+def test_allreduce_horovod_and_torch_in_the_same_ranks(tmp_path, cache_dir):
+    out = tmp_path / "allreduce"
+    cmd = [
+        str(BIN / "horovodrun"),
+        "-np",
+        "2",
+        "--gloo",
+        *BENCH,
+        "allreduce",
+        *TINY_ALLREDUCE,
+        "--output_dir",
+        str(out),
+    ]
+    proc = run(cmd, cache_dir, timeout=300)
+    assert_ok(proc)
+    rows, report = read_outputs(out, "allreduce", ALLREDUCE_COLUMNS)
+    cases = {(r["framework"], r["case"], r["mode"]) for r in report["rows"]}
+    sizes = {"4KB", "8KB", "16KB"}
+    assert cases == {
+        *(("horovod", s, "single") for s in sizes),
+        *(("torch", s, "single") for s in sizes),
+        ("horovod", "tiny-bert", "async"),
+        ("horovod", "tiny-bert", "one_by_one"),
+        ("torch", "tiny-bert", "async"),
+        ("torch", "tiny-bert", "bucketed"),
+    }
+    for r in rows:  # nccl-tests' definitions, checked from the CSV itself
+        n, nbytes, seconds = int(r["world_size"]), int(r["bytes"]), float(r["time_us"]) / 1e6
+        assert n == 2 and seconds > 0
+        assert float(r["algbw_GBps"]) == pytest.approx(nbytes / seconds / 1e9, rel=1e-3, abs=1e-6)
+        assert float(r["busbw_GBps"]) == pytest.approx(float(r["algbw_GBps"]) * 2 * (n - 1) / n, rel=1e-6, abs=1e-6)
+    tiny = next(r for r in report["rows"] if r["case"] == "tiny-bert")
+    assert tiny["tensors"] == 41 and tiny["bytes"] > 2_000_000
+    horovod = next(r for r in report["rows"] if r["framework"] == "horovod")
+    assert horovod["controller"] == "gloo" and horovod["fusion_threshold"] == 128 * 2**20
+
+
+@pytest.mark.slow
+def test_allreduce_sweep_launches_one_run_per_setting(tmp_path, cache_dir):
+    out = tmp_path / "sweep"
+    cmd = [*BENCH, "allreduce-sweep", "--variants", "gloo", "--fusion_threshold_mb", "0", "--cycle_time_ms",
+           "--models", "tiny-bert", "--max_bytes", "8KB", "--bench_args", "--iters 2 --budget 64KB",
+           "--output_dir", str(out)]  # fmt: skip
+    proc = run(cmd, cache_dir, timeout=400)
+    assert_ok(proc)
+    _, report = read_outputs(out, "sweep", ["variant", "setting", "value", *ALLREDUCE_COLUMNS])
+    unfused = [r for r in report["rows"] if r["setting"] == "fusion_threshold_mb"]
+    assert {(r["framework"], r["mode"], r["fusion_threshold"]) for r in unfused} == {
+        ("horovod", "async", 0),
+        ("horovod", "one_by_one", 0),
+    }
+    baseline = [r for r in report["rows"] if r["setting"] == "baseline"]
+    assert {r["framework"] for r in baseline} == {"horovod", "torch"}
+    assert {r["cycle_time_ms"] for r in baseline if r["framework"] == "horovod"} == {1.0}
+    assert "fusion_threshold_mb" in proc.stdout and (out / "logs").is_dir()
+
+
+@pytest.mark.slow
+def test_bench_train_reports_scaling_and_the_horovod_ddp_ratio(tmp_path, cache_dir):
+    out = tmp_path / "train"
+    cmd = [*BENCH, "train", *TINY_JOB, "--world_sizes", "2", "--engines", "horovod-gloo,ddp-gloo",
+           "--output_dir", str(out)]  # fmt: skip
+    proc = run(cmd, cache_dir, timeout=400)
+    assert_ok(proc)
+    rows, report = read_outputs(out, "bench_train", TRAIN_COLUMNS)
+    assert [(r["name"], r["world_size"]) for r in report["rows"]] == [
+        ("single", 1),  # the baseline of the scaling efficiency is always run
+        ("horovod-gloo", 2),
+        ("ddp-gloo", 2),
+    ]
+    single, horovod, ddp = report["rows"]
+    assert single["scaling_efficiency"] == pytest.approx(1.0)
+    assert horovod["scaling_efficiency"] == pytest.approx(
+        horovod["samples_per_second"] / (2 * single["samples_per_second"])
+    )
+    (ratio,) = report["ratios"]
+    assert ratio["samples_per_second_ratio"] == pytest.approx(horovod["samples_per_second"] / ddp["samples_per_second"])
+    assert "==> Horovod/DDP samples/s at np=2:" in proc.stdout
+
+
+def test_bench_gpu_runs_tiny_on_cpu(tmp_path, cache_dir):
+    out = tmp_path / "gpu"
+    args = ["gpu", "--tiny", "--repeats", "2", "--peak_tflops", "989", "--output_dir", str(out)]
+    proc = run([*BENCH, *args], cache_dir, timeout=300)
+    assert_ok(proc)
+    rows, report = read_outputs(out, "gpu", GPU_COLUMNS)
+    assert [r["engine"] for r in rows] == ["single", "horovod"] and report["tiny"] is True
+    for r in report["rows"]:
+        assert r["samples_per_second"] > 0 and r["model"] == "tiny-bert" and r["precision"] == "bf16"
+        tokens_per_s = r["tokens_per_second"]
+        assert r["mfu"] == pytest.approx(6 * r["parameters"] * tokens_per_s / 989e12) and r["peak_tflops"] == 989
+    assert "==> horovod np=1 / plain samples/s:" in proc.stdout
+
+
+@pytest.mark.slow
+def test_train_timeline_and_autotune_flags(tmp_path, cache_dir):
+    out, timeline = tmp_path / "run", tmp_path / "tl" / "timeline.json"
+    train = train_cmd(*TINY_JOB, "--horovod_timeline", str(timeline), "--autotune", "--output_dir", str(out))
+    cmd = [str(BIN / "horovodrun"), "-np", "2", "--gloo", *train]
+    proc = run(cmd, cache_dir, timeout=300)
+    assert_ok(proc)
+    text = timeline.read_text()
+    assert "NEGOTIATE_ALLREDUCE" in text and "ALLREDUCE" in text
+    config = json.loads((out / "run_config.json").read_text())
+    assert config["horovod_env"]["HOROVOD_TIMELINE"] == str(timeline)
+    assert config["horovod_env"]["HOROVOD_AUTOTUNE"] == "1"

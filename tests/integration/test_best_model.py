@@ -1,0 +1,79 @@
+"""transformers' --load_best_model_at_end / --metric_for_best_model / --greater_is_better,
+--label_smoothing_factor and --config_name, with their meanings there."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, train_cmd
+from support.metrics import recompute_metrics
+from transformers import BertConfig
+
+from horovod_train.config import DataArguments
+
+
+def read(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+@pytest.mark.slow
+def test_best_checkpoint_is_kept_and_loaded_at_the_end_under_horovod(tmp_path, cache_dir):
+    """Two ranks; the 'best' model is the one with the highest loss (--greater_is_better true), so that it
+    is an early checkpoint, not the final weights. A total limit of 1 keeps it next to the newest, the run
+    ends with its weights on both ranks, and its final evaluation (label-smoothed loss) is that model's."""
+    out = tmp_path / "run"
+    steps = ["--max_steps", "30", "--logging_steps", "6", "--eval_strategy", "steps", "--eval_steps", "6",
+             "--save_strategy", "steps", "--save_steps", "6", "--save_total_limit", "1"]  # fmt: skip
+    best = ["--load_best_model_at_end", "--metric_for_best_model", "loss", "--greater_is_better", "true"]
+    args = [*SMALL_JOB, *steps, *best, "--label_smoothing_factor", "0.1", "--output_dir", str(out)]
+    assert_ok(run(horovodrun(2, *args), cache_dir, timeout=420))
+
+    state = read(out / "trainer_state.json")
+    evals = [(e["step"], e["eval_loss"], e["eval_accuracy"]) for e in state["log_history"] if "eval_loss" in e]
+    assert [step for step, *_ in evals[:-1]] == [6, 12, 18, 24, 30]  # then the best model's own evaluation
+    best_step, best_loss, best_accuracy = max(evals[:-1], key=lambda e: (e[1], -e[0]))  # the first of equals wins
+    assert best_step != 30 and best_loss > evals[-2][1], evals  # the test needs an early best
+    assert state["best_metric"] == best_loss and Path(state["best_model_checkpoint"]).name == f"checkpoint-{best_step}"
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == sorted({f"checkpoint-{best_step}", "checkpoint-30"})
+
+    final, kept = load_file(out / "model.safetensors"), load_file(out / f"checkpoint-{best_step}" / "model.safetensors")
+    assert final.keys() == kept.keys() and all(torch.equal(final[k], kept[k]) for k in final)
+    results = read_results(out)
+    assert evals[-1][0] == 30 and evals[-1][1:] == pytest.approx((best_loss, best_accuracy), rel=1e-12)
+    assert (results["eval_loss"], results["eval_accuracy"]) == evals[-1][1:]
+    checksums = results["param_checksum_per_rank"]
+    assert len(checksums) == 2 and checksums[0] == checksums[1]
+    expected = recompute_metrics(out, DataArguments(synthetic_num_examples=1200), seed=42, label_smoothing=0.1)
+    assert results["eval_loss"] == pytest.approx(expected["loss"], rel=1e-5)
+    assert results["eval_accuracy"] == pytest.approx(expected["accuracy"], abs=1e-12)
+
+
+def test_config_name_random_inits_its_architecture_or_configures_a_pretrained_model(tmp_path, cache_dir):
+    """With tiny-bert: the architecture of the given config, random init, the run's own vocabulary. With a
+    saved model: its weights in the given configuration (here a different dropout), as run_glue.py does."""
+    job = [*SMALL_JOB, "--engine", "single", "--max_steps", "2", "--synthetic_num_examples", "300"]
+    architecture = tmp_path / "arch"
+    BertConfig(hidden_size=48, num_hidden_layers=1, num_attention_heads=3, intermediate_size=96).save_pretrained(
+        architecture
+    )
+    first = tmp_path / "first"
+    assert_ok(run(train_cmd(*job, "--config_name", str(architecture), "--output_dir", str(first)), cache_dir))
+    trained = read(first / "config.json")
+    assert (trained["hidden_size"], trained["num_hidden_layers"], trained["num_attention_heads"]) == (48, 1, 3)
+    assert trained["vocab_size"] < 30522 and len(trained["id2label"]) == 3  # the tiny tokenizer's vocabulary
+
+    tuned = BertConfig.from_pretrained(first)
+    tuned.hidden_dropout_prob = 0.25
+    other = tmp_path / "other-config"
+    tuned.save_pretrained(other)
+    second = tmp_path / "second"
+    cmd = train_cmd(*job, "--model_name_or_path", str(first), "--config_name", str(other), "--learning_rate", "1e-12",
+                    "--output_dir", str(second))  # fmt: skip
+    assert_ok(run(cmd, cache_dir))
+    assert read(second / "config.json")["hidden_dropout_prob"] == 0.25
+    before, after = load_file(first / "model.safetensors"), load_file(second / "model.safetensors")
+    assert max((before[k] - after[k]).abs().max().item() for k in before) < 1e-6  # the first run's weights

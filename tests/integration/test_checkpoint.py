@@ -1,0 +1,312 @@
+"""Checkpoints: exact resume mid-epoch, corruption and mismatch detection, atomic writes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from support.checks import max_abs_diff
+from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, torchrun, train_cmd
+
+from horovod_train import checkpoint as ckpt
+from horovod_train.errors import UsageError
+
+pytestmark = pytest.mark.slow
+
+JOB = [*SMALL_JOB, "--synthetic_num_examples", "600", "--dropout", "0", "--save_total_limit", "20"]
+
+
+def launch(engine: str, *args: str) -> list[str]:
+    if engine == "horovod":
+        return horovodrun(2, *args)
+    if engine == "ddp":
+        return torchrun(2, "--engine", "ddp", *args)
+    return train_cmd("--engine", "single", *args)
+
+
+@pytest.mark.parametrize(
+    ("engine", "max_steps", "save_steps", "resume_step"),
+    [("single", 50, 10, 20), ("horovod", 30, 5, 10), ("ddp", 30, 5, 10)],
+)
+def test_resume_mid_epoch_ends_with_the_same_parameters(
+    tmp_path, cache_dir, engine, max_steps, save_steps, resume_step
+):
+    np = 1 if engine == "single" else 2
+    full = tmp_path / "full"
+    args = [*JOB, "--max_steps", str(max_steps), "--save_steps", str(save_steps)]
+    assert_ok(run(launch(engine, *args, "--output_dir", str(full)), cache_dir))
+    state = json.loads((full / f"checkpoint-{resume_step}" / ckpt.TRAINER_FILE).read_text())
+    assert state["epoch"] == 0 and 0 < state["steps_in_epoch"] < 34 // np, "the resume point must be mid-epoch"
+
+    # A second run directory that holds only what a crash after step `resume_step` would have left.
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copytree(full / f"checkpoint-{resume_step}", resumed / f"checkpoint-{resume_step}")
+    proc = run(launch(engine, *args, "--output_dir", str(resumed), "--resume_from_checkpoint", "latest"), cache_dir)
+    assert_ok(proc)
+    assert f"resumed from step {resume_step}" in proc.stdout
+    diff = max_abs_diff(full, resumed)
+    print(f"{engine} np={np}: max-abs parameter difference after resume = {diff:.3e}")
+    assert diff <= 1e-6, f"resumed run differs from the uninterrupted one by {diff:.3e}"
+
+
+@pytest.mark.parametrize("engine", ["horovod", "ddp"])
+def test_resume_with_dropout_restores_every_ranks_generators(tmp_path, cache_dir, engine):
+    """With dropout each rank draws its own masks (its batches are padded to other lengths): every rank's
+    RNG states are saved and each rank gets its own back, so the resumed run repeats the masks exactly."""
+    import pandas as pd
+
+    from horovod_train import synthetic
+
+    frame = pd.DataFrame(synthetic.generate(600, seed=42))  # premises of varying length: ranks pad differently
+    frame["premise"] = [f"{p} {' '.join(['indeed'] * (i % 9))}" for i, p in enumerate(frame["premise"])]
+    data = tmp_path / "varied.csv"
+    frame.to_csv(data, index=False)
+    args = [*SMALL_JOB, "--train_file", str(data), "--dropout", "0.1", "--max_steps", "30"]
+    args += ["--save_steps", "5", "--save_total_limit", "20"]
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    assert_ok(run(launch(engine, *args, "--output_dir", str(full)), cache_dir))
+    rng = torch.load(full / "checkpoint-10" / ckpt.STATE_FILE, weights_only=True)["rng"]
+    assert len(rng) == 2 and rng[0]["torch"] != rng[1]["torch"], "the ranks' generators should have diverged"
+    resumed.mkdir()
+    shutil.copytree(full / "checkpoint-10", resumed / "checkpoint-10")
+    assert_ok(run(launch(engine, *args, "--output_dir", str(resumed), "--resume_from_checkpoint", "latest"), cache_dir))
+    diff = max_abs_diff(full, resumed)
+    print(f"{engine} np=2, dropout 0.1: max-abs parameter difference after resume = {diff:.3e}")
+    assert diff <= 1e-6
+
+
+def test_checkpoints_are_pruned_and_verified(tmp_path, cache_dir):
+    out = tmp_path / "run"
+    args = [
+        *SMALL_JOB,
+        "--synthetic_num_examples",
+        "600",
+        "--max_steps",
+        "12",
+        "--save_steps",
+        "4",
+        "--save_total_limit",
+        "2",
+    ]
+    assert_ok(run(train_cmd("--engine", "single", *args, "--output_dir", str(out)), cache_dir))
+    assert [p.name for p in ckpt.list_checkpoints(out)] == ["checkpoint-8", "checkpoint-12"]
+    assert not list(out.glob(".checkpoint-*")), "no temporary checkpoint directory may be left behind"
+    state = ckpt.verify_checkpoint(out / "checkpoint-12")
+    assert state["global_step"] == 12
+    tensors, training_state, _ = ckpt.load_checkpoint(out / "checkpoint-12")
+    assert set(training_state) >= {"optimizer", "scheduler", "rng"}
+    assert all(isinstance(t, torch.Tensor) for t in tensors.values())
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, cache_dir) -> Path:
+    out = tmp_path_factory.mktemp("ckpt") / "run"
+    args = [*SMALL_JOB, "--synthetic_num_examples", "600", "--max_steps", "6", "--save_steps", "3"]
+    assert_ok(run(train_cmd("--engine", "single", *args, "--output_dir", str(out)), cache_dir))
+    return out
+
+
+def resume(tmp_path: Path, cache_dir: Path, source: Path, *extra: str):
+    out = tmp_path / "resume"
+    shutil.copytree(source, out)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    proc = run(
+        train_cmd(
+            "--engine",
+            "single",
+            *SMALL_JOB,
+            "--synthetic_num_examples",
+            "600",
+            "--max_steps",
+            "9",
+            "--output_dir",
+            str(out),
+            *extra,
+        ),
+        cache_dir,
+    )
+    after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    return proc, before == after
+
+
+def damage_file(path: Path, damage: str) -> None:
+    data = bytearray(path.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    else:
+        data[-10] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_corrupted_checkpoint_is_refused(tmp_path, cache_dir, trained, damage):
+    source = tmp_path / "source"
+    shutil.copytree(trained, source)
+    damage_file(source / "checkpoint-6" / ckpt.MODEL_FILE, damage)
+    named = str(tmp_path / "resume" / "checkpoint-6")
+    proc, untouched = resume(tmp_path, cache_dir, source, "--resume_from_checkpoint", named)
+    assert proc.returncode == 2 and "corrupted" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and untouched
+
+
+def test_latest_passes_over_a_corrupted_newest_checkpoint_with_a_warning(tmp_path, cache_dir, trained):
+    source = tmp_path / "source"
+    shutil.copytree(trained, source)
+    damage_file(source / "checkpoint-6" / ckpt.MODEL_FILE, "flip")
+    proc, _ = resume(tmp_path, cache_dir, source, "--resume_from_checkpoint", "latest")
+    assert_ok(proc)
+    assert "warning: passing over checkpoint" in proc.stderr and "checkpoint-6 is corrupted" in proc.stderr
+    assert "resumed from step 3" in proc.stdout
+
+
+def test_latest_with_no_valid_checkpoint_is_refused(tmp_path, cache_dir, trained):
+    source = tmp_path / "source"
+    shutil.copytree(trained, source)
+    for step in (3, 6):
+        damage_file(source / f"checkpoint-{step}" / ckpt.MODEL_FILE, "truncate")
+    proc, untouched = resume(tmp_path, cache_dir, source, "--resume_from_checkpoint", "latest")
+    assert proc.returncode == 2 and untouched
+    assert "error: --resume_from_checkpoint latest: no valid checkpoint" in proc.stderr, proc.stderr
+
+
+def test_incomplete_checkpoint_is_refused(tmp_path, cache_dir, trained):
+    source = tmp_path / "source"
+    shutil.copytree(trained, source)
+    (source / "checkpoint-6" / ckpt.MANIFEST).unlink()
+    proc, untouched = resume(tmp_path, cache_dir, source, "--resume_from_checkpoint", str(source / "checkpoint-6"))
+    assert proc.returncode == 2 and "manifest.json" in proc.stderr and untouched
+
+
+def test_checkpoint_of_another_label_count_is_refused(tmp_path, cache_dir, trained):
+    import pandas as pd
+
+    from horovod_train import synthetic
+
+    frame = pd.DataFrame(synthetic.generate(600, seed=42))
+    frame["label"] = frame["label"].clip(upper=1)
+    data = tmp_path / "two_labels.csv"
+    frame.to_csv(data, index=False)
+    proc, untouched = resume(
+        tmp_path,
+        cache_dir,
+        trained,
+        "--resume_from_checkpoint",
+        "latest",
+        "--train_file",
+        str(data),
+        "--num_labels",
+        "2",
+    )
+    assert proc.returncode == 2 and "num_labels=3" in proc.stderr and "num_labels=2" in proc.stderr, proc.stderr
+    assert untouched
+
+
+def test_missing_checkpoint_path_is_refused(tmp_path, cache_dir, trained):
+    proc, untouched = resume(tmp_path, cache_dir, trained, "--resume_from_checkpoint", str(tmp_path / "nope"))
+    assert proc.returncode == 2 and "does not exist" in proc.stderr and untouched
+
+
+@pytest.mark.parametrize("engine", ["horovod", "ddp"])
+def test_resume_of_a_checkpoint_over_2_gib(tmp_path, cache_dir, engine):
+    """Resume payloads over 2 GiB used to crash (hvd.broadcast_object's int32 size) or be copied once per
+    rank (an all-gather). A real checkpoint grown past 2 GiB by a synthetic entry in its training state
+    resumes, and each rank holds about one copy of it."""
+    import hashlib
+    import json
+
+    out = tmp_path / "run"
+    args = [*JOB, "--max_steps", "10", "--save_steps", "10"]
+    assert_ok(run(launch(engine, *args, "--output_dir", str(out)), cache_dir))
+    checkpoint = out / "checkpoint-10"
+    state_file = checkpoint / ckpt.STATE_FILE
+    state = torch.load(state_file, weights_only=True)
+    ballast_bytes = 2**31 + 2**27  # 2.125 GiB
+    state["ballast"] = torch.arange(ballast_bytes // 4, dtype=torch.int32)
+    torch.save(state, state_file)
+    del state
+    manifest = json.loads((checkpoint / ckpt.MANIFEST).read_text())
+    digest = hashlib.sha256()
+    with state_file.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            digest.update(block)
+    manifest[ckpt.STATE_FILE] = digest.hexdigest()
+    (checkpoint / ckpt.MANIFEST).write_text(json.dumps(manifest))
+
+    resumed = run(launch(engine, *args, "--max_steps", "12", "--output_dir", str(out), "--resume_from_checkpoint",
+                         "latest", "--save_strategy", "no"), cache_dir, timeout=600)  # fmt: skip
+    assert_ok(resumed)
+    assert "resumed from step 10" in resumed.stdout
+    results = read_results(out)
+    assert results["global_step"] == 12 and len(set(results["param_checksum_per_rank"])) == 1
+    peaks = results["peak_memory_mb_per_rank"]
+    print(f"{engine}: resumed a {ballast_bytes / 2**30:.2f} GiB payload; peak RSS per rank {peaks} MiB")
+    assert max(peaks) < (ballast_bytes + 1.5 * 2**30) / 2**20, "more than one copy of the payload on a rank"
+
+
+SAVED = ckpt.Compatibility("tiny-bert", 3, 298, "BertForSequenceClassification", 32, tokenizer="t1",
+                           label_names=["entailment", "neutral", "contradiction"], train_data="d1", seed=42,
+                           group_by_length=False)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("changed", "fix"),
+    [
+        ({"tokenizer": "t2"}, "the tokenizer the checkpoint was trained with"),
+        ({"label_names": ["a", "b", "c"]}, "the same labels"),
+        ({"train_data": "d2"}, "the same training data"),
+        ({"seed": 7}, "--seed"),
+        ({"group_by_length": True}, "--group_by_length"),
+        ({"global_batch": 64}, "global batch"),
+    ],
+)
+def test_a_checkpoint_of_other_data_order_or_tokenizer_is_refused(changed, fix):
+    run = dataclasses.replace(SAVED, **changed)
+    name, value = next(iter(changed.items()))
+    with pytest.raises(UsageError) as refused:
+        run.check(dataclasses.asdict(SAVED), Path("out/checkpoint-6"))
+    line = str(refused.value)
+    assert f"saved with {name}={getattr(SAVED, name)!r} but this run has {name}={value!r}" in line
+    assert fix in refused.value.fix and "\n" not in line
+
+
+def test_a_checkpoint_without_the_data_fields_resumes_with_a_warning(tmp_path, cache_dir, trained):
+    """Checkpoints written before the data checks are loadable: one warning line names what is not checked."""
+    source = tmp_path / "source"
+    shutil.copytree(trained, source)
+    checkpoint = source / "checkpoint-6"
+    state = json.loads((checkpoint / ckpt.TRAINER_FILE).read_text())
+    added = ckpt.Compatibility.ADDED_LATER
+    state["compatibility"] = {k: v for k, v in state["compatibility"].items() if k not in added}
+    (checkpoint / ckpt.TRAINER_FILE).write_text(json.dumps(state))
+    manifest = json.loads((checkpoint / ckpt.MANIFEST).read_text())
+    manifest[ckpt.TRAINER_FILE] = ckpt._sha256(checkpoint / ckpt.TRAINER_FILE)
+    (checkpoint / ckpt.MANIFEST).write_text(json.dumps(manifest))
+    proc, _ = resume(tmp_path, cache_dir, source, "--resume_from_checkpoint", "latest")
+    assert_ok(proc)
+    assert "resumed from step 6" in proc.stdout
+    assert "predates the checks of tokenizer, label_names, train_data, seed, group_by_length" in proc.stderr
+
+
+def test_group_by_length_resumes_on_another_split_of_the_global_batch(tmp_path, cache_dir):
+    """A grouped run of 2 ranks x 8 resumed on 1 rank x 8 x accumulation 2 (global batch 16 both): the epoch
+    trains on every example once, as an uninterrupted run does (the grouping used to follow the per-device
+    batch x ranks, 16 against 8, and the resumed epoch repeated and skipped examples)."""
+    # 270 examples: 17 steps, the last batches partial
+    args = [*JOB, "--synthetic_num_examples", "300", "--group_by_length", "--audit_samples"]
+    args += ["--per_device_train_batch_size", "8"]
+    full, out = tmp_path / "full", tmp_path / "resumed"
+    assert_ok(run(horovodrun(2, *args, "--save_steps", "5", "--output_dir", str(full)), cache_dir))
+    assert read_results(full)["history"][0]["samples"]["skipped"] == 0
+    out.mkdir()
+    shutil.copytree(full / "checkpoint-5", out / "checkpoint-5")  # what a crash after step 5 leaves
+    resumed = run(train_cmd("--engine", "single", *args, "--gradient_accumulation_steps", "2",
+                            "--output_dir", str(out), "--resume_from_checkpoint", "auto"), cache_dir)  # fmt: skip
+    assert_ok(resumed)
+    assert "resumed from step 5" in resumed.stdout
+    (epoch,) = read_results(out)["history"]
+    assert epoch["samples"] == {"dataset": 270, "trained_on": 270, "skipped": 0, "repeated": 0}, epoch

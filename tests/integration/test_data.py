@@ -1,0 +1,107 @@
+"""Data: synthetic-nli, local files, validation of columns and labels, tokenizer and caching."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from support.jobs import SMALL_JOB, assert_ok, read_results, run, train_cmd
+
+from horovod_train import synthetic
+
+
+@pytest.mark.slow
+def test_a_model_given_the_hypothesis_alone_stays_near_chance(tmp_path, cache_dir):
+    """Train the demo model on the demo data with every premise blanked: it cannot beat chance,
+    while the same job with premises reaches >= 0.80 (tests/integration/test_horovod_integration.py)."""
+    frame = pd.DataFrame(synthetic.generate(8000, seed=42))
+    frame["premise"] = "."
+    data = tmp_path / "hypothesis_only.csv"
+    frame.to_csv(data, index=False)
+    out = tmp_path / "out"
+    proc = run(
+        train_cmd(
+            "--engine",
+            "single",
+            "--config",
+            "configs/demo.yaml",
+            "--train_file",
+            str(data),
+            "--num_train_epochs",
+            "4",
+            "--output_dir",
+            str(out),
+            "--disable_tqdm",
+        ),
+        cache_dir,
+    )
+    assert_ok(proc)
+    accuracy = read_results(out)["eval_accuracy"]
+    assert accuracy < 0.42, f"hypothesis-only accuracy {accuracy:.3f} should stay near chance (0.33)"
+
+
+GLUE_MNLI_COLUMNS = [
+    "index",
+    "promptID",
+    "pairID",
+    "genre",
+    "sentence1_binary_parse",
+    "sentence2_binary_parse",
+    "sentence1_parse",
+    "sentence2_parse",
+    "sentence1",
+    "sentence2",
+]
+
+
+def _parses(text: str) -> list[str]:
+    words = text.split()
+    return ["( " + " ".join(words) + " )", "(ROOT (S " + " ".join(f"(NN {w})" for w in words) + "))"]
+
+
+def write_glue_mnli(path: Path, n: int, seed: int, annotators: int) -> list[dict]:
+    """GLUE's MNLI .tsv layout (train.tsv: 1 annotator label, dev_matched.tsv: 5): unquoted, string labels,
+    and, as in MNLI, texts with unbalanced double quotes."""
+    rows = synthetic.generate(n, seed)
+    header = [*GLUE_MNLI_COLUMNS, *(f"label{i}" for i in range(1, annotators + 1)), "gold_label"]
+    lines = ["\t".join(header)]
+    for i, row in enumerate(rows):
+        if i % 7 == 3:
+            row["premise"] = '"' + row["premise"]
+        if i % 11 == 5:
+            row["hypothesis"] += ' "really'
+        gold = synthetic.LABEL_NAMES[row["label"]]
+        premise_parses, hypothesis_parses = _parses(row["premise"]), _parses(row["hypothesis"])
+        fields = [str(i), str(9000 + i), f"{9000 + i}e", "fiction", premise_parses[0], hypothesis_parses[0]]
+        fields += [premise_parses[1], hypothesis_parses[1], row["premise"], row["hypothesis"]]
+        lines.append("\t".join([*fields, *[gold] * annotators, gold]))
+    path.write_text("\n".join(lines) + "\n")
+    return rows
+
+
+def test_an_unknown_string_label_is_refused_in_one_line(tmp_path, cache_dir):
+    train = tmp_path / "train.tsv"
+    write_glue_mnli(train, 100, seed=1, annotators=1)
+    lines = train.read_text().splitlines()
+    lines[1::25] = [line.rsplit("\t", 1)[0] + "\t-" for line in lines[1::25]]
+    train.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    proc = run(train_cmd("--engine", "single", "--train_file", str(train), "--output_dir", str(out)), cache_dir)
+    stderr = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(stderr) == 1, proc.stderr[-2000:]
+    assert "gold_label" in stderr[0] and "'-' (4)" in stderr[0] and "; fix: " in stderr[0], stderr[0]
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_training_runs_on_glue_mnli_files_as_they_are(tmp_path, cache_dir):
+    write_glue_mnli(tmp_path / "train.tsv", 300, seed=1, annotators=1)
+    write_glue_mnli(tmp_path / "dev_matched.tsv", 120, seed=2, annotators=5)
+    out = tmp_path / "out"
+    files = ["--train_file", str(tmp_path / "train.tsv"), "--validation_file", str(tmp_path / "dev_matched.tsv")]
+    proc = run(
+        train_cmd("--engine", "single", *SMALL_JOB, *files, "--max_steps", "5", "--output_dir", str(out)), cache_dir
+    )
+    assert_ok(proc)
+    assert read_results(out)["eval_samples"] == 120

@@ -1,0 +1,58 @@
+"""Data the way Hugging Face users bring it: GLUE tasks (run_glue.py's columns and splits), save_to_disk
+directories, configurable text and label columns (run_classification.py), inferred label names, test splits."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pandas as pd
+from support.jobs import SMALL_JOB, assert_ok, read_results, run, train_cmd
+
+POSITIVE = ["great", "wonderful", "superb", "moving", "brilliant", "charming"]
+
+NEGATIVE = ["dull", "awful", "boring", "clumsy", "tedious", "bland"]
+
+
+def sentiment_frame(n: int, seed: int) -> pd.DataFrame:
+    """SST-2 style: one sentence whose adjective decides the label, string labels."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        label = rng.randrange(2)
+        adjective = rng.choice(POSITIVE if label else NEGATIVE)
+        subject = rng.choice(["film", "movie", "story", "plot", "cast"])
+        sentence = f"the {subject} was {adjective} ."
+        rows.append({"idx": i, "sentence": sentence, "label": ["negative", "positive"][label]})
+    return pd.DataFrame(rows)
+
+
+def test_a_single_sentence_task_trains_end_to_end(tmp_path, cache_dir):
+    train, test = tmp_path / "train.csv", tmp_path / "test.csv"
+    sentiment_frame(600, seed=0).to_csv(train, index=False)
+    sentiment_frame(20, seed=1)[["idx", "sentence"]].to_csv(test, index=False)
+    out = tmp_path / "out"
+    files = ["--train_file", str(train), "--test_file", str(test)]
+    proc = run(train_cmd("--engine", "single", *SMALL_JOB, *files, "--max_steps", "20", "--output_dir", str(out)),
+               cache_dir)  # fmt: skip
+    assert_ok(proc)
+    results = read_results(out)
+    assert 0.0 <= results["eval_accuracy"] <= 1.0 and results["eval_samples"] == 60
+    config = json.loads((out / "config.json").read_text())
+    assert config["id2label"] == {"0": "negative", "1": "positive"}
+    assert config["label2id"] == {"negative": 0, "positive": 1}
+
+
+def test_bad_text_column_names_are_refused_in_one_line(tmp_path, cache_dir):
+    sentiment_frame(40, seed=0).to_csv(tmp_path / "train.csv", index=False)
+    out = tmp_path / "out"
+    proc = run(
+        train_cmd("--engine", "single", "--train_file", str(tmp_path / "train.csv"), "--text_column_names",
+                  "sentence,sentence2", "--output_dir", str(out)),
+        cache_dir,
+        timeout=120,
+    )  # fmt: skip
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+    assert "train data has no column 'sentence2' (has: idx, sentence, label)" in lines[0] and "; fix: " in lines[0]
+    assert not out.exists()

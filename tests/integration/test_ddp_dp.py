@@ -1,0 +1,58 @@
+"""The DDP and DataParallel engines on their own: uneven shards, launch mistakes, bad input."""
+
+from __future__ import annotations
+
+import pytest
+from support.jobs import SMALL_JOB, assert_ok, read_results, run, torchrun, train_cmd
+
+
+@pytest.mark.slow
+def test_ddp_gathers_uneven_shards_exactly(tmp_path, cache_dir):
+    """1001 examples: 101 validation examples, so rank 0 evaluates 51 and rank 1 50 (pad, gather, trim)."""
+    out = tmp_path / "ddp"
+    args = [*SMALL_JOB, "--synthetic_num_examples", "1001", "--per_device_train_batch_size", "7"]
+    args += ["--per_device_eval_batch_size", "13", "--max_steps", "12", "--ddp_bucket_cap_mb", "1"]
+    proc = run(torchrun(2, *args, "--engine", "ddp", "--output_dir", str(out)), cache_dir, timeout=300)
+    assert_ok(proc)
+    results = read_results(out)
+    assert (results["engine"], results["world_size"], results["launcher"]) == ("ddp", 2, "torchrun")
+    assert (results["backend"], results["ddp_bucket_cap_mb"], results["eval_samples"]) == ("gloo", 1, 101)
+    assert results["eval_accuracy_per_rank"] == [results["eval_accuracy"]] * 2
+    assert len(set(results["param_checksum_per_rank"])) == 1
+    assert len(results["peak_memory_mb_per_rank"]) == 2
+
+
+@pytest.mark.slow
+def test_dp_on_cpu_says_so_once_and_trains(tmp_path, cache_dir):
+    out = tmp_path / "dp"
+    proc = run(train_cmd(*SMALL_JOB, "--engine", "dp", "--max_steps", "5", "--output_dir", str(out)), cache_dir)
+    assert_ok(proc)
+    assert proc.stdout.count("no GPU visible") == 1
+    results = read_results(out)
+    assert (results["engine"], results["replicas"], results["global_step"]) == ("dp", 1, 5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["single", "dp"])
+def test_one_process_engines_refuse_a_launcher(engine, tmp_path, cache_dir):
+    out = tmp_path / "out"
+    proc = run(torchrun(2, *SMALL_JOB, "--engine", engine, "--output_dir", str(out)), cache_dir, timeout=120)
+    assert proc.returncode != 0
+    assert f"error: --engine {engine} runs one process but torchrun started 2" in proc.stderr
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_ddp_find_unused_parameters_lets_a_model_with_an_idle_parameter_train(tmp_path, cache_dir):
+    from conftest import BIN, REPO
+
+    def probe(find_unused: str):
+        cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "--no-python", str(BIN / "python"),
+               str(REPO / "tests" / "probes" / "ddp_unused_probe.py"), find_unused]  # fmt: skip
+        return run(cmd, cache_dir, timeout=180)
+
+    failing = probe("false")  # DDP waits for the idle head's gradient and fails at the second step
+    assert failing.returncode != 0 and "step 2 done" not in failing.stdout
+    assert "find_unused_parameters" in failing.stdout + failing.stderr
+    assert_ok(working := probe("true"))
+    assert working.stdout.count("step 2 done") == 2

@@ -1,0 +1,230 @@
+"""Elastic Horovod: a worker killed mid-epoch leaves the job running on the survivor; a host added
+mid-run grows the job back. Two local "hosts" (localhost and 127.0.0.1) stand for two machines."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from support.jobs import BIN, REPO, SMALL_JOB, base_env, read_results, train_cmd
+from support.processes import find_rank_process, wait_for
+
+pytestmark = pytest.mark.slow
+
+JOB = [
+    *SMALL_JOB,
+    "--synthetic_num_examples",
+    "3000",
+    "--num_train_epochs",
+    "2",
+    "--elastic",
+    "--elastic_commit_steps",
+    "5",
+    "--audit_samples",
+    "--logging_steps",
+    "10",
+]
+
+
+def start_elastic(
+    tmp_path: Path, cache_dir: Path, hosts: list[str], np: int, out: Path, *extra: str
+) -> subprocess.Popen:
+    hosts_file = write_hosts(tmp_path, hosts)
+    # Horovod's info log says "Horovod initialized" at each (re)initialisation: how a test counts resets.
+    env = {**base_env(cache_dir), "HVT_HOSTS_FILE": str(hosts_file), "HOROVOD_LOG_LEVEL": "info"}
+    cmd = [
+        str(BIN / "horovodrun"),
+        "-np",
+        str(np),
+        "--min-np",
+        "1",
+        "--max-np",
+        "2",
+        "--host-discovery-script",
+        str(REPO / "launch" / "discover_hosts.sh"),
+        # Named interfaces: otherwise horovodrun waits for 2 hosts to find common ones, even at -np 1.
+        "--network-interfaces",
+        "lo",
+        *train_cmd(*JOB, "--output_dir", str(out), *extra),
+    ]
+    return subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+
+
+def write_hosts(tmp_path: Path, hosts: list[str]) -> Path:
+    """Replace the hosts file at once, as a scheduler's hook should: horovodrun reads it every second, and a
+    file caught between truncate and write lists no host."""
+    hosts_file, tmp = tmp_path / "hosts.txt", tmp_path / ".hosts.txt.tmp"
+    tmp.write_text("".join(f"{h}\n" for h in hosts))
+    os.replace(tmp, hosts_file)
+    return hosts_file
+
+
+def last_logged_step(out: Path) -> int:
+    metrics = out / "metrics.jsonl"
+    lines = metrics.read_text().splitlines() if metrics.exists() else []
+    return int(lines[-1].split('"step": ')[1].split(",")[0]) if lines else 0
+
+
+def finish(job: subprocess.Popen, timeout: float) -> str:
+    try:
+        output, _ = job.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        output, _ = job.communicate()
+        pytest.fail(f"elastic job did not finish in {timeout}s:\n{output[-4000:]}")
+    return output
+
+
+def completed_run(job: subprocess.Popen, out: Path) -> tuple[dict, list[int], str]:
+    """Wait for the job; return its results, the world sizes it went through and its output."""
+    output = finish(job, 400)
+    assert job.returncode == 0, output[-4000:]
+    results = read_results(out)
+    print(f"world size over the run: {results['world_size_changes']}; epochs: {results['history']}")
+    check_epochs_covered_every_example(results)
+    return results, [size for _, size in results["world_size_changes"]], output
+
+
+def check_epochs_covered_every_example(results: dict) -> None:
+    for entry in results["history"]:
+        audit = entry["samples"]
+        assert audit["skipped"] == 0, entry
+        # Only the sampler's end-of-epoch padding repeats (fewer examples than ranks).
+        assert audit["repeated"] < 2, entry
+
+
+def stop_after(tmp_path: Path, cache_dir: Path, hosts: list[str], out: Path, steps: int) -> int:
+    """Start an elastic job on ``hosts``, SIGTERM it after ``steps`` steps; the step it checkpointed."""
+    job = start_elastic(tmp_path, cache_dir, hosts, len(hosts), out)
+    try:
+        wait_for(lambda: last_logged_step(out) >= steps, 240, f"{steps} steps on {len(hosts)} worker(s)")
+        os.killpg(job.pid, signal.SIGTERM)
+        output = finish(job, 120)
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        raise
+    stopped = re.search(r"stopped by SIGTERM at step (\d+): saved checkpoint-\1", output)
+    assert stopped, output[-4000:]
+    return int(stopped[1])
+
+
+def test_killed_worker_leaves_the_job_running_on_the_survivor(tmp_path, cache_dir):
+    out = tmp_path / "run"
+    job = start_elastic(tmp_path, cache_dir, ["localhost:1", "127.0.0.1:1"], 2, out)
+    try:
+        wait_for(lambda: last_logged_step(out) >= 30, 240, "30 steps on 2 workers")
+        victim = wait_for(lambda: find_rank_process(out, "HOROVOD_HOSTNAME", "127.0.0.1"), 30, "the 127.0.0.1 worker")
+        os.kill(victim, signal.SIGKILL)
+        write_hosts(tmp_path, ["localhost:1"])
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        raise
+    results, sizes, output = completed_run(job, out)
+    assert sizes == [2, 1] and results["world_size"] == 1, output[-6000:]
+
+
+def test_added_host_grows_the_job_back(tmp_path, cache_dir):
+    out = tmp_path / "run"
+    job = start_elastic(tmp_path, cache_dir, ["localhost:1"], 1, out)
+    try:
+        wait_for(lambda: last_logged_step(out) >= 20, 240, "20 steps on 1 worker")
+        write_hosts(tmp_path, ["localhost:1", "127.0.0.1:1"])
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        raise
+    results, sizes, output = completed_run(job, out)
+    assert sizes == [1, 2] and results["world_size"] == 2, output[-6000:]
+    assert results["param_checksum_per_rank"][0] == results["param_checksum_per_rank"][1]
+
+
+def test_stopped_elastic_job_resumes_on_another_world_size(tmp_path, cache_dir):
+    """SIGTERM to a 2-worker elastic job: checkpoint at the next step; `auto` resumes it on one worker. The
+    elastic sampler re-shards the rest of the epoch by examples seen, so each epoch still covers every
+    example once (the audit spans the stop)."""
+    out = tmp_path / "run"
+    stopped = stop_after(tmp_path, cache_dir, ["localhost:1", "127.0.0.1:1"], out, steps=30)
+    job = start_elastic(tmp_path, cache_dir, ["localhost:1"], 1, out, "--resume_from_checkpoint", "auto")
+    results, sizes, output = completed_run(job, out)
+    assert f"resumed from step {stopped}" in output
+    assert sizes == [2, 1] and results["world_size"] == 1, results["world_size_changes"]
+    assert [entry["epoch"] for entry in results["history"]] == [1, 2]
+
+
+def test_resumed_elastic_job_grows_when_a_host_is_added(tmp_path, cache_dir):
+    """A worker added to a resumed elastic job used to broadcast the checkpoint from its setup while the
+    running worker was inside Horovod's state sync: both hung. It takes the job's state when it joins."""
+    out = tmp_path / "run"
+    stopped = stop_after(tmp_path, cache_dir, ["localhost:1"], out, steps=20)
+    job = start_elastic(tmp_path, cache_dir, ["localhost:1"], 1, out, "--resume_from_checkpoint", "auto")
+    try:
+        wait_for(lambda: last_logged_step(out) >= stopped + 10, 240, "10 more steps on 1 worker")
+        write_hosts(tmp_path, ["localhost:1", "127.0.0.1:1"])
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        raise
+    results, sizes, output = completed_run(job, out)
+    assert f"resumed from step {stopped}" in output
+    assert sizes == [1, 2] and results["world_size"] == 2, results["world_size_changes"]
+    assert results["param_checksum_per_rank"][0] == results["param_checksum_per_rank"][1]
+
+
+def test_a_hosts_file_caught_empty_does_not_reset_the_job(tmp_path, cache_dir):
+    """A hosts file caught empty while it is rewritten used to be discovered as "no hosts": the driver told every
+    worker that its host was removed, and the job reset and rolled back to its last commit (then grew again when the
+    file was whole). Discovery now fails on an empty file, which the driver retries: nothing happens."""
+    out = tmp_path / "run"
+    hosts = ["localhost:1", "127.0.0.1:1"]
+    job = start_elastic(tmp_path, cache_dir, hosts, 2, out)
+    try:
+        wait_for(lambda: last_logged_step(out) >= 30, 240, "30 steps on 2 workers")
+        write_hosts(tmp_path, [])
+        time.sleep(3)  # horovodrun discovers every second
+        write_hosts(tmp_path, hosts)
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        raise
+    results, sizes, output = completed_run(job, out)
+    assert sizes == [2], results["world_size_changes"]
+    initialised = re.findall(r"^\[0\]<stdout>:.*Horovod initialized", output, re.MULTILINE)
+    assert len(initialised) == 1, f"rank 0 initialised Horovod {len(initialised)} times:\n{output[-4000:]}"
+
+
+def test_a_host_removed_from_the_file_shrinks_the_job_without_repeating_examples(tmp_path, cache_dir):
+    """A scheduler that takes a host back edits the hosts file: Horovod interrupts the workers with a "removed"
+    update and re-enters the loop without syncing the state (skip_sync). The survivor's sampler then listed the
+    whole epoch again (its unprocessed indices are recomputed only when its state is loaded): 1760 examples of
+    2700 trained twice. The audit checks that each epoch covered every example once."""
+    out = tmp_path / "run"
+    job = start_elastic(tmp_path, cache_dir, ["localhost:1", "127.0.0.1:1"], 2, out)
+    try:
+        wait_for(lambda: last_logged_step(out) >= 30, 240, "30 steps on 2 workers")
+        write_hosts(tmp_path, ["localhost:1"])
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        raise
+    results, sizes, output = completed_run(job, out)
+    assert sizes == [2, 1] and results["world_size"] == 1, results["world_size_changes"]
+
+
+def test_a_lora_job_grows_when_a_host_is_added(tmp_path, cache_dir):
+    """--use_peft under elastic Horovod: the joining worker takes the adapters, the head and the optimizer
+    state from the state sync (the frozen base comes from the same init on every worker)."""
+    out = tmp_path / "run"
+    job = start_elastic(tmp_path, cache_dir, ["localhost:1"], 1, out, "--use_peft", "--num_train_epochs", "12")
+    try:
+        wait_for(lambda: last_logged_step(out) >= 20, 240, "20 steps on 1 worker")
+        write_hosts(tmp_path, ["localhost:1", "127.0.0.1:1"])
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        raise
+    results, sizes, output = completed_run(job, out)
+    assert sizes == [1, 2], results["world_size_changes"]
+    assert results["param_checksum_per_rank"][0] == results["param_checksum_per_rank"][1]
+    assert (out / "adapter" / "adapter_model.safetensors").is_file()

@@ -1,0 +1,61 @@
+"""The engine contract, checked over every engine under its real launcher: what the trainer relies on
+(ranks, exact collectives, rank-0 broadcast, local-main-first, identical replicas after wrap and after a
+step, the default policy) holds for each of them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support.jobs import BIN, REPO, assert_ok, mpirun, run
+
+PROBE = [str(BIN / "python"), str(REPO / "tests" / "probes" / "engine_probe.py")]
+
+LAUNCHES = {
+    "horovod-gloo": ("horovod", 2),
+    "horovod-mpi": ("horovod", 2),
+    "ddp": ("ddp", 2),
+    "single": ("single", 1),
+    "dp": ("dp", 1),
+}
+
+
+def launch(name: str, engine: str, out) -> list[str]:
+    probe = [*PROBE, engine, str(out)]
+    if name == "horovod-gloo":
+        return [str(BIN / "horovodrun"), "-np", "2", "--gloo", *probe]
+    if name == "horovod-mpi":
+        return [*mpirun_prefix(), *probe]
+    if name == "ddp":
+        return [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "--no-python", *probe]
+    return probe
+
+
+def mpirun_prefix() -> list[str]:
+    """conftest's mpirun command without its `python -m horovod_train train` tail."""
+    cmd = mpirun(2)
+    return cmd[: cmd.index(str(BIN / "python"))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(LAUNCHES))
+def test_engine_contract(name, tmp_path, cache_dir):
+    engine, world = LAUNCHES[name]
+    assert_ok(run(launch(name, engine, tmp_path), cache_dir, timeout=300))
+    reports = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(world)]
+    big = float(2**40)
+    expected_gather = [[r, r] for r in range(world) for _ in range(r + 1)]
+    for rank, report in enumerate(reports):
+        assert (report["rank"], report["world_size"], report["is_main"]) == (rank, world, rank == 0)
+        assert report["describe"]["engine"] == engine and report["describe"]["world_size"] == world
+        assert report["sum"][0] == world * big + sum(range(1, world + 1))  # exact in float64
+        assert report["sum"][1] == pytest.approx(0.1 * sum(range(1, world + 1)), abs=1e-15)
+        assert report["gathered"] == expected_gather  # uneven lengths, rank order
+        assert report["objects"] == [{"rank": r} for r in range(world)]
+        assert report["broadcast"] == {"from": 0, "payload": [0, 1, 2, 3, 4]}
+        assert len(set(report["checksums_after_wrap"])) == 1, "replicas differ after wrap"
+        assert len(set(report["checksums_after_step"])) == 1, "replicas differ after a step"
+        assert report["checksums_after_step"] != report["checksums_after_wrap"], "the step changed nothing"
+        assert report["default_policy"] and not report["joins_running_job"]
+    order = (tmp_path / "local_main_first.txt").read_text().split()
+    assert order[0] == "0" and sorted(order) == sorted(str(r["local_rank"]) for r in reports)

@@ -1,0 +1,87 @@
+"""The hot loop keeps the loss on the device (no host-device sync per step), and a loss that becomes NaN
+or infinite stops the run with one line naming the step, found where the loss reaches the host anyway
+(the log line). On the CPU a sync shows in a torch.profiler trace as aten::_local_scalar_dense, the op
+behind .item(), int(tensor) and float(tensor), which on a GPU waits for every queued kernel."""
+
+from __future__ import annotations
+
+import pytest
+from support.jobs import SMALL_JOB
+from torch.profiler import ProfilerActivity, profile
+
+from horovod_train.config import parse_run_config
+from horovod_train.engines.single import SingleEngine
+from horovod_train.errors import UsageError
+from horovod_train.trainer import Trainer
+
+HOST_READS = ("aten::_local_scalar_dense", "aten::item")
+
+
+def ancestors(event) -> list[str]:
+    names = []
+    while event is not None:
+        names.append(event.name)
+        event = event.cpu_parent
+    return names
+
+
+def chain(event) -> str:
+    return " < ".join(ancestors(event))
+
+
+def not_ours(event) -> bool:
+    """AdamW reads its step counts, CPU tensors even on GPUs (not capturable): not a device sync. The
+    model's own forward reads its attention mask (transformers' SDPA mask check, torch.all(mask == 1)):
+    transformers' business, not the loop's."""
+    return any(name.startswith(("Optimizer.step#", "nn.Module: ")) for name in ancestors(event))
+
+
+@pytest.fixture
+def offline_cache(cache_dir, monkeypatch):
+    monkeypatch.setenv("HOROVOD_TRAIN_CACHE", str(cache_dir))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def config(tmp_path, *args: str):
+    return parse_run_config([*SMALL_JOB, "--engine", "single", "--synthetic_num_examples", "600",
+                             "--output_dir", str(tmp_path / "run"), *args])  # fmt: skip
+
+
+def test_training_steps_read_nothing_back_to_the_host_between_log_lines(tmp_path, offline_cache):
+    run_config = config(tmp_path, "--max_steps", "20", "--logging_steps", "100", "--gradient_accumulation_steps", "2")
+    engine = SingleEngine(run_config)
+    with engine.running():
+        loop = Trainer(run_config, engine).setup()
+        loop.enter(loop.position)
+        batches = iter(loop.parts.train_loader)
+        loop.train_step(batches, loop.position)  # warm-up: lazy initialisations
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True) as trace:  # with Python frames
+            for _ in range(4):
+                loop.train_step(batches, loop.position)
+        reads = [chain(e) for e in trace.events() if e.name in HOST_READS and not not_ours(e)]
+        assert reads == [], f"{len(reads)} host reads in 4 steps (8 micro-batches)"
+        assert loop.meter.micro_batches == 10
+        logged = loop.meter.reduce(engine)  # the log line: one read of the sums
+        assert logged["loss"] > 0 and logged["samples_per_second"] > 0
+
+
+class NaNFromStep(SingleEngine):
+    """Single engine whose loss turns NaN at the 5th micro-batch (step 5): a diverging run."""
+
+    calls = 0
+
+    def forward_loss(self, model, batch, label_smoothing=0.0):
+        loss = super().forward_loss(model, batch, label_smoothing)
+        NaNFromStep.calls += 1
+        return loss * float("nan") if NaNFromStep.calls >= 5 else loss
+
+
+def test_a_nan_loss_stops_the_run_naming_the_step_before_any_result_is_written(tmp_path, offline_cache):
+    NaNFromStep.calls = 0
+    run_config = config(tmp_path, "--max_steps", "12", "--logging_steps", "8", "--learning_rate", "0.5")
+    engine = NaNFromStep(run_config)
+    with engine.running(), pytest.raises(UsageError) as stopped:
+        Trainer(run_config, engine).train()
+    assert str(stopped.value).startswith("the training loss became nan at step 5; fix: lower --learning_rate")
+    assert "(this run: 0.5)" in str(stopped.value)
+    assert not (tmp_path / "run" / "all_results.json").exists()

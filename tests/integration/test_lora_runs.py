@@ -1,0 +1,62 @@
+"""LoRA runs end to end under Horovod (np=2): an exact resume from a mid-run checkpoint, the best
+checkpoint's adapters loaded at the end, and an output directory that pipeline() and peft both load."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import transformers
+from safetensors.torch import load_file
+from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run
+
+pytestmark = pytest.mark.slow
+
+LORA = ["--use_peft", "--lora_r", "4", "--learning_rate", "2e-3", "--synthetic_num_examples", "600"]
+
+
+def test_a_lora_run_resumes_exactly_from_a_mid_run_checkpoint(tmp_path, cache_dir):
+    """lora_dropout 0.05 draws masks from every rank's generator: the resumed run repeats them exactly."""
+    args = [*SMALL_JOB, *LORA, "--max_steps", "24", "--save_steps", "8", "--save_total_limit", "10"]
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    assert_ok(run(horovodrun(2, *args, "--output_dir", str(full)), cache_dir))
+    resumed.mkdir()
+    shutil.copytree(full / "checkpoint-8", resumed / "checkpoint-8")
+    proc = run(horovodrun(2, *args, "--output_dir", str(resumed), "--resume_from_checkpoint", "latest"), cache_dir)
+    assert_ok(proc)
+    assert "resumed from step 8" in proc.stdout
+    for name in ("model.safetensors", "adapter/adapter_model.safetensors"):
+        left, right = load_file(full / name), load_file(resumed / name)
+        assert left.keys() == right.keys()
+        difference = max(float((left[k] - right[k]).abs().max()) for k in left)
+        print(f"{name}: max-abs difference after resume {difference:.3e}")
+        assert difference == 0.0, name
+
+
+def test_the_best_lora_checkpoint_is_loaded_at_the_end_and_the_output_loads(tmp_path, cache_dir):
+    out = tmp_path / "out"
+    args = [*SMALL_JOB, *LORA, "--max_steps", "30", "--eval_strategy", "steps", "--eval_steps", "10"]
+    # "Best" is the highest loss, so that it is not the last checkpoint (the loss falls): loading it is seen.
+    args += ["--save_strategy", "steps", "--save_steps", "10", "--load_best_model_at_end"]
+    args += ["--metric_for_best_model", "eval_loss", "--greater_is_better", "true"]
+    assert_ok(run(horovodrun(2, *args, "--output_dir", str(out)), cache_dir))
+    state = json.loads((out / "trainer_state.json").read_text())
+    best = state["best_model_checkpoint"]
+    assert best, state
+    losses = {e["step"]: e["eval_loss"] for e in state["log_history"] if "eval_loss" in e}
+    assert best.endswith(f"checkpoint-{max(losses, key=losses.get)}") and max(losses, key=losses.get) < 30, losses
+    results = read_results(out)
+    assert abs(results["eval_loss"] - max(losses.values())) < 1e-6, (results["eval_loss"], losses)
+
+    classify = transformers.pipeline("text-classification", model=str(out), device="cpu")
+    pair = {"text": "Ann put the cup next to the box in the hall .", "text_pair": "Ann put the box ."}
+    assert classify([pair])[0]["label"] in {"entailment", "neutral", "contradiction"}
+    from peft import PeftConfig, PeftModel
+
+    adapter = out / "adapter"
+    assert PeftConfig.from_pretrained(str(adapter)).r == 4
+    # peft's own format: the adapter loads onto a model of its architecture (here the merged one).
+    base = transformers.AutoModelForSequenceClassification.from_pretrained(out)
+    adapted = PeftModel.from_pretrained(base, str(adapter))
+    assert any("lora_A" in name for name, _ in adapted.named_parameters())

@@ -1,0 +1,186 @@
+"""A scheduler's stop signal (SIGTERM at a time limit, preemption or scancel; SIGUSR1 as the warning ahead of
+it) under each launcher: the ranks agree at the next step boundary, rank 0 writes a checkpoint there, every
+rank exits, and `--resume_from_checkpoint auto` completes the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support.jobs import (
+    REPO,
+    SMALL_JOB,
+    assert_ok,
+    base_env,
+    horovodrun,
+    mpirun,
+    read_results,
+    run,
+    torchrun,
+    train_cmd,
+)
+from support.processes import find_rank_process, wait_for
+
+from horovod_train import checkpoint as ckpt
+from horovod_train.launch_commands import RANK_VARIABLES
+from horovod_train.stopping import STOPPED_EXIT_CODE
+
+pytestmark = pytest.mark.slow
+
+MAX_STEPS = 400
+JOB = [*SMALL_JOB, "--synthetic_num_examples", "3000", "--max_steps", str(MAX_STEPS), "--logging_steps", "5"]
+RANK_VARIABLE = {launcher: names[0] for launcher, names in RANK_VARIABLES.items()}
+
+
+def launch(launcher: str, *args: str) -> list[str]:
+    if launcher == "horovodrun":
+        return horovodrun(2, *args)
+    if launcher == "mpirun":
+        return mpirun(2, *args)
+    if launcher == "torchrun":
+        return torchrun(2, "--engine", "ddp", *args)
+    return train_cmd("--engine", "single", *args)
+
+
+def logged_step(out: Path) -> int:
+    metrics = out / "metrics.jsonl"
+    lines = metrics.read_text().splitlines() if metrics.exists() else []
+    return json.loads(lines[-1])["step"] if lines else 0
+
+
+def start(launcher: str, out: Path, cache_dir: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        launch(launcher, *JOB, "--output_dir", str(out)),
+        cwd=REPO,
+        env=base_env(cache_dir),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a job step is
+    )
+
+
+def signal_and_wait(job: subprocess.Popen, deliver, out: Path) -> tuple[str, int, float, int]:
+    """Deliver the signal once training runs; (output, step logged before it, seconds to the exit, exit code)."""
+    try:
+        wait_for(lambda: logged_step(out) >= 20, 240, "20 steps")
+        before = logged_step(out)
+        sent = time.monotonic()
+        deliver()
+        output, _ = job.communicate(timeout=120)
+        return output, before, time.monotonic() - sent, job.returncode
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+
+
+# (launcher, signal, whom the scheduler or user signals, the exit code the launcher reports)
+CASES = [
+    ("horovodrun", signal.SIGTERM, "group", 1),  # SLURM signals every process of the step
+    ("torchrun", signal.SIGTERM, "launcher", 1),  # torchrun passes SIGTERM on to its workers
+    ("mpirun", signal.SIGTERM, "ranks", STOPPED_EXIT_CODE),  # mpirun would kill the ranks 1 s after its own
+    ("mpirun", signal.SIGUSR1, "launcher", STOPPED_EXIT_CODE),  # mpirun forwards SIGUSR1 to the ranks
+    ("python", signal.SIGTERM, "launcher", STOPPED_EXIT_CODE),
+]
+
+
+@pytest.mark.parametrize(("launcher", "sig", "target", "exit_code"), CASES, ids=lambda c: getattr(c, "name", c))
+def test_stop_signal_checkpoints_at_the_next_step_and_auto_resume_completes(
+    tmp_path, cache_dir, launcher, sig, target, exit_code
+):
+    out = tmp_path / "run"
+    job = start(launcher, out, cache_dir)
+
+    def deliver() -> None:
+        if target == "group":
+            os.killpg(job.pid, sig)
+        elif target == "launcher":
+            os.kill(job.pid, sig)
+        else:
+            for rank in (0, 1):
+                os.kill(wait_for(lambda r=rank: find_rank_process(out, RANK_VARIABLE[launcher], r), 30, "a rank"), sig)
+
+    output, before, seconds, code = signal_and_wait(job, deliver, out)
+    assert code == exit_code, output[-3000:]
+    saved = ckpt.list_checkpoints(out)
+    assert saved, output[-3000:]
+    step = ckpt.verify_checkpoint(saved[-1])["global_step"]
+    assert before <= step < MAX_STEPS, (before, step)
+    if launcher != "mpirun" or sig == signal.SIGUSR1:  # mpirun stops relaying output once it is signalled
+        assert f"stopped by {sig.name} at step {step}: saved checkpoint-{step}" in output, output[-3000:]
+    assert not re.search(r'File ".*/horovod_train/', output), "a rank printed a traceback"  # launchers may
+    assert not list(out.glob(".checkpoint-*")), "a temporary checkpoint was left behind"
+    print(
+        f"{launcher} {sig.name} to {target}: checkpoint-{step} (logged step {before} when signalled), "
+        f"exit {code} {seconds:.1f}s after the signal"
+    )
+
+    resumed = run(launch(launcher, *JOB, "--output_dir", str(out), "--resume_from_checkpoint", "auto"), cache_dir)
+    assert_ok(resumed)
+    assert f"resumed from step {step}" in resumed.stdout
+    results = read_results(out)
+    assert results["global_step"] == MAX_STEPS and len(set(results["param_checksum_per_rank"])) == 1
+
+
+def test_a_second_signal_while_stopping_keeps_the_checkpoints_valid(tmp_path, cache_dir):
+    """A second SIGTERM (a scheduler's repeat) is ignored while stopping; SIGKILL right after it still leaves
+    only complete checkpoints behind (the one being written is a temporary directory until it is whole)."""
+    out = tmp_path / "run"
+    job = start("horovodrun", out, cache_dir)
+
+    def deliver() -> None:
+        os.killpg(job.pid, signal.SIGTERM)
+        time.sleep(0.05)
+        os.killpg(job.pid, signal.SIGTERM)
+        time.sleep(0.3)
+        os.killpg(job.pid, signal.SIGKILL)
+
+    signal_and_wait(job, deliver, out)
+    for path in ckpt.list_checkpoints(out):
+        ckpt.verify_checkpoint(path)
+    resumed = run(launch("horovodrun", *JOB, "--output_dir", str(out), "--resume_from_checkpoint", "auto"), cache_dir)
+    assert_ok(resumed)
+    assert read_results(out)["global_step"] == MAX_STEPS
+
+
+def test_no_checkpoint_signals_means_the_default_action(tmp_path, cache_dir):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        train_cmd("--engine", "single", *JOB, "--checkpoint_signals", "none", "--output_dir", str(out)),
+        cwd=REPO, env=base_env(cache_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    _, _, _, code = signal_and_wait(proc, lambda: proc.send_signal(signal.SIGTERM), out)
+    assert code == -signal.SIGTERM and not ckpt.list_checkpoints(out)
+
+
+def after_close(received: bool) -> subprocess.CompletedProcess:
+    """A process that watched SIGUSR1, stopped (or not), closed its watch, and then gets SIGUSR1."""
+    code = (
+        "import os, signal, sys\n"
+        "from horovod_train.stopping import StopSignals\n"
+        "watch = StopSignals([signal.SIGUSR1])\n"
+        f"if {received}: os.kill(os.getpid(), signal.SIGUSR1)\n"
+        "watch.close()\n"
+        "os.kill(os.getpid(), signal.SIGUSR1)\n"
+        "print('survived', flush=True)\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("received", [True, False])
+def test_a_late_stop_signal_after_stopping_is_ignored(received):
+    """The batch shell signals each rank; one that already stopped with the others must not die of a late
+    SIGUSR1 (its launcher would report the job failed). Without a stop, close() gives the default back."""
+    proc = after_close(received)
+    if received:
+        assert proc.returncode == 0 and "survived" in proc.stdout, proc.stderr
+    else:
+        assert proc.returncode == -signal.SIGUSR1, (proc.returncode, proc.stdout, proc.stderr)

@@ -1,0 +1,108 @@
+"""Trackers (tensorboard, wandb offline, mlflow file store) and the training-curves plot: fast, no network."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from horovod_train.trackers import Trackers
+
+REPO = Path(__file__).resolve().parents[2]
+
+CONFIG = {"learning_rate": 5e-5, "seed": 42, "model_name_or_path": "tiny-bert", "dropout": None}
+
+TRAIN = [(10, {"loss": 0.69, "learning_rate": 5e-5, "samples_per_second": 120.0, "epoch": 0.5, "note": "warm"}),
+         (20, {"loss": 0.41, "learning_rate": 2.5e-5, "samples_per_second": 125.0, "epoch": 1.0})]  # fmt: skip
+
+EVAL = (20, {"eval_accuracy": 0.8, "eval_loss": 0.5, "eval_f1": 0.79})
+
+
+def log_all(trackers: Trackers) -> None:
+    for step, record in [*TRAIN, EVAL]:
+        trackers.log(record, step=step)
+    trackers.close()
+
+
+@pytest.mark.parametrize("name", ["wandb", "mlflow"])
+def test_missing_package_message_on_the_command_line(tmp_path, name):
+    """What a user without the package sees: one stderr line and exit code 2 (run with the package blocked)."""
+    script = textwrap.dedent(f"""
+        import sys
+        sys.modules[{name!r}] = None
+        from horovod_train.errors import UsageError, exit_with
+        from horovod_train.trackers import Trackers
+        try:
+            Trackers.create({name!r}, output_dir={str(tmp_path)!r})
+        except UsageError as error:
+            exit_with(error)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"error: --report_to {name} needs the {name} package (not installed); "
+        f"fix: pip install {name}, or drop {name} from --report_to"
+    ]
+
+
+def offline_trackers(tmp_path: Path, monkeypatch) -> None:
+    """wandb offline and mlflow on a file store, both under tmp_path (wandb and mlflow-skinny are dev
+    requirements, so these tests run in every `make test`)."""
+    for key in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):  # keep wandb's own logs out of ~
+        monkeypatch.setenv(key, str(tmp_path / key.lower()))
+    for key, value in {
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": str(tmp_path / "wandb-dir"),
+        "WANDB_SILENT": "true",
+        "WANDB_ERROR_REPORTING": "false",
+        "WANDB_PROJECT": "hvt-test",
+        "MLFLOW_TRACKING_URI": (tmp_path / "mlruns").as_uri(),
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "MLFLOW_ALLOW_FILE_STORE": "true",
+    }.items():  # fmt: skip  (mlflow 3.17 wants the last)
+        monkeypatch.setenv(key, value)
+
+
+def test_mlflow_file_store(tmp_path, monkeypatch):
+    import mlflow
+
+    offline_trackers(tmp_path, monkeypatch)
+    config = {**CONFIG, **{f"p{i}": i for i in range(150)}, "long": "x" * 800}  # over one batch, over 500 chars
+    trackers = Trackers.create("mlflow", output_dir=tmp_path / "out", run_name="my-run", config=config)
+    run_id = trackers.trackers["mlflow"].run.info.run_id
+    log_all(trackers)
+    trackers.log({"eval_acc@top(1)": 0.5}, step=30)  # after close: nothing, no error
+    client = mlflow.tracking.MlflowClient()
+    run = client.get_run(run_id)
+    assert run.info.run_name == "my-run" and run.info.status == "FINISHED"
+    assert len(run.data.params) == len(config) and run.data.params["long"] == "x" * 500
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "loss")] == [(10, 0.69), (20, 0.41)]
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "eval_accuracy")] == [(20, 0.8)]
+    assert "note" not in run.data.metrics
+
+
+@pytest.mark.slow
+def test_report_to_all_from_a_two_rank_run_feeds_each_tracker_once(tmp_path, monkeypatch, cache_dir):
+    """`--report_to all` under horovodrun: rank 0 alone starts one run per tracker, with the logged losses."""
+    import mlflow
+    from conftest import SMALL_JOB, assert_ok, horovodrun, run
+
+    offline_trackers(tmp_path, monkeypatch)
+    out = tmp_path / "out"
+    args = [*SMALL_JOB, "--max_steps", "6", "--logging_steps", "3", "--report_to", "all", "--run_name", "two-ranks"]
+    assert_ok(run(horovodrun(2, *args, "--output_dir", str(out)), cache_dir, timeout=300))
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged] == [3, 6]
+
+    runs = list((tmp_path / "wandb-dir" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb")), runs
+    (found,) = mlflow.search_runs(search_all_experiments=True, output_format="list")
+    assert found.info.run_name == "two-ranks" and found.info.status == "FINISHED"
+    history = mlflow.tracking.MlflowClient().get_metric_history(found.info.run_id, "loss")
+    assert [m.step for m in history] == [3, 6]
+    assert [m.value for m in history] == pytest.approx([r["loss"] for r in logged], rel=1e-9)
+    assert list((out / "runs").iterdir()) == [out / "runs" / "two-ranks"]  # tensorboard too, one writer

@@ -1,0 +1,1 @@
+"""Programs the tests run under real launchers (one per rank)."""

@@ -1,0 +1,29 @@
+"""A stand-in process for tests/system/test_launch_slurm_signal.py: records SIGUSR1 in a file, may start one child
+with more environment variables (a launcher's worker), then waits. Its command line holds horovod_train, as a
+rank's and a launcher's do.
+
+Usage: python signal_probe.py MARKER horovod_train [VAR=VALUE ...]   (VAR=VALUE: the child's extra environment)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def main(marker: str, child_env: list[str]) -> None:
+    signal.signal(signal.SIGUSR1, lambda *_: Path(marker).touch())
+    if child_env:
+        env = {**os.environ, **dict(pair.split("=", 1) for pair in child_env)}
+        probe = os.environ.get("HVT_PROBE", __file__)
+        subprocess.Popen([sys.executable, probe, f"{marker}.child", "horovod_train"], env=env)
+    Path(f"{marker}.ready").write_text(str(os.getpid()))
+    time.sleep(120)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[3:])

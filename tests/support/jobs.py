@@ -1,0 +1,90 @@
+"""Run the real CLI under a real launcher on small jobs: commands, environment, results."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from horovod_train import launch_commands
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+# A job small enough for seconds per run, big enough to learn well above chance.
+SMALL_JOB = [
+    "--model_name_or_path",
+    "tiny-bert",
+    "--dataset_name",
+    "synthetic-nli",
+    "--synthetic_num_examples",
+    "1200",
+    "--per_device_train_batch_size",
+    "16",
+    "--per_device_eval_batch_size",
+    "50",
+    "--learning_rate",
+    "2e-4",
+    "--num_train_epochs",
+    "1",
+    "--logging_steps",
+    "10",
+    "--disable_tqdm",
+]
+
+
+def base_env(cache_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        HOROVOD_TRAIN_CACHE=str(cache_dir),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        PYTHONUNBUFFERED="1",
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        OMP_NUM_THREADS="1",
+    )
+    return env
+
+
+def run(cmd: list[str], cache_dir: Path, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        cmd, cwd=REPO, env=base_env(cache_dir), capture_output=True, text=True, timeout=timeout, **kwargs
+    )
+
+
+def train_cmd(*args: str) -> list[str]:
+    return [str(BIN / "python"), "-m", "horovod_train", "train", *args]
+
+
+def horovodrun(np: int, *args: str, controller: str = "--gloo") -> list[str]:
+    return launch_commands.horovodrun_command(
+        train_cmd(*args), np, controller=controller.removeprefix("--"), horovodrun=str(BIN / "horovodrun")
+    )
+
+
+def mpirun(np: int, *args: str) -> list[str]:
+    """mpirun as compare runs it on one machine; -x for the variables of the tests' environment (base_env: only the
+    names matter here)."""
+    env = base_env(REPO)
+    mpirun = shutil.which("mpirun") or "mpirun"
+    return launch_commands.mpirun_command(
+        train_cmd(*args), np, env=env, oversubscribe=True, yield_when_idle=True, mpirun=mpirun
+    )
+
+
+def read_results(output_dir: Path) -> dict:
+    return json.loads((output_dir / "all_results.json").read_text())
+
+
+def assert_ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, (
+        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    )
+
+
+def torchrun(np: int, *args: str) -> list[str]:
+    """`torchrun --standalone`: a free rendezvous port, so concurrent jobs do not collide on 29500."""
+    return launch_commands.torchrun_command(train_cmd(*args), np, torchrun=str(BIN / "torchrun"))

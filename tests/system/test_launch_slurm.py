@@ -1,0 +1,156 @@
+"""A real one-node SLURM cluster (Debian's slurm-wlm + munge, started here, config in a temporary directory):
+the launch/slurm batch scripts are submitted with launch/slurm/submit.sh, 2 tasks each, and must train."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.jobs import BIN, REPO
+from support.launch import LAUNCH_JOB, free_port, launch_env
+from support.slurm import (
+    STOP_JOB,
+    SlurmCluster,
+    assert_completed,
+    assert_resumed_exactly,
+    check_training,
+    job_output,
+    require_slurm,
+    running,
+    stop_and_resume,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory) -> Iterator[SlurmCluster]:
+    require_slurm()
+    with running(SlurmCluster(tmp_path_factory.mktemp("slurm"))) as cluster:
+        yield cluster
+
+
+def test_srun_offers_pmix(slurm) -> None:
+    """Debian's slurm-wlm ships the PMIx plugin, so Horovod's ranks start with plain srun --mpi=pmix."""
+    proc = subprocess.run(["srun", "--mpi=list"], env=slurm.env(), capture_output=True, text=True, timeout=30)
+    assert re.search(r"^\s*pmix\s*$", proc.stdout + proc.stderr, re.M), proc.stdout + proc.stderr
+
+
+def test_horovod_srun_pmix_job_trains(slurm, tmp_path, cache_dir) -> None:
+    out = tmp_path / "run"
+    job, submitted = slurm.submit(
+        "horovod_srun", *LAUNCH_JOB, "--output_dir", str(out), env=launch_env(cache_dir), workdir=tmp_path
+    )
+    assert "+ sbatch " in submitted and "--ntasks-per-node=2" in submitted and "--gres" not in submitted
+    output = assert_completed(slurm.wait(job, timeout=480))
+    assert f"+ srun --mpi=pmix --kill-on-bad-exit=1 {BIN}/python -m horovod_train train " in output
+    assert check_training(out, "horovod")["controller"] == "mpi"
+
+
+def test_horovod_mpirun_job_uses_the_allocation_hosts(slurm, tmp_path, cache_dir) -> None:
+    out = tmp_path / "run"
+    env = launch_env(cache_dir, HVT_MPIRUN_ARGS="--fusion-threshold-mb 16")
+    job, _ = slurm.submit("horovod_mpirun", *LAUNCH_JOB, "--output_dir", str(out), env=env, workdir=tmp_path)
+    output = assert_completed(slurm.wait(job, timeout=480))
+    assert f"-np 2 -H {slurm.host}:2 --fusion-threshold-mb 16 --" in output  # scontrol show hostnames -> -H
+    assert "+ mpirun " in output and "-x HOROVOD_FUSION_THRESHOLD" in output
+    assert check_training(out, "horovod")["controller"] == "mpi"
+
+
+def test_ddp_torchrun_job_trains(slurm, tmp_path, cache_dir) -> None:
+    from horovod_train.engines import available_engines
+
+    if "ddp" not in available_engines():
+        pytest.skip("this checkout has no --engine ddp yet")
+    out = tmp_path / "run"
+    env = launch_env(cache_dir, HVT_RDZV_PORT=str(free_port()))
+    job, _ = slurm.submit("ddp_torchrun", *LAUNCH_JOB, "--output_dir", str(out), env=env, workdir=tmp_path)
+    output = assert_completed(slurm.wait(job, timeout=480))
+    assert "--nnodes 1 --nproc_per_node 2 " in output and "--rdzv_backend c10d --rdzv_endpoint 127.0.0.1:" in output
+    results = check_training(out, "ddp")
+    assert results.get("launcher", "torchrun") == "torchrun"
+
+
+@pytest.mark.parametrize(
+    ("image", "needle"),
+    [(None, "error: HVT_IMAGE is not set; fix: "), ("/no/such/image.sif", "error: image /no/such/image.sif does not")],
+)
+def test_apptainer_job_refuses_a_missing_image(slurm, tmp_path, cache_dir, image, needle) -> None:
+    """No Apptainer here: what runs for real is the script's input validation inside a SLURM job."""
+    env = launch_env(cache_dir)
+    env.pop("HVT_IMAGE", None)
+    if image:
+        env["HVT_IMAGE"] = image
+    job, _ = slurm.submit("horovod_apptainer", *LAUNCH_JOB, env=env, workdir=tmp_path)
+    fields = slurm.wait(job, timeout=120)
+    output = job_output(fields)
+    assert fields["JobState"] == "FAILED" and fields["ExitCode"] == "2:0", f"{fields}\n{output}"
+    errors = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith(needle), output
+    assert "+ srun" not in output
+
+
+@pytest.mark.parametrize(
+    ("job", "engine"), [("horovod_srun", "horovod"), ("horovod_mpirun", "horovod"), ("ddp_torchrun", "ddp")]
+)
+def test_warning_signal_checkpoints_requeues_and_resumes(slurm, tmp_path, cache_dir, job, engine) -> None:
+    """What #SBATCH --signal=B:USR1@120 does before a time limit, sent now with scancel: the batch shell
+    passes SIGUSR1 to the ranks, they checkpoint and stop, the job requeues itself, and the requeued run
+    resumes from that checkpoint and ends with the parameters of an uninterrupted run."""
+
+    def submit(out: Path) -> str:
+        env = launch_env(cache_dir, HVT_RDZV_PORT=str(free_port()))
+        return slurm.submit(job, *STOP_JOB, "--output_dir", str(out), env=env, workdir=tmp_path)[0]
+
+    reference, stopped = tmp_path / "reference", tmp_path / "stopped"
+    assert_completed(slurm.wait(submit(reference), timeout=480))
+    job_id = submit(stopped)
+    started = time.monotonic()
+    _, _, stop = stop_and_resume(slurm, job_id, stopped)
+    assert_resumed_exactly(reference, stopped, engine, job, stop, started)
+
+
+def test_a_run_that_finishes_while_the_warning_signal_is_handled_is_not_requeued(slurm, tmp_path) -> None:
+    """The warning signal can arrive during the final evaluation: the ranks finish (exit 0) and the job is
+    done. It used to requeue itself whenever the signal had arrived."""
+    marker = tmp_path / "launcher-started"
+    script = tmp_path / "finishes.sbatch"
+    script.write_text(
+        "#!/usr/bin/env bash\nset -euo pipefail\n"
+        f"source {REPO}/launch/slurm/common.sh\n"
+        # A launcher whose ranks are past their last step: it ends with 0 a few seconds after the signal.
+        f"hvt_slurm_run bash -c 'touch {marker}; sleep 6; exit 0'\n"
+    )
+    proc = subprocess.run(
+        ["sbatch", "--requeue", "--ntasks=1", f"--output={tmp_path}/job-%j.out", f"--chdir={tmp_path}", str(script)],
+        env=slurm.env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    job_id = re.search(r"Submitted batch job (\d+)", proc.stdout)[1]
+    slurm.jobs.append(job_id)
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert time.monotonic() < deadline, slurm.fields(job_id)
+        time.sleep(0.5)
+    subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], env=slurm.env(), check=True, timeout=30)
+    fields = slurm.wait(job_id, timeout=120)
+    output = assert_completed(fields)
+    assert fields["Restarts"] == "0", fields
+    assert f"got SIGUSR1 but the run finished: not requeueing job {job_id}" in output, output
+
+
+def test_torchrun_job_under_a_pmix_default_stops_without_killing_its_agent(tmp_path_factory, tmp_path, cache_dir):
+    """MpiDefault=pmix: srun gives torchrun's agent PMIX_RANK too. The warning signal must reach its workers
+    only (SIGUSR1 killed the agent while they checkpointed); the job checkpoints, requeues and resumes."""
+    require_slurm()
+    with running(SlurmCluster(tmp_path_factory.mktemp("slurm-pmix"), mpi_default="pmix")) as cluster:
+        out = tmp_path / "stopped"
+        env = launch_env(cache_dir, HVT_RDZV_PORT=str(free_port()))
+        job_id = cluster.submit("ddp_torchrun", *STOP_JOB, "--output_dir", str(out), env=env, workdir=tmp_path)[0]
+        _, output, _ = stop_and_resume(cluster, job_id, out)
+        assert check_training(out, "ddp")["global_step"] == 80
+        signalled = re.findall(r"SIGUSR1 -> rank processes ([\d ]+) on", output)
+        assert signalled and all(len(pids.split()) == 2 for pids in signalled), output[-4000:]  # the two workers

@@ -1,0 +1,129 @@
+"""Arguments on HfArgumentParser (issue 20): Literal choices, sections that check themselves, engine options
+beside their engine, and bench gpu parsing train's arguments the way train does."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from horovod_train.arguments import FieldType, field_types
+from horovod_train.bench import gpu
+from horovod_train.cli import build_parser
+from horovod_train.config import SECTIONS, HorovodArguments, RunConfig, TrainingArguments, parse_run_config
+from horovod_train.errors import UsageError
+
+CHOICE_FIELDS = {"engine", "lr_scheduler_type", "eval_strategy", "save_strategy", "compression", "op", "ddp_backend"}
+
+
+def _subparser(*path: str):
+    parser = build_parser()
+    for name in path:
+        parser = parser._subparsers._group_actions[0].choices[name]
+    return parser
+
+
+def _help(*path: str) -> str:
+    return " ".join(_subparser(*path).format_help().split())  # unwrapped
+
+
+def _field_types() -> dict[str, FieldType]:
+    return {name: kind for section in SECTIONS.values() for name, kind in field_types(section).items()}
+
+
+def test_every_fixed_set_is_a_literal_whose_values_are_its_domain(tmp_path):
+    literals = {name: kind.choices for name, kind in _field_types().items() if kind.choices is not None}
+    assert set(literals) == CHOICE_FIELDS
+    for name, choices in literals.items():
+        for value in choices:  # each listed value is accepted ...
+            extra = ["--engine", "horovod", "--max_grad_norm", "0"] if value == "adasum" else []
+            extra += ["--save_steps", "5"] if value == "steps" and name == "save_strategy" else []
+            assert parse_run_config([*extra, f"--{name}", value]).to_dict()[name] == value
+        # ... and one outside refused by its domain, in the same words from the command line and a config file
+        with pytest.raises(UsageError) as from_cli:
+            parse_run_config([f"--{name}", "bogus"])
+        (tmp_path / "c.yaml").write_text(f"{name}: bogus\n")
+        with pytest.raises(UsageError) as from_file:
+            parse_run_config(["--config", str(tmp_path / "c.yaml")])
+        assert str(from_cli.value) == str(from_file.value) and "bogus" in str(from_cli.value)
+
+
+def test_help_lists_the_choices():
+    help_text = _help("train")
+    assert "--eval_strategy {epoch,steps,no}" in help_text and "--engine {ddp,dp,horovod,single}" in help_text
+
+
+def test_hf_argument_parser_spellings():
+    """HfArgumentParser's: dashes for underscores, a bare optional bool, --no_<flag>; and ours: --name None."""
+    config = parse_run_config(["--learning-rate", "1e-4", "--greater_is_better", "--metric_for_best_model", "f1",
+                               "--save_total_limit", "None"])  # fmt: skip
+    assert config.training.learning_rate == 1e-4 and config.training.greater_is_better is True
+    assert config.training.save_total_limit is None
+    with pytest.raises(UsageError, match="--do_eval false"):
+        parse_run_config(["--no_do_eval"])
+
+
+def test_the_command_line_overrides_a_config_file_with_none(tmp_path):
+    (tmp_path / "c.yaml").write_text("save_total_limit: 5\ntokenizer_name: tiny-bert\n")
+    config = parse_run_config(["--config", str(tmp_path / "c.yaml"), "--save_total_limit", "null"])
+    assert config.training.save_total_limit is None and config.model.tokenizer_name == "tiny-bert"
+
+
+def test_each_section_checks_itself_when_built():
+    with pytest.raises(UsageError, match="--per_device_train_batch_size must be > 0"):
+        TrainingArguments(per_device_train_batch_size=0)
+    with pytest.raises(UsageError, match="--bf16 and --fp16 are both set"):
+        TrainingArguments(bf16=True, fp16=True)
+    with pytest.raises(UsageError, match="--autotune_log without --autotune"):
+        HorovodArguments(autotune_log="log.csv")
+    with pytest.raises(UsageError, match="--elastic needs --engine horovod"):  # between sections: RunConfig
+        RunConfig(training=TrainingArguments(engine="ddp"), horovod=HorovodArguments(elastic=True))
+
+
+def test_engine_options_live_with_their_engine():
+    from horovod_train.engines.ddp_options import DDPArguments
+    from horovod_train.engines.horovod.options import HorovodArguments as Options
+
+    assert SECTIONS["horovod"] is Options and SECTIONS["ddp"] is DDPArguments
+
+
+def _bench_gpu(*argv: str) -> dict:
+    args = build_parser().parse_args(["bench", "gpu", *argv])
+    gpu.fill_defaults(args)
+    return vars(args)
+
+
+def test_bench_gpu_parses_trains_arguments_as_train_does():
+    """train's style (--flag [BOOL]), bench gpu's own defaults where they differ (listed in its --help)."""
+    defaults = _bench_gpu("--tiny")
+    assert defaults["bf16"] is True and defaults["group_by_length"] is True and defaults["fp16"] is False
+    assert defaults["per_device_train_batch_size"] == 8 and defaults["max_seq_length"] == 64
+    assert defaults["output_dir"] == "runs/bench/gpu" and defaults["seed"] == 42
+    assert _bench_gpu("--tiny", "--group_by_length", "false")["group_by_length"] is False
+    assert _bench_gpu("--tiny", "--no_group_by_length")["group_by_length"] is False
+    assert _bench_gpu("--tiny", "--no-group_by_length")["group_by_length"] is False  # its earlier spelling
+    fp16 = _bench_gpu("--tiny", "--fp16")
+    assert fp16["fp16"] is True and fp16["bf16"] is False
+    assert _bench_gpu("--tiny", "--bf16", "false")["bf16"] is False
+    gpu_help = _help("bench", "gpu")
+    assert (
+        "--group_by_length [BOOL], --group-by-length [BOOL] Batch examples of similar length (less padding). "
+        "(default: True)" in gpu_help
+    )
+    assert (
+        "--per_device_train_batch_size INT, --per-device-train-batch-size INT Examples per rank per micro-step. "
+        "(default: 128; tiny 8)" in gpu_help
+    )
+
+
+def _arguments(*path: str) -> dict:
+    """Each argument by its name (not its --no_ twin): (type's name, help without the default)."""
+    return {a.option_strings[0]: (getattr(a.type, "__name__", None), a.help.split(" (default: ")[0])
+            for a in _subparser(*path)._actions if a.option_strings}  # fmt: skip
+
+
+def test_bench_gpu_takes_trains_fields_with_trains_types_and_help():
+    gpu_arguments, train_arguments = _arguments("bench", "gpu"), _arguments("train")
+    for name in (*gpu.TRAINING_FIELDS, *gpu.DATA_FIELDS):
+        assert gpu_arguments[f"--{name}"] == train_arguments[f"--{name}"]
+    assert {f.name for f in dataclasses.fields(gpu.GpuBenchArguments)}.isdisjoint(gpu.TRAINING_FIELDS)

@@ -1,0 +1,104 @@
+"""The benchmarks run on CPU in tiny configurations and write well-formed CSV/JSON/PNG (no speed asserts)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from horovod_train.cli import main
+from horovod_train.config import HorovodArguments
+
+
+def test_mfu_counts_bert_base_without_its_embeddings():
+    """bench gpu's FLOPs per token: BERT-base has 108.3 M parameters, 22.7 M of them in embeddings
+    (lookups: no matmul FLOPs); counting them made MFU about 26 % too high. Built on the meta device
+    (no memory, no weights)."""
+    from transformers import BertForSequenceClassification
+
+    from horovod_train.bench.common import bert_config
+    from horovod_train.bench.gpu import flop_parameters
+
+    with torch.device("meta"):
+        model = BertForSequenceClassification(bert_config("bert-base-cased"))
+    total = sum(p.numel() for p in model.parameters())
+    embeddings = sum(p.numel() for p in model.bert.embeddings.parameters())
+    embeddings -= sum(p.numel() for p in model.bert.embeddings.LayerNorm.parameters())  # a LayerNorm, not a lookup
+    assert round(total / 1e6, 1) == 108.3 and round(embeddings / 1e6, 1) == 22.7
+    assert flop_parameters(model) == total - embeddings
+    assert total / flop_parameters(model) == pytest.approx(1.265, abs=0.005)
+
+
+@pytest.mark.parametrize(
+    ("name", "peak"),
+    [
+        ("NVIDIA H100 80GB HBM3", 989.0),
+        ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H100 NVL", 835.0),
+        ("NVIDIA H200", 989.0),
+        ("NVIDIA A100-SXM4-80GB", 312.0),
+        ("NVIDIA B200", 2250.0),
+        ("NVIDIA L40S", 362.0),
+        ("Tesla V100-SXM2-32GB", None),  # no bf16 tensor cores: no MFU rather than a wrong one
+    ],
+)
+def test_the_peak_for_mfu_comes_from_the_devices_name(name, peak):
+    from horovod_train.bench.gpu import peak_bf16_tflops
+
+    assert peak_bf16_tflops(name) == peak
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["allreduce", "--max_bytes", "12XB"], "cannot read '12XB' as a size"),
+        (["allreduce", "--min_bytes", "1MB", "--max_bytes", "4KB"], "are empty"),
+        (["train", "--repeats", "0"], "--repeats must be >= 1"),
+        (["train", "--engine", "ddp"], "--engine does not apply"),
+        (["gpu", "--per_device_train_batch_size", "0"], "bad benchmark sizes"),
+        (["gpu", "--bf16", "--fp16"], "--bf16 and --fp16 are both set"),
+        (["gpu", "--mean_length", "500"], "bad benchmark sizes"),
+    ],
+)
+def test_bench_bad_input_is_one_line(args, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", *args, "--output_dir", str(tmp_path / "never")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "never").exists()
+
+
+def test_horovod_cpu_defaults_apply_only_where_unset(monkeypatch, tmp_path):
+    from horovod_train.engines.horovod import env as horovod_env
+
+    stall = ("HOROVOD_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS")
+    for name in (*horovod_env.CPU_DEFAULTS, *stall, "HOROVOD_TIMELINE", "HOROVOD_AUTOTUNE"):
+        monkeypatch.delenv(name, raising=False)  # restored after the test
+    yield_var = "OMPI_MCA_mpi_yield_when_idle"  # Open MPI's parameter names are lower case
+    args = HorovodArguments(horovod_timeline=str(tmp_path / "t" / "timeline.json"), autotune=True)
+    applied = horovod_env.apply(args, cuda=False)
+    assert applied[yield_var] == "1" == os.environ[yield_var]
+    assert applied["HOROVOD_TIMELINE"] == str(tmp_path / "t" / "timeline.json") and (tmp_path / "t").is_dir()
+    assert applied["HOROVOD_AUTOTUNE"] == "1"
+    assert applied["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] == "1800"  # --ddp_timeout's default
+    monkeypatch.delenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS")
+    assert horovod_env.apply(args, cuda=False, timeout_s=7200)["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] == "7200"
+    monkeypatch.setenv(yield_var, "0")  # the user's own setting wins
+    assert yield_var not in horovod_env.apply(HorovodArguments(), cuda=False)
+    assert os.environ[yield_var] == "0"
+    monkeypatch.delenv(yield_var)
+    assert yield_var not in horovod_env.apply(HorovodArguments(), cuda=True)
+
+
+@pytest.mark.parametrize(
+    ("groups", "cuda", "elastic", "expected"),
+    [(None, False, False, 1), (None, True, False, None), (None, False, True, None), (0, False, False, None),
+     (3, True, False, 3)],
+)  # fmt: skip
+def test_gradient_groups_default_to_one_fused_all_reduce_on_cpu(groups, cuda, elastic, expected):
+    from horovod_train.engines.horovod import env as horovod_env
+
+    args = HorovodArguments(horovod_groups=groups, elastic=elastic)
+    assert horovod_env.optimizer_groups(args, cuda=cuda) == expected

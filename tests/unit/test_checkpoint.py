@@ -1,0 +1,129 @@
+"""Checkpoints: exact resume mid-epoch, corruption and mismatch detection, atomic writes."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
+from support.jobs import SMALL_JOB, assert_ok, run, train_cmd
+
+from horovod_train import checkpoint as ckpt
+from horovod_train.errors import UsageError
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, cache_dir) -> Path:
+    out = tmp_path_factory.mktemp("ckpt") / "run"
+    args = [*SMALL_JOB, "--synthetic_num_examples", "600", "--max_steps", "6", "--save_steps", "3"]
+    assert_ok(run(train_cmd("--engine", "single", *args, "--output_dir", str(out)), cache_dir))
+    return out
+
+
+def resume(tmp_path: Path, cache_dir: Path, source: Path, *extra: str):
+    out = tmp_path / "resume"
+    shutil.copytree(source, out)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    proc = run(
+        train_cmd(
+            "--engine",
+            "single",
+            *SMALL_JOB,
+            "--synthetic_num_examples",
+            "600",
+            "--max_steps",
+            "9",
+            "--output_dir",
+            str(out),
+            *extra,
+        ),
+        cache_dir,
+    )
+    after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    return proc, before == after
+
+
+SAVED = ckpt.Compatibility("tiny-bert", 3, 298, "BertForSequenceClassification", 32, tokenizer="t1",
+                           label_names=["entailment", "neutral", "contradiction"], train_data="d1", seed=42,
+                           group_by_length=False)  # fmt: skip
+
+
+def test_a_global_batch_split_otherwise_and_an_elastic_run_are_accepted():
+    """2 ranks x 16 x accumulation 2 resumes 4 x 16 x 1 (the same global batch: the samplers give each step
+    the same examples); an elastic run (global batch None) resumes at any world size."""
+    SAVED.check(dataclasses.asdict(SAVED), Path("checkpoint-6"))
+    dataclasses.replace(SAVED, global_batch=None).check({**dataclasses.asdict(SAVED), "global_batch": 8}, Path("c"))
+
+
+def test_a_checkpoint_from_before_the_data_checks_resumes_with_a_warning():
+    old = {k: v for k, v in dataclasses.asdict(SAVED).items() if k not in ckpt.Compatibility.ADDED_LATER}
+    warnings: list[str] = []
+    SAVED.check(old, Path("out/checkpoint-6"), warn=warnings.append)
+    assert warnings == [
+        "warning: checkpoint out/checkpoint-6 predates the checks of tokenizer, label_names, train_data, seed, "
+        "group_by_length: resuming without them"
+    ]
+    with pytest.raises(UsageError, match="vocab_size"):  # what old checkpoints recorded is still checked
+        SAVED.check({**old, "vocab_size": 299}, Path("out/checkpoint-6"), warn=warnings.append)
+
+
+def synthetic_csv(path: Path, seed: int) -> Path:
+    import pandas as pd
+
+    from horovod_train import synthetic
+
+    pd.DataFrame(synthetic.generate(600, seed=seed)).to_csv(path, index=False)
+    return path
+
+
+def train_in_process(*args: str) -> int:
+    from horovod_train.cli import main
+
+    return main(["train", "--engine", "single", *SMALL_JOB, "--max_steps", "4", "--save_steps", "2", *args])
+
+
+@pytest.fixture
+def in_process(cache_dir, monkeypatch):
+    monkeypatch.setenv("HOROVOD_TRAIN_CACHE", str(cache_dir))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def refused_line(capsys, out: Path, *args: str) -> str:
+    """Resume ``out`` from its mid-run checkpoint with ``args``: one error line, exit 2, the directory untouched."""
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        train_in_process(*args, "--output_dir", str(out), "--resume_from_checkpoint", str(out / "checkpoint-2"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(err) == 1, err
+    assert before == {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    return err[0]
+
+
+def test_resume_on_other_texts_with_a_tiny_bert_tokenizer_of_the_same_size_is_refused(tmp_path, in_process, capsys):
+    """Two tiny-bert tokenizers trained on other texts have the same size (298) and other ids: the vocabulary
+    size check let this resume train on what the checkpoint's embeddings never meant."""
+    out = tmp_path / "run"
+    assert train_in_process("--train_file", str(synthetic_csv(tmp_path / "a.csv", 42)), "--output_dir", str(out)) == 0
+    line = refused_line(capsys, out, "--train_file", str(synthetic_csv(tmp_path / "b.csv", 7)))
+    assert "error: checkpoint" in line and "saved with tokenizer=" in line, line
+
+
+def test_resume_on_other_data_with_the_same_tokenizer_is_refused(tmp_path, in_process, capsys):
+    from horovod_train import model as model_lib
+    from horovod_train import synthetic
+
+    tokenizer = tmp_path / "tokenizer"
+    model_lib.prepare_tiny_tokenizer(tokenizer, [r["premise"] for r in synthetic.generate(600, seed=1)])
+    out, same = tmp_path / "run", ["--tokenizer_name", str(tokenizer)]
+    assert train_in_process(*same, "--train_file", str(synthetic_csv(tmp_path / "a.csv", 42)), "--output_dir",
+                            str(out)) == 0  # fmt: skip
+    line = refused_line(capsys, out, *same, "--train_file", str(synthetic_csv(tmp_path / "b.csv", 7)))
+    assert "saved with train_data=" in line and "the same training data" in line, line
+    line = refused_line(capsys, out, *same, "--train_file", str(tmp_path / "a.csv"), "--seed", "7")
+    assert "saved with seed=42 but this run has seed=7" in line, line
+    line = refused_line(capsys, out, *same, "--train_file", str(tmp_path / "a.csv"), "--group_by_length")
+    assert "saved with group_by_length=False but this run has group_by_length=True" in line, line

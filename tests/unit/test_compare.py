@@ -1,0 +1,33 @@
+"""`compare`: the same job under every engine with its real launcher, tabulated, saved and plotted."""
+
+from __future__ import annotations
+
+import pytest
+
+from horovod_train.cli import main
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--engine", "ddp"], "--engine does not apply"),
+        (["--engines", "single,nccl-magic"], "--engines nccl-magic is not supported"),
+        (["--per_device_train_batch_size", "0"], "--per_device_train_batch_size must be > 0"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(args, message, tmp_path, capsys):
+    out = tmp_path / "never"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", *args, "--output_dir", str(out)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+    assert not out.exists()
+
+
+def test_an_earlier_compare_is_not_overwritten_silently(tmp_path, capsys):
+    (tmp_path / "compare.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        main(["compare", "--output_dir", str(tmp_path)])
+    assert "already holds files" in capsys.readouterr().err
+    assert (tmp_path / "compare.json").read_text() == "{}"

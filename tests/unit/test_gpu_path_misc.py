@@ -1,0 +1,51 @@
+"""Smaller GPU-path items, each checked on the CPU: Horovod with --torch_compile at np=2, the
+predivide factor with grouped all-reduces, a Horovod without NCCL on a CUDA machine, and DataParallel's
+per-GPU peak memory."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from horovod_train.cli import main
+from horovod_train.config import HorovodArguments, RunConfig, TrainingArguments
+from horovod_train.engines.dp import DataParallelEngine
+from horovod_train.engines.horovod import env as horovod_env
+
+
+def test_predivide_factor_is_refused_with_explicit_groups(tmp_path, capsys):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--engine", "horovod", "--gradient_predivide_factor", "2", "--horovod_groups", "1",
+              "--output_dir", str(out)])  # fmt: skip
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--gradient_predivide_factor has no effect with --horovod_groups" in err[0]
+    assert not out.exists()
+
+
+def test_predivide_factor_turns_off_the_cpu_default_of_one_group():
+    """Horovod 0.28.1's grouped all-reduce passes no prescale/postscale factor: the default of one group
+    on CPUs would silently drop the factor, so it all-reduces per tensor instead."""
+    assert horovod_env.optimizer_groups(HorovodArguments(), cuda=False) == 1
+    assert horovod_env.optimizer_groups(HorovodArguments(gradient_predivide_factor=2.0), cuda=False) is None
+
+
+def test_a_horovod_without_nccl_on_a_cuda_machine_is_warned_about():
+    import horovod.torch as hvd  # this machine's Horovod: built without NCCL (no CUDA torch)
+
+    assert not hvd.nccl_built()
+    warning = horovod_env.nccl_warning(hvd, cuda=True)
+    assert warning is not None and warning.startswith("warning: this Horovod was built without NCCL")
+    assert horovod_env.nccl_warning(hvd, cuda=False) is None
+
+
+def test_dp_reports_the_peak_memory_of_every_replicas_gpu(monkeypatch):
+    """peak_memory_mb_per_rank holds GPU 0's peak only (one process); the replicas' GPUs are reported too.
+    Faked: this machine has no GPU."""
+    peaks = {0: 3 * 2**30, 1: 5 * 2**30}
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: peaks[device])
+    engine = DataParallelEngine(RunConfig(training=TrainingArguments(engine="dp")))
+    assert "peak_memory_mb_per_gpu" not in engine.describe()  # CPU: one replica, the process's RSS
+    engine.device_ids = [0, 1]
+    assert engine.describe()["peak_memory_mb_per_gpu"] == [3072.0, 5120.0]

@@ -1,0 +1,171 @@
+"""The package's shape, kept: short functions and classes, a loop with no engine-specific branch, no import
+cycle, three products with one-way boundaries, and a README layout that lists every module."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+from support.jobs import REPO
+
+PACKAGE = REPO / "horovod_train"
+MAX_FUNCTION_LINES = 60
+MAX_CLASS_LINES = 400
+# The products beside the training library (the core): each may import the core, never the other way.
+PRODUCTS = ("horovod_train.bench", "horovod_train.gpucheck")
+ENTRY_POINTS = {"horovod_train.cli", "horovod_train.__main__"}  # the command line: offers `bench` too
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def test_no_function_is_longer_than_60_lines():
+    long = [
+        f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, long
+
+
+def long_classes() -> dict[str, int]:
+    return {
+        f"{path.relative_to(REPO)}:{node.name}": node.end_lineno - node.lineno + 1
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES
+    }
+
+
+def test_no_class_is_longer_than_400_lines():
+    assert not long_classes(), long_classes()
+
+
+def test_the_loop_the_cli_and_the_file_helpers_know_nothing_of_elastic_horovod():
+    for name in ("trainer.py", "cli.py", "files.py"):
+        assert "elastic" not in (PACKAGE / name).read_text(), name
+
+
+def imports_of(path: Path, known: set[str]) -> set[str]:
+    """Package modules ``path`` imports anywhere in it (function-level imports count too; imports for type
+    checkers alone, under ``if TYPE_CHECKING:``, do not run and do not count)."""
+    found = set()
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
+            node.body = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        found |= {name for name in names if name in known}
+    return found
+
+
+def test_no_import_cycle():
+    found = modules()
+    graph = {name: imports_of(path, set(found)) - {name} for name, path in found.items()}
+    # A package imports its __init__'s own imports; a module importing its parent package is not a cycle.
+    graph = {name: {dep for dep in deps if not name.startswith(f"{dep}.")} for name, deps in graph.items()}
+    visiting: list[str] = []
+    done: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in visiting:
+            raise AssertionError("import cycle: " + " -> ".join([*visiting[visiting.index(name) :], name]))
+        if name in done:
+            return
+        visiting.append(name)
+        for dep in sorted(graph[name]):
+            visit(dep)
+        visiting.pop()
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name)
+
+
+def product_of(module: str) -> str:
+    return next((p for p in PRODUCTS if module == p or module.startswith(f"{p}.")), "core")
+
+
+def test_the_core_library_imports_neither_bench_nor_the_gpu_check():
+    found = modules()
+    crossing = {
+        name: sorted(dep for dep in imports_of(path, set(found)) if product_of(dep) != "core")
+        for name, path in found.items()
+        if product_of(name) == "core" and name not in ENTRY_POINTS
+    }
+    assert not {name: deps for name, deps in crossing.items() if deps}
+
+
+def test_each_product_imports_only_the_core_and_itself():
+    found = modules()
+    for name, path in found.items():
+        product = product_of(name)
+        if product != "core":
+            others = {dep for dep in imports_of(path, set(found)) if product_of(dep) not in ("core", product)}
+            assert not others, (name, others)
+
+
+def third_party_imports(path: Path) -> set[str]:
+    tops = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            tops |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            tops.add(node.module.split(".")[0])
+    return tops - set(sys.stdlib_module_names) - {"horovod_train"}
+
+
+def test_the_gpu_check_imports_only_the_standard_library():
+    """It starts before the node's dependencies are installed: no module it reaches may import one."""
+    found = modules()
+    reached, todo = set(), [name for name in found if product_of(name) == "horovod_train.gpucheck"]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo += imports_of(found[name], set(found))
+    assert {name: third_party_imports(found[name]) for name in reached if third_party_imports(found[name])} == {}
+
+
+def readme_layout() -> set[str]:
+    """The paths of modules the layout block of README.md's Design section names, relative to the package."""
+    design = (REPO / "README.md").read_text().split("## Design", 1)[1]
+    block = design.split("```\nhorovod_train/\n", 1)[1].split("```", 1)[0]
+    listed, folders = set(), []  # folders: (indent, path) of the folders the lines below sit in
+    for line in block.splitlines():
+        if not line.strip() or line.strip().startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        names, _, description = line.strip().partition("  ")  # the names' column, then what they are
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        here = folders[-1][1] if folders else ""
+        if names.endswith("/"):  # a folder: the lines below it, and the files its description names
+            here += names
+            folders.append((indent, here))
+            names = description
+        listed |= {here + name for name in re.findall(r"(?<![\w./`])((?:\w+/)*\w+\.py)\b", names)}
+    return listed
+
+
+def test_the_readme_layout_lists_every_module_and_only_those():
+    exists = {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")}
+    required = {name for name in exists if not name.endswith("__init__.py")}  # a package is shown by its folder
+    listed = readme_layout()
+    assert not required - listed, f"README.md's layout block misses {sorted(required - listed)}"
+    assert not listed - exists, f"README.md's layout block names {sorted(listed - exists)}, which do not exist"

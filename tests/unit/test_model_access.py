@@ -1,0 +1,87 @@
+"""Models that ship their own code (config.json's auto_map) load only with --trust_remote_code, as in
+run_glue.py; without it the run stops with one line that names the flag. A --token is never written out."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import transformers
+from support.jobs import SMALL_JOB
+
+from horovod_train import model as model_lib
+from horovod_train.config import parse_run_config
+from horovod_train.errors import UsageError
+
+CONFIGURATION = """
+from transformers import BertConfig
+
+
+class TinyClfConfig(BertConfig):
+    model_type = "tinyclf"
+"""
+MODELING = """
+from transformers import BertForSequenceClassification
+
+from .configuration_tinyclf import TinyClfConfig
+
+
+class TinyClfForSequenceClassification(BertForSequenceClassification):
+    config_class = TinyClfConfig
+"""
+AUTO_MAP = {
+    "AutoConfig": "configuration_tinyclf.TinyClfConfig",
+    "AutoModelForSequenceClassification": "modeling_tinyclf.TinyClfForSequenceClassification",
+}
+
+
+def remote_code_model(root: Path) -> Path:
+    """A checkpoint directory whose architecture is defined by the Python files beside its config.json."""
+    target = root / "tinyclf"
+    target.mkdir(parents=True)
+    (target / "configuration_tinyclf.py").write_text(CONFIGURATION)
+    (target / "modeling_tinyclf.py").write_text(MODELING)
+    model_lib.train_wordpiece_tokenizer(["Ann put the cup next to the box .", "Bo sat ."] * 50, target)
+    vocab = len(transformers.AutoTokenizer.from_pretrained(target))
+    config = transformers.BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64, num_labels=3)  # fmt: skip
+    transformers.BertForSequenceClassification(config).save_pretrained(target)
+    saved = json.loads((target / "config.json").read_text())
+    saved.update(model_type="tinyclf", architectures=["TinyClfForSequenceClassification"], auto_map=AUTO_MAP)
+    (target / "config.json").write_text(json.dumps(saved))
+    return target
+
+
+def test_a_model_that_ships_code_needs_trust_remote_code(tmp_path):
+    path = remote_code_model(tmp_path)
+    vocab = json.loads((path / "config.json").read_text())["vocab_size"]
+    with pytest.raises(UsageError) as refused:
+        model_lib.build_model(str(path), 3, ["a", "b", "c"], vocab, seed=0)
+    assert "--trust_remote_code" in refused.value.fix and "\n" not in str(refused.value)
+    model = model_lib.build_model(str(path), 3, ["a", "b", "c"], vocab, seed=0,
+                                  access=model_lib.HubAccess(trust_remote_code=True))  # fmt: skip
+    assert type(model).__name__ == "TinyClfForSequenceClassification"
+
+
+def test_trust_remote_code_trains_such_a_model_from_the_command_line(tmp_path, cache_dir, monkeypatch, capsys):
+    from horovod_train.cli import main
+
+    monkeypatch.setenv("HOROVOD_TRAIN_CACHE", str(cache_dir))
+    monkeypatch.setattr(sys, "path", list(sys.path))  # transformers adds its module cache to the path
+    path, out = remote_code_model(tmp_path), tmp_path / "out"
+    job = [*SMALL_JOB[2:], "--model_name_or_path", str(path), "--engine", "single", "--max_steps", "3"]
+    with pytest.raises(SystemExit) as exited:
+        main(["train", *job, "--output_dir", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and "--trust_remote_code" in err[-1], err
+    assert not (out / "run_config.json").exists()
+    assert main(["train", *job, "--trust_remote_code", "--output_dir", str(out)]) in (0, None)
+    assert json.loads((out / "config.json").read_text())["auto_map"] == AUTO_MAP
+
+
+def test_a_token_is_never_written_out():
+    config = parse_run_config(["--token", "hf_secret"])
+    assert config.model.token == "hf_secret"
+    assert "hf_secret" not in json.dumps(config.to_dict())

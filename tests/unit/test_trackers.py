@@ -1,0 +1,115 @@
+"""Trackers (tensorboard, wandb offline, mlflow file store) and the training-curves plot: fast, no network."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from horovod_train.errors import UsageError
+from horovod_train.trackers import Trackers, check_report_to, plot_training_curves
+
+CONFIG = {"learning_rate": 5e-5, "seed": 42, "model_name_or_path": "tiny-bert", "dropout": None}
+
+TRAIN = [(10, {"loss": 0.69, "learning_rate": 5e-5, "samples_per_second": 120.0, "epoch": 0.5, "note": "warm"}),
+         (20, {"loss": 0.41, "learning_rate": 2.5e-5, "samples_per_second": 125.0, "epoch": 1.0})]  # fmt: skip
+
+EVAL = (20, {"eval_accuracy": 0.8, "eval_loss": 0.5, "eval_f1": 0.79})
+
+
+def log_all(trackers: Trackers) -> None:
+    for step, record in [*TRAIN, EVAL]:
+        trackers.log(record, step=step)
+    trackers.close()
+
+
+def test_tensorboard_writes_hf_style_tags(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    log_all(Trackers.create("tensorboard", output_dir=tmp_path, run_name="my-run", config=CONFIG))
+    events = EventAccumulator(str(tmp_path / "runs" / "my-run"))
+    events.Reload()
+    scalars = {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    assert set(scalars) == {
+        *(f"train/{k}" for k in ("loss", "learning_rate", "samples_per_second", "epoch")),
+        *(f"eval/{k}" for k in ("accuracy", "loss", "f1")),
+    }  # the string "note" is skipped
+    assert scalars["train/loss"] == [(10, pytest.approx(0.69)), (20, pytest.approx(0.41))]
+    assert scalars["eval/accuracy"] == [(20, pytest.approx(0.8))]
+    config_text = events.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert '"model_name_or_path": "tiny-bert"' in config_text
+
+
+@pytest.mark.parametrize("value", ["none", "", " NONE ", "None,"])
+def test_none_means_no_tracker_and_writes_nothing(tmp_path, value):
+    assert check_report_to(value) == []
+    trackers = Trackers.create(value, output_dir=tmp_path / "out", config=CONFIG)
+    log_all(trackers)
+    assert trackers.trackers == {} and not (tmp_path / "out").exists()
+
+
+def test_names_are_validated(monkeypatch):
+    assert check_report_to("TensorBoard, tensorboard") == ["tensorboard"]
+    for name in ("wandb", "mlflow"):
+        monkeypatch.setitem(sys.modules, name, None)
+    assert check_report_to("all") == ["tensorboard"]  # only what is installed
+    with pytest.raises(UsageError, match="unknown tracker 'neptune'") as error:
+        check_report_to("tensorboard,neptune")
+    assert "tensorboard, wandb, mlflow, all or none" in error.value.fix
+    with pytest.raises(UsageError, match="stand alone"):
+        check_report_to("none,tensorboard")
+
+
+@pytest.mark.parametrize("name", ["tensorboard", "wandb", "mlflow"])
+def test_missing_package_is_a_one_line_usage_error(tmp_path, monkeypatch, name):
+    monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(UsageError) as error:
+        Trackers.create(f"tensorboard,{name}", output_dir=tmp_path / "out")
+    assert error.value.problem == f"--report_to {name} needs the {name} package (not installed)"
+    assert error.value.fix == f"pip install {name}, or drop {name} from --report_to"
+    assert not (tmp_path / "out").exists()  # validated before any tracker was started
+
+
+def offline_trackers(tmp_path: Path, monkeypatch) -> None:
+    """wandb offline and mlflow on a file store, both under tmp_path (wandb and mlflow-skinny are dev
+    requirements, so these tests run in every `make test`)."""
+    for key in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):  # keep wandb's own logs out of ~
+        monkeypatch.setenv(key, str(tmp_path / key.lower()))
+    for key, value in {
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": str(tmp_path / "wandb-dir"),
+        "WANDB_SILENT": "true",
+        "WANDB_ERROR_REPORTING": "false",
+        "WANDB_PROJECT": "hvt-test",
+        "MLFLOW_TRACKING_URI": (tmp_path / "mlruns").as_uri(),
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "MLFLOW_ALLOW_FILE_STORE": "true",
+    }.items():  # fmt: skip  (mlflow 3.17 wants the last)
+        monkeypatch.setenv(key, value)
+
+
+def test_wandb_offline(tmp_path, monkeypatch):
+    offline_trackers(tmp_path, monkeypatch)
+    log_all(Trackers.create("wandb", output_dir=tmp_path / "out", run_name="my-run", config=CONFIG))
+    runs = list((tmp_path / "wandb-dir" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb")), runs
+
+
+def test_plot_training_curves(tmp_path):
+    import matplotlib.image
+
+    history = [{**record, "step": step} for step, record in [*TRAIN, EVAL]]
+    history.append({"eval_accuracy": 0.85, "eval_loss": 0.45, "eval_runtime": 1.2, "step": 40})
+    path = tmp_path / "plots" / "training_curves.png"
+    assert plot_training_curves(history, path) is True
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    image = matplotlib.image.imread(path)
+    assert image.shape[0] > 400 and image.shape[1] > 400 and image.std() > 0.01  # 4 panels, not blank
+    assert [p.name for p in path.parent.iterdir()] == ["training_curves.png"]  # no temporary file left
+
+
+@pytest.mark.parametrize("history", [[], [{"step": 1, "epoch": 0.1}], [{"loss": 0.5}], [{"step": 2, "loss": "nan?"}]])
+def test_plot_without_points_writes_nothing(tmp_path, history):
+    assert plot_training_curves(history, tmp_path / "training_curves.png") is False
+    assert list(tmp_path.iterdir()) == []
