@@ -1,5 +1,6 @@
 # Two commands for a new user: `make demo` (the main job) and `make test` (the whole suite).
-# Both run `make setup` first, which installs whatever is missing (idempotent).
+# Both run `make setup` first, which installs whatever is missing (idempotent). `make test-fast` runs the
+# in-process tier alone (tests/unit, a few minutes): the loop to run while changing code.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -9,7 +10,7 @@ NP ?= 2
 CONTROLLER ?= mpi
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint clean bench gpu-check gpu-bundle nccl-build
+.PHONY: setup demo test test-fast lint clean bench gpu-check gpu-bundle nccl-build
 
 setup:
 	@bash scripts/setup.sh
@@ -18,9 +19,16 @@ demo: setup
 	@$(VENV)/bin/horovodrun -np $(NP) --$(CONTROLLER) $(PY) -m horovod_train train --config configs/demo.yaml \
 		--overwrite_output_dir
 
+# The whole suite: tests/unit (in-process), tests/integration (real ranks on this machine), tests/system
+# (Podman images, SLURM clusters, network namespaces, the NCCL build), after the system tools they drive.
 test: setup
+	@bash scripts/install_test_tools.sh
 	@$(VENV)/bin/ruff check horovod_train tests
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: setup
+	@$(VENV)/bin/ruff check horovod_train tests
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 bench: setup  # samples/s per engine and world size on the demo job, Horovod/DDP ratio (a few minutes)
 	@$(PY) -m horovod_train bench train --repeats 3 --output_dir runs/bench/train --overwrite_output_dir
