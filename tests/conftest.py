@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 
+# Fixtures that test modules of several tiers use, defined beside their helpers.
+from support.checkpoints import trained  # noqa: F401
+from support.host_syncs import offline_cache  # noqa: F401
+from support.model_runs import half_models  # noqa: F401
+
 
 @pytest.fixture(autouse=True)
 def restore_stop_signal_handlers() -> Iterator[None]:

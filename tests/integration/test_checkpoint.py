@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.checkpoints import SAVED, resume
 from support.checks import max_abs_diff
 from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, torchrun, train_cmd
 
@@ -101,37 +102,6 @@ def test_checkpoints_are_pruned_and_verified(tmp_path, cache_dir):
     tensors, training_state, _ = ckpt.load_checkpoint(out / "checkpoint-12")
     assert set(training_state) >= {"optimizer", "scheduler", "rng"}
     assert all(isinstance(t, torch.Tensor) for t in tensors.values())
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, cache_dir) -> Path:
-    out = tmp_path_factory.mktemp("ckpt") / "run"
-    args = [*SMALL_JOB, "--synthetic_num_examples", "600", "--max_steps", "6", "--save_steps", "3"]
-    assert_ok(run(train_cmd("--engine", "single", *args, "--output_dir", str(out)), cache_dir))
-    return out
-
-
-def resume(tmp_path: Path, cache_dir: Path, source: Path, *extra: str):
-    out = tmp_path / "resume"
-    shutil.copytree(source, out)
-    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    proc = run(
-        train_cmd(
-            "--engine",
-            "single",
-            *SMALL_JOB,
-            "--synthetic_num_examples",
-            "600",
-            "--max_steps",
-            "9",
-            "--output_dir",
-            str(out),
-            *extra,
-        ),
-        cache_dir,
-    )
-    after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    return proc, before == after
 
 
 def damage_file(path: Path, damage: str) -> None:
@@ -246,11 +216,6 @@ def test_resume_of_a_checkpoint_over_2_gib(tmp_path, cache_dir, engine):
     peaks = results["peak_memory_mb_per_rank"]
     print(f"{engine}: resumed a {ballast_bytes / 2**30:.2f} GiB payload; peak RSS per rank {peaks} MiB")
     assert max(peaks) < (ballast_bytes + 1.5 * 2**30) / 2**20, "more than one copy of the payload on a rank"
-
-
-SAVED = ckpt.Compatibility("tiny-bert", 3, 298, "BertForSequenceClassification", 32, tokenizer="t1",
-                           label_names=["entailment", "neutral", "contradiction"], train_data="d1", seed=42,
-                           group_by_length=False)  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ def test_a_wheel_ships_the_demo_config_and_the_mpirun_flags(tmp_path):
     import sys
     import zipfile
 
-    from conftest import REPO
+    from support.jobs import REPO
 
     source = tmp_path / "src"  # a copy: setuptools builds in place and would leave build/ in the checkout
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".venv", ".git", "build", "runs", "*.egg-info"))

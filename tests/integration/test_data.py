@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import pytest
+from support.data_files import write_glue_mnli
 from support.jobs import SMALL_JOB, assert_ok, read_results, run, train_cmd
 
 from horovod_train import synthetic
@@ -39,45 +38,6 @@ def test_a_model_given_the_hypothesis_alone_stays_near_chance(tmp_path, cache_di
     assert_ok(proc)
     accuracy = read_results(out)["eval_accuracy"]
     assert accuracy < 0.42, f"hypothesis-only accuracy {accuracy:.3f} should stay near chance (0.33)"
-
-
-GLUE_MNLI_COLUMNS = [
-    "index",
-    "promptID",
-    "pairID",
-    "genre",
-    "sentence1_binary_parse",
-    "sentence2_binary_parse",
-    "sentence1_parse",
-    "sentence2_parse",
-    "sentence1",
-    "sentence2",
-]
-
-
-def _parses(text: str) -> list[str]:
-    words = text.split()
-    return ["( " + " ".join(words) + " )", "(ROOT (S " + " ".join(f"(NN {w})" for w in words) + "))"]
-
-
-def write_glue_mnli(path: Path, n: int, seed: int, annotators: int) -> list[dict]:
-    """GLUE's MNLI .tsv layout (train.tsv: 1 annotator label, dev_matched.tsv: 5): unquoted, string labels,
-    and, as in MNLI, texts with unbalanced double quotes."""
-    rows = synthetic.generate(n, seed)
-    header = [*GLUE_MNLI_COLUMNS, *(f"label{i}" for i in range(1, annotators + 1)), "gold_label"]
-    lines = ["\t".join(header)]
-    for i, row in enumerate(rows):
-        if i % 7 == 3:
-            row["premise"] = '"' + row["premise"]
-        if i % 11 == 5:
-            row["hypothesis"] += ' "really'
-        gold = synthetic.LABEL_NAMES[row["label"]]
-        premise_parses, hypothesis_parses = _parses(row["premise"]), _parses(row["hypothesis"])
-        fields = [str(i), str(9000 + i), f"{9000 + i}e", "fiction", premise_parses[0], hypothesis_parses[0]]
-        fields += [premise_parses[1], hypothesis_parses[1], row["premise"], row["hypothesis"]]
-        lines.append("\t".join([*fields, *[gold] * annotators, gold]))
-    path.write_text("\n".join(lines) + "\n")
-    return rows
 
 
 def test_an_unknown_string_label_is_refused_in_one_line(tmp_path, cache_dir):

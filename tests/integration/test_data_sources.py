@@ -4,27 +4,9 @@ directories, configurable text and label columns (run_classification.py), inferr
 from __future__ import annotations
 
 import json
-import random
 
-import pandas as pd
+from support.data_sources import sentiment_frame
 from support.jobs import SMALL_JOB, assert_ok, read_results, run, train_cmd
-
-POSITIVE = ["great", "wonderful", "superb", "moving", "brilliant", "charming"]
-
-NEGATIVE = ["dull", "awful", "boring", "clumsy", "tedious", "bland"]
-
-
-def sentiment_frame(n: int, seed: int) -> pd.DataFrame:
-    """SST-2 style: one sentence whose adjective decides the label, string labels."""
-    rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        label = rng.randrange(2)
-        adjective = rng.choice(POSITIVE if label else NEGATIVE)
-        subject = rng.choice(["film", "movie", "story", "plot", "cast"])
-        sentence = f"the {subject} was {adjective} ."
-        rows.append({"idx": i, "sentence": sentence, "label": ["negative", "positive"][label]})
-    return pd.DataFrame(rows)
 
 
 def test_a_single_sentence_task_trains_end_to_end(tmp_path, cache_dir):

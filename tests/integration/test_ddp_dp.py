@@ -44,7 +44,7 @@ def test_one_process_engines_refuse_a_launcher(engine, tmp_path, cache_dir):
 
 @pytest.mark.slow
 def test_ddp_find_unused_parameters_lets_a_model_with_an_idle_parameter_train(tmp_path, cache_dir):
-    from conftest import BIN, REPO
+    from support.jobs import BIN, REPO
 
     def probe(find_unused: str):
         cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "--no-python", str(BIN / "python"),

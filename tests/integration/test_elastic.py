@@ -130,9 +130,10 @@ def test_killed_worker_leaves_the_job_running_on_the_survivor(tmp_path, cache_di
     assert sizes == [2, 1] and results["world_size"] == 1, output[-6000:]
 
 
-def test_added_host_grows_the_job_back(tmp_path, cache_dir):
-    out = tmp_path / "run"
-    job = start_elastic(tmp_path, cache_dir, ["localhost:1"], 1, out)
+def grow_from_one_worker_to_two(tmp_path: Path, cache_dir: Path, out: Path, *extra: str) -> dict:
+    """Start on one host, add a second after 20 steps; the results of a run that went from 1 to 2 workers
+    and ended with the same parameters on both."""
+    job = start_elastic(tmp_path, cache_dir, ["localhost:1"], 1, out, *extra)
     try:
         wait_for(lambda: last_logged_step(out) >= 20, 240, "20 steps on 1 worker")
         write_hosts(tmp_path, ["localhost:1", "127.0.0.1:1"])
@@ -142,6 +143,11 @@ def test_added_host_grows_the_job_back(tmp_path, cache_dir):
     results, sizes, output = completed_run(job, out)
     assert sizes == [1, 2] and results["world_size"] == 2, output[-6000:]
     assert results["param_checksum_per_rank"][0] == results["param_checksum_per_rank"][1]
+    return results
+
+
+def test_added_host_grows_the_job_back(tmp_path, cache_dir):
+    grow_from_one_worker_to_two(tmp_path, cache_dir, tmp_path / "run")
 
 
 def test_stopped_elastic_job_resumes_on_another_world_size(tmp_path, cache_dir):
@@ -217,14 +223,5 @@ def test_a_lora_job_grows_when_a_host_is_added(tmp_path, cache_dir):
     """--use_peft under elastic Horovod: the joining worker takes the adapters, the head and the optimizer
     state from the state sync (the frozen base comes from the same init on every worker)."""
     out = tmp_path / "run"
-    job = start_elastic(tmp_path, cache_dir, ["localhost:1"], 1, out, "--use_peft", "--num_train_epochs", "12")
-    try:
-        wait_for(lambda: last_logged_step(out) >= 20, 240, "20 steps on 1 worker")
-        write_hosts(tmp_path, ["localhost:1", "127.0.0.1:1"])
-    except BaseException:
-        os.killpg(job.pid, signal.SIGKILL)
-        raise
-    results, sizes, output = completed_run(job, out)
-    assert sizes == [1, 2], results["world_size_changes"]
-    assert results["param_checksum_per_rank"][0] == results["param_checksum_per_rank"][1]
+    grow_from_one_worker_to_two(tmp_path, cache_dir, out, "--use_peft", "--num_train_epochs", "12")
     assert (out / "adapter" / "adapter_model.safetensors").is_file()

@@ -7,17 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from support.engine_contract import LAUNCHES
 from support.jobs import BIN, REPO, assert_ok, mpirun, run
 
 PROBE = [str(BIN / "python"), str(REPO / "tests" / "probes" / "engine_probe.py")]
-
-LAUNCHES = {
-    "horovod-gloo": ("horovod", 2),
-    "horovod-mpi": ("horovod", 2),
-    "ddp": ("ddp", 2),
-    "single": ("single", 1),
-    "dp": ("dp", 1),
-}
 
 
 def launch(name: str, engine: str, out) -> list[str]:

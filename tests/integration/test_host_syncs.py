@@ -6,6 +6,7 @@ behind .item(), int(tensor) and float(tensor), which on a GPU waits for every qu
 from __future__ import annotations
 
 import pytest
+from support.host_syncs import NaNFromStep
 from support.jobs import SMALL_JOB
 from torch.profiler import ProfilerActivity, profile
 
@@ -36,12 +37,6 @@ def not_ours(event) -> bool:
     return any(name.startswith(("Optimizer.step#", "nn.Module: ")) for name in ancestors(event))
 
 
-@pytest.fixture
-def offline_cache(cache_dir, monkeypatch):
-    monkeypatch.setenv("HOROVOD_TRAIN_CACHE", str(cache_dir))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-
 def config(tmp_path, *args: str):
     return parse_run_config([*SMALL_JOB, "--engine", "single", "--synthetic_num_examples", "600",
                              "--output_dir", str(tmp_path / "run"), *args])  # fmt: skip
@@ -63,17 +58,6 @@ def test_training_steps_read_nothing_back_to_the_host_between_log_lines(tmp_path
         assert loop.meter.micro_batches == 10
         logged = loop.meter.reduce(engine)  # the log line: one read of the sums
         assert logged["loss"] > 0 and logged["samples_per_second"] > 0
-
-
-class NaNFromStep(SingleEngine):
-    """Single engine whose loss turns NaN at the 5th micro-batch (step 5): a diverging run."""
-
-    calls = 0
-
-    def forward_loss(self, model, batch, label_smoothing=0.0):
-        loss = super().forward_loss(model, batch, label_smoothing)
-        NaNFromStep.calls += 1
-        return loss * float("nan") if NaNFromStep.calls >= 5 else loss
 
 
 def test_a_nan_loss_stops_the_run_naming_the_step_before_any_result_is_written(tmp_path, offline_cache):

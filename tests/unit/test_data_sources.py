@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
+from support.data_sources import NEGATIVE, POSITIVE, sentiment_frame
 
 from horovod_train import glue
 from horovod_train.config import DataArguments, parse_run_config
@@ -18,10 +19,6 @@ from horovod_train.data import test_split_names as split_names_of_tests
 from horovod_train.errors import UsageError
 
 CLASSIFICATION_TASKS = [task for task in glue.TASK_TO_KEYS if task not in glue.REGRESSION_TASKS]
-
-POSITIVE = ["great", "wonderful", "superb", "moving", "brilliant", "charming"]
-
-NEGATIVE = ["dull", "awful", "boring", "clumsy", "tedious", "bland"]
 
 
 def glue_split(task: str, n: int, seed: int, labelled: bool = True) -> Dataset:
@@ -111,19 +108,6 @@ def test_a_glue_tsv_with_string_labels_takes_the_tasks_columns_and_names(tmp_pat
     assert sorted(set(raw["train"]["label"]) | set(raw["validation"]["label"])) == [0, 1]
     with pytest.raises(UsageError, match="train data has no column 'question'"):
         load_raw_datasets(DataArguments(train_file=str(tmp_path / "train.tsv"), task_name="qnli"), seed=0)
-
-
-def sentiment_frame(n: int, seed: int) -> pd.DataFrame:
-    """SST-2 style: one sentence whose adjective decides the label, string labels."""
-    rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        label = rng.randrange(2)
-        adjective = rng.choice(POSITIVE if label else NEGATIVE)
-        subject = rng.choice(["film", "movie", "story", "plot", "cast"])
-        sentence = f"the {subject} was {adjective} ."
-        rows.append({"idx": i, "sentence": sentence, "label": ["negative", "positive"][label]})
-    return pd.DataFrame(rows)
 
 
 def test_string_labels_without_names_map_to_the_sorted_distinct_labels(tmp_path):

@@ -9,25 +9,10 @@ import re
 from pathlib import Path
 
 import pytest
+from support.docker import DOCKERFILE, SHARED_SCRIPTS, instructions
 from support.jobs import REPO
 
-DOCKERFILE = REPO / "docker" / "Dockerfile"
-
 DEFFILE = REPO / "docker" / "horovod-train.def"
-
-SHARED_SCRIPTS = ["scripts/install_mpi.sh", "scripts/build_horovod.sh", "scripts/check_horovod_build.sh"]
-
-
-def instructions(path: Path) -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
-    text = re.sub(r"\\\n", " ", path.read_text())
-    result = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            keyword, _, rest = line.partition(" ")
-            result.append((keyword.upper(), rest.strip()))
-    return result
 
 
 def arg_defaults(path: Path) -> dict[str, str]:

@@ -4,15 +4,9 @@ step, the default policy) holds for each of them."""
 
 from __future__ import annotations
 
-from horovod_train.engines import available_engines
+from support.engine_contract import LAUNCHES
 
-LAUNCHES = {
-    "horovod-gloo": ("horovod", 2),
-    "horovod-mpi": ("horovod", 2),
-    "ddp": ("ddp", 2),
-    "single": ("single", 1),
-    "dp": ("dp", 1),
-}
+from horovod_train.engines import available_engines
 
 
 def test_every_engine_has_a_contract_launch():

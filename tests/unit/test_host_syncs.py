@@ -7,18 +7,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support.host_syncs import NaNFromStep
 from support.jobs import SMALL_JOB
 
 from horovod_train import engines
 from horovod_train.cli import main
 from horovod_train.engines.single import SingleEngine
 from horovod_train.metrics import Meter, NonFiniteLoss
-
-
-@pytest.fixture
-def offline_cache(cache_dir, monkeypatch):
-    monkeypatch.setenv("HOROVOD_TRAIN_CACHE", str(cache_dir))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
 def test_meter_sums_stay_exact_and_name_the_first_non_finite_step():
@@ -36,17 +31,6 @@ def test_meter_sums_stay_exact_and_name_the_first_non_finite_step():
         finite.add(torch.tensor(loss), batch, 1)
     logged = finite.reduce(SingleEngine.__new__(SingleEngine))
     assert logged["loss"] == 1.5 and logged["tokens_per_second"] > 0
-
-
-class NaNFromStep(SingleEngine):
-    """Single engine whose loss turns NaN at the 5th micro-batch (step 5): a diverging run."""
-
-    calls = 0
-
-    def forward_loss(self, model, batch, label_smoothing=0.0):
-        loss = super().forward_loss(model, batch, label_smoothing)
-        NaNFromStep.calls += 1
-        return loss * float("nan") if NaNFromStep.calls >= 5 else loss
 
 
 def test_the_cli_prints_one_line_and_exits_2_on_a_nan_loss(tmp_path, offline_cache, monkeypatch, capsys):

@@ -1,12 +1,6 @@
-"""Exact resume from any step, over drawn jobs (hypothesis): dataset size, per-device batch, world size,
-gradient accumulation, --group_by_length, dropout, the save strategy and the step at which the run stops.
-A run stopped there (by a real stop signal, or a crash that leaves only the checkpoint of that step) and
-resumed with ``--resume_from_checkpoint auto`` must end with the parameters of the uninterrupted run
-(max-abs 0.0), the same per-epoch history, and every epoch must have trained on each example once.
-
-Single-rank draws run in this process; world size 2 is drawn at the sampler level (every rank's sampler
-built here) and in a few real two-rank runs under horovodrun. The draws are derandomized and no example
-database is kept, so every run of the suite draws the same jobs."""
+"""Exact resume from any step, in this process: single-rank draws (hypothesis) of a whole run stopped
+and resumed, and world size 2 at the sampler level (every rank's sampler built here). The real two-rank
+runs under horovodrun are in tests/integration/test_resume_property.py."""
 
 from __future__ import annotations
 

@@ -3,25 +3,12 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
+from support.trackers import CONFIG, EVAL, TRAIN, log_all, offline_trackers
 
 from horovod_train.errors import UsageError
 from horovod_train.trackers import Trackers, check_report_to, plot_training_curves
-
-CONFIG = {"learning_rate": 5e-5, "seed": 42, "model_name_or_path": "tiny-bert", "dropout": None}
-
-TRAIN = [(10, {"loss": 0.69, "learning_rate": 5e-5, "samples_per_second": 120.0, "epoch": 0.5, "note": "warm"}),
-         (20, {"loss": 0.41, "learning_rate": 2.5e-5, "samples_per_second": 125.0, "epoch": 1.0})]  # fmt: skip
-
-EVAL = (20, {"eval_accuracy": 0.8, "eval_loss": 0.5, "eval_f1": 0.79})
-
-
-def log_all(trackers: Trackers) -> None:
-    for step, record in [*TRAIN, EVAL]:
-        trackers.log(record, step=step)
-    trackers.close()
 
 
 def test_tensorboard_writes_hf_style_tags(tmp_path):
@@ -69,24 +56,6 @@ def test_missing_package_is_a_one_line_usage_error(tmp_path, monkeypatch, name):
     assert error.value.problem == f"--report_to {name} needs the {name} package (not installed)"
     assert error.value.fix == f"pip install {name}, or drop {name} from --report_to"
     assert not (tmp_path / "out").exists()  # validated before any tracker was started
-
-
-def offline_trackers(tmp_path: Path, monkeypatch) -> None:
-    """wandb offline and mlflow on a file store, both under tmp_path (wandb and mlflow-skinny are dev
-    requirements, so these tests run in every `make test`)."""
-    for key in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):  # keep wandb's own logs out of ~
-        monkeypatch.setenv(key, str(tmp_path / key.lower()))
-    for key, value in {
-        "WANDB_MODE": "offline",
-        "WANDB_DIR": str(tmp_path / "wandb-dir"),
-        "WANDB_SILENT": "true",
-        "WANDB_ERROR_REPORTING": "false",
-        "WANDB_PROJECT": "hvt-test",
-        "MLFLOW_TRACKING_URI": (tmp_path / "mlruns").as_uri(),
-        "MLFLOW_DISABLE_TELEMETRY": "true",
-        "MLFLOW_ALLOW_FILE_STORE": "true",
-    }.items():  # fmt: skip  (mlflow 3.17 wants the last)
-        monkeypatch.setenv(key, value)
 
 
 def test_wandb_offline(tmp_path, monkeypatch):
