@@ -62,6 +62,23 @@ def prepare_tiny_tokenizer(target: Path, texts: list[str]) -> None:
         train_wordpiece_tokenizer(texts, tmp)
 
 
+def tiny_tokenizer_files(target: Path, texts: list[str]) -> dict[str, bytes]:
+    """The tokenizer's files, trained first if this cache has none."""
+    prepare_tiny_tokenizer(target, texts)
+    return {path.name: path.read_bytes() for path in sorted(target.iterdir()) if path.is_file()}
+
+
+def install_tokenizer_files(target: Path, files: dict[str, bytes]) -> None:
+    """Rank 0's tokenizer in this node's cache. The tokenizers library breaks ties between equally frequent
+    merges in hash order, so two nodes that each train one on the same texts get different vocabularies (and
+    their ranks would train on different token ids): a node-local cache holding another one is replaced."""
+    if target.is_dir() and {p.name: p.read_bytes() for p in target.iterdir() if p.is_file()} == files:
+        return
+    with atomic_directory(target, replace=True) as tmp:
+        for name, data in files.items():
+            (tmp / name).write_bytes(data)
+
+
 @dataclass(frozen=True)
 class HubAccess:
     """How a model is fetched and trusted: run_glue's --model_revision, --token and --trust_remote_code."""

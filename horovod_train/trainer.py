@@ -105,7 +105,7 @@ class Trainer:
     def build_parts(self) -> tuple[RunParts, dict[str, Any] | None]:
         """The run's parts, and the checkpoint resumed from (None: a fresh start)."""
         config, args, engine = self.config, self.args, self.engine
-        tokenizer, tokenized = build.prepare_data(config, engine, self.cache_dir, self.rank_zero.first)
+        tokenizer, tokenized = build.prepare_data(config, engine, self.cache_dir, self.rank_zero)
         build.check_metric_for_best_model(args.metric_for_best_model, tokenized)
         model = build.build_model(config, tokenizer, tokenized)
         compatibility = build.run_compatibility(config, engine, tokenizer, tokenized, model)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,20 +20,21 @@ from horovod_train.errors import UsageError
 from horovod_train.position import TrainingPosition
 from horovod_train.training.evaluation import eval_prefixes
 from horovod_train.training.parts import RunPlan
+from horovod_train.training.rank_zero import RankZero
 
 
-def prepare_data(
-    config: RunConfig, engine: Engine, cache_dir: Path, main_first: Callable[[Callable[[], None]], None]
-) -> tuple[Any, DatasetDict]:
+def prepare_data(config: RunConfig, engine: Engine, cache_dir: Path, rank_zero: RankZero) -> tuple[Any, DatasetDict]:
     """The tokenizer and the tokenized splits, through the tokenization cache (each node's local rank 0
-    fills it first; ``main_first`` runs rank 0's work before any other rank's)."""
+    fills it first; ``rank_zero`` does rank 0's work before any other rank's)."""
     c = config
     raw = data_lib.load_raw_datasets(c.data, c.training.seed, c.model.cache_dir)
     tokenizer_name = c.model.tokenizer_name or c.model.model_name_or_path
     if tokenizer_name == model_lib.TINY_BERT:
         texts = [t for column in data_lib.text_columns(raw) for t in raw["train"][column]]
         tokenizer_dir = model_lib.tiny_tokenizer_dir(cache_dir, texts)
-        engine.local_main_first(lambda: model_lib.prepare_tiny_tokenizer(tokenizer_dir, texts))
+        # One tokenizer for the job, rank 0's: training one is not deterministic.
+        files = rank_zero.read_in_setup(lambda: model_lib.tiny_tokenizer_files(tokenizer_dir, texts))
+        engine.local_main_first(lambda: model_lib.install_tokenizer_files(tokenizer_dir, files))
         tokenizer_name = str(tokenizer_dir)
     access = hub_access(c)
     tokenizer = engine.local_main_first(lambda: model_lib.load_tokenizer(tokenizer_name, c.model.cache_dir, access))
@@ -45,7 +45,7 @@ def prepare_data(
         data_lib.tokenize_to_disk(raw, tokenizer, d.max_seq_length, cached, d.pad_to_max_length, overwrite)
 
     if d.overwrite_cache:  # rebuilt once, by rank 0, before any rank maps it (the cache may be shared by nodes)
-        main_first(lambda: tokenize(overwrite=True))
+        rank_zero.first(lambda: tokenize(overwrite=True))
     engine.local_main_first(tokenize)
     return tokenizer, data_lib.load_tokenized(cached)
 
