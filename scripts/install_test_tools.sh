@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The system commands the integration and system tests drive (`make test` runs this; `make test-fast` needs none):
-# shellcheck, ssh (multi-host launches), ip/unshare (network namespaces), a SLURM cluster with munge, and Podman
-# with what it builds images with. As root with apt-get, the missing Debian packages are installed; otherwise
+# the shell linter, ssh (multi-host launches), ip/unshare (network namespaces), a SLURM cluster with munge, and
+# Podman with what it builds images with. As root with apt-get, the missing Debian packages are installed; otherwise
 # the tests that need them say what is missing and are skipped. Idempotent: nothing to do takes milliseconds.
 set -euo pipefail
 
