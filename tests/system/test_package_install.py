@@ -97,8 +97,13 @@ def built(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_source_checkout_not_installed_reads_pyproject(tmp_path: Path) -> None:
-    # python -S: no site-packages, so no installed horovod-train metadata; the checkout is on PYTHONPATH.
-    env = {**clean_env(), "PYTHONPATH": str(REPO)}
+    # python -S: no site-packages, so no installed horovod-train metadata. A copy of the checkout's sources on
+    # PYTHONPATH: the checkout itself may hold a horovod_train.egg-info (pip install -e ., a wheel built there),
+    # which is installed metadata again.
+    checkout = tmp_path / "checkout"
+    shutil.copytree(REPO / "horovod_train", checkout / "horovod_train")
+    shutil.copy(REPO / "pyproject.toml", checkout / "pyproject.toml")
+    env = {**clean_env(), "PYTHONPATH": str(checkout)}
     proc = subprocess.run(
         [sys.executable, "-S", "-c", "import horovod_train; print(horovod_train.__version__)"],
         cwd=tmp_path,
