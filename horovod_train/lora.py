@@ -77,9 +77,3 @@ def is_peft(model: nn.Module) -> bool:
 def merged(model: nn.Module) -> nn.Module:
     """A plain transformers model with the adapters folded into its weights (the original is untouched)."""
     return copy.deepcopy(model).merge_and_unload()
-
-
-def trainable_fraction(model: nn.Module) -> tuple[int, int]:
-    """(trainable parameters, all parameters)."""
-    params = list(model.parameters())
-    return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
