@@ -89,7 +89,7 @@ def write_outputs(
     with recording(output_dir):
         if lora.is_peft(model):  # the adapter as peft saves it, and beside it the model it makes, for pipeline()
             model.save_pretrained(output_dir / ADAPTER_DIR)
-            model = lora.merged(model)
+            model = lora.merge_in_place(model)  # the model's last use
         model.save_pretrained(output_dir)
         for weights in output_dir.glob("*.safetensors"):  # safetensors writes 0600 whatever the umask
             follow_umask(weights)

@@ -48,8 +48,12 @@ def test_only_the_adapters_and_the_head_train_and_the_merged_model_computes_the_
     mask = torch.ones_like(ids)
     with torch.no_grad():
         adapted = model(input_ids=ids, attention_mask=mask).logits
-        folded = lora.merged(model).eval()(input_ids=ids, attention_mask=mask).logits
-    assert not lora.is_peft(lora.merged(model)) and lora.is_peft(model)
+        base_weights = {id(p) for n, p in model.named_parameters() if "lora_" not in n}
+        plain = lora.merge_in_place(model)
+        folded = plain.eval()(input_ids=ids, attention_mask=mask).logits
+    assert not lora.is_peft(plain)
+    # Folded into the trained model's own tensors, not into a copy of the base model.
+    assert {id(p) for p in plain.parameters()} <= base_weights
     torch.testing.assert_close(adapted, folded, atol=1e-5, rtol=1e-4)
 
 
