@@ -40,6 +40,17 @@ BERT_BASE_CASED = dict(
     type_vocab_size=2,
 )
 MODELS = ("tiny-bert", "bert-base-cased")
+# A Llama-style decoder of about 0.5B parameters (0.51B with a 2000-token vocabulary: its transformer body is
+# Qwen2.5-0.5B's depth at width 1024, head size 64, full multi-head attention), random init.
+DECODER_0_5B = dict(
+    vocab_size=2000,
+    hidden_size=1024,
+    num_hidden_layers=24,
+    num_attention_heads=16,
+    num_key_value_heads=16,
+    intermediate_size=5504,
+    max_position_embeddings=512,
+)
 # DDP's buckets as torch 2.13 forms them: bucket_cap_mb (25 MiB unless given), and only when it is not given
 # is the first bucket (the last layers' gradients) capped at 1 MiB. The ddp engine always passes its
 # --ddp_bucket_cap_mb, so its buckets all have the one cap (tests/integration/test_ddp_buckets.py checks DDP's own).
@@ -102,6 +113,12 @@ def bert_config(name: str, num_labels: int = 3) -> Any:
     if name == "bert-base-cased":
         return BertConfig(num_labels=num_labels, **BERT_BASE_CASED)
     raise UsageError(f"unknown benchmark model {name!r}", f"use {' or '.join(MODELS)}")
+
+
+def decoder_config(num_labels: int = 3) -> Any:
+    from transformers import LlamaConfig
+
+    return LlamaConfig(num_labels=num_labels, pad_token_id=0, **DECODER_0_5B)  # train sets the tokenizer's
 
 
 def median(values: Sequence[float]) -> float:

@@ -9,12 +9,14 @@ the published parameter counts (tests/integration/test_scaling_model.py):
   torchvision does (convolutions without bias, batch norm scale and shift): 25,557,032 / 44,549,160.
 - Inception V3: Szegedy et al. 2016, as Keras' InceptionV3 builds it (convolutions without bias, batch
   norm with shift only, 1000-class classifier): 23,817,352 trainable parameters.
-BERT models are built from their configs on the meta device (no memory, no download).
+BERT models and the 0.5B decoder are built from their configs on the meta device (no memory, no download).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+
+from horovod_train.errors import UsageError
 
 Conv = tuple[int, int, int, int]  # kernel height, kernel width, in channels, out channels
 
@@ -87,16 +89,22 @@ def inception_v3() -> list[int]:
 BERT_LARGE = {"vocab_size": 30522, "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16}
 
 
-def bert(name: str) -> list[int]:
+def transformer(name: str, lora_r: int | None = None) -> list[int]:
+    """The trainable tensors: every one, or with ``lora_r`` LoRA's adapters and the head (as --use_peft trains)."""
     import torch
-    from transformers import BertConfig, BertForSequenceClassification
+    from transformers import AutoModelForSequenceClassification, BertConfig
 
+    from horovod_train import lora
     from horovod_train.bench import common
 
     large = {**common.BERT_BASE_CASED, **BERT_LARGE, "intermediate_size": 4096}
-    config = BertConfig(num_labels=3, **large) if name == "bert-large" else common.bert_config(name)
+    if name == "decoder-0.5b":
+        config = common.decoder_config()
+    else:
+        config = BertConfig(num_labels=3, **large) if name == "bert-large" else common.bert_config(name)
     with torch.device("meta"):
-        model = BertForSequenceClassification(config)
+        model = AutoModelForSequenceClassification.from_config(config)
+        model = lora.wrap(model, lora.LoraOptions(r=lora_r)) if lora_r else model
     return [p.numel() for p in model.parameters() if p.requires_grad]
 
 
@@ -106,8 +114,13 @@ CNNS = {
     "resnet-101": lambda: resnet((3, 4, 23, 3)),
     "inception-v3": inception_v3,
 }
-MODELS = (*CNNS, "tiny-bert", "bert-base-cased", "bert-large")
+MODELS = (*CNNS, "tiny-bert", "bert-base-cased", "bert-large", "decoder-0.5b")
 
 
-def parameter_counts(name: str) -> list[int]:
-    return CNNS[name]() if name in CNNS else bert(name)
+def parameter_counts(name: str, lora_r: int | None = None) -> list[int]:
+    """Trainable tensors' sizes; ``lora_r`` (transformers only): with LoRA adapters of that rank."""
+    if name in CNNS:
+        if lora_r:
+            raise UsageError(f"--lora_r applies to the transformers, not {name}", "drop --lora_r or pick a BERT")
+        return CNNS[name]()
+    return transformer(name, lora_r)

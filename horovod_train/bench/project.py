@@ -220,6 +220,34 @@ def ddp_setting(args: argparse.Namespace) -> Setting:
     return Setting("ddp", "ddp", int(args.ddp_bucket_cap_mb * MB), overlap=not args.no_overlap)
 
 
+def settings(args: argparse.Namespace) -> list[Setting]:
+    return [horovod_setting(args), ddp_setting(args)]
+
+
+def lora_workload(args: argparse.Namespace, full: Workload) -> Workload:
+    """LoRA's step: its trainable tensors' gradients, and no weight gradients for the frozen layers, so
+    backward does about half its full-fine-tuning work (the input gradients): compute x (1 - backward/2)."""
+    from horovod_train.bench import layers
+
+    sizes = tuple(args.bytes_per_param * n for n in layers.parameter_counts(args.model, args.lora_r))
+    compute = full.compute * (1 - full.backward_fraction / 2)
+    backward = full.backward_fraction / 2 / (1 - full.backward_fraction / 2)
+    return Workload(f"{full.model}+lora-r{args.lora_r}", sizes, compute, full.batch, backward)
+
+
+def side_by_side(full: list[dict[str, Any]], lora: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """GPUs x engine: gradient bytes, exposed communication and scaling efficiency, full vs LoRA."""
+    header = ["setting", "GPUs", "gradients full", "gradients LoRA", "exposed ms full", "exposed ms LoRA",
+              "eff. full", "eff. LoRA"]  # fmt: skip
+    body = [
+        [f["setting"], str(f["world_size"]), common.format_bytes(f["gradient_bytes"]),
+         common.format_bytes(g["gradient_bytes"]), f"{f['exposed_comm_ms']:.1f}", f"{g['exposed_comm_ms']:.1f}",
+         f"{f['scaling_efficiency']:.3f}", f"{g['scaling_efficiency']:.3f}"]
+        for f, g in zip(full, lora, strict=True)
+    ]  # fmt: skip
+    return header, body
+
+
 def fit_link(path: Path) -> tuple[Link, int]:
     """Latency and bandwidth from `bench allreduce`'s single-tensor rows: least squares of
     time = 2(n-1) alpha + 2(n-1)/n x bytes / B over the sizes (the fastest framework per size)."""
@@ -365,12 +393,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no_overlap", action="store_true", help="communicate only after backward")
     parser.add_argument("--max_gpus", type=int, default=1024)
     parser.add_argument("--check_published", action="store_true", help="also predict the Horovod paper's 512-GPU runs")
+    parser.add_argument("--lora_r", type=int, default=None,
+                        help="also predict LoRA of this rank (its trainable gradients), side by side")  # fmt: skip
 
 
 def validate(args: argparse.Namespace) -> None:
     """Every argument against its domain (domains.py), before anything is read or written."""
     domains.writable_dir("output_dir", args.output_dir)
-    for name in ("per_device_train_batch_size", "gpus_per_node", "max_gpus"):
+    for name in ("per_device_train_batch_size", "gpus_per_node", "max_gpus", *(("lora_r",) if args.lora_r else ())):
         domains.count(1, example="8")(name, getattr(args, name))
     positive = ("compute_ms", "samples_per_second_1gpu", "intra_gbps", "inter_gbps", "fusion_threshold_mb",
                 "ddp_bucket_cap_mb")  # fmt: skip
@@ -401,15 +431,20 @@ def read_report(path: Path, flag: str = "compute_from") -> dict[str, Any]:
 def main(args: argparse.Namespace) -> int:
     validate(args)
     workload, cluster = workload_from(args), cluster_from(args)
-    rows = project(
-        workload, [horovod_setting(args), ddp_setting(args)], cluster, world_sizes(args.max_gpus, args.gpus_per_node)
-    )
+    rows = project(workload, settings(args), cluster, world_sizes(args.max_gpus, args.gpus_per_node))
     published = check_published(args.bytes_per_param) if args.check_published else []
+    lora_rows = []
+    if args.lora_r:
+        lora_rows = project(lora_workload(args, workload), [replace(s, name=f"{s.name}-lora") for s in settings(args)],
+                            cluster, world_sizes(args.max_gpus, args.gpus_per_node))  # fmt: skip
     out = Path(args.output_dir)
     meta = {"workload": {**asdict(workload), "tensor_bytes": len(workload.tensor_bytes)}, "cluster": asdict(cluster)}
-    common.write_rows(out, "project", COLUMNS, rows, **meta, published=published)
+    common.write_rows(out, "project", COLUMNS, rows + lora_rows, **meta, published=published)
     plot(rows, out / "project.png", title=f"{workload.model}, {workload.batch}/GPU, {cluster.gpus_per_node} GPUs/node")
     print("\n".join(format_table(*table(rows))))
+    if lora_rows:
+        print(f"\nFull fine-tuning vs LoRA r={args.lora_r}, predicted scaling efficiency:")
+        print("\n".join(format_table(*side_by_side(rows, lora_rows))))
     if published:
         print("\nHorovod paper (512 Pascal GPUs, 4 per server, 25 Gbit/s RoCE), scaling efficiency:")
         print("\n".join(published_table(published)))
