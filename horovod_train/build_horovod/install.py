@@ -50,8 +50,11 @@ def verify_digest(wheel: Path) -> None:
 
 def install_wheel(plan: Plan, wheel: Path) -> None:
     verify_digest(wheel)
-    pip = [plan.target.python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)]
-    subprocess.run(pip, check=True)
+    pip = [plan.target.python, "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, "--no-deps", "--force-reinstall", str(wheel)], check=True)
+    # Then Horovod's own requirements (cloudpickle, psutil, pyyaml, packaging) where missing: the reinstall above
+    # leaves every other package as it is, and this one asks an index only for what is not installed.
+    subprocess.run([*pip, str(wheel)], check=True)
     with contextlib.suppress(OSError):  # a read-only prefix keeps no record: the next run installs again
         mark_file(plan).write_text(plan.key + "\n")
 

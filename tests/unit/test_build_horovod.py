@@ -180,3 +180,36 @@ def test_a_cached_wheel_that_changed_is_refused(tmp_path) -> None:
     cached.write_bytes(b"something else")
     with pytest.raises(UsageError, match="does not match the SHA256SUMS"):
         install.verify_digest(cached)
+
+
+def package_imports(module: str) -> tuple[set[str], set[str]]:
+    """(horovod_train modules, other top-level imports) of ``module``; `from pkg import mod` counts pkg.mod."""
+    import ast
+
+    repo = Path(__file__).resolve().parents[2]
+    tree = ast.parse((repo / f"{module.replace('.', '/')}.py").read_text())
+    ours, others = set(), set()
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            if name.startswith("horovod_train."):
+                ours |= {name} if (repo / f"{name.replace('.', '/')}.py").is_file() else set()
+            else:
+                others.add(name.split(".")[0])
+    return ours, others
+
+
+def test_the_command_imports_only_the_standard_library_before_torch() -> None:
+    """scripts/build_horovod.sh runs it in an environment holding torch alone (the NCCL build's, an image layer)."""
+    seen, todo, third_party = set(), ["horovod_train.build_horovod.__main__"], {}
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            ours, others = package_imports(module)
+            todo += ours
+            third_party[module] = others - set(sys.stdlib_module_names) - {"torch"}
+    assert "horovod_train.build_horovod.build" in seen and "horovod_train.build_horovod.nccl" in seen
+    assert {module: found for module, found in third_party.items() if found} == {}
