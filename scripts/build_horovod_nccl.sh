@@ -115,7 +115,7 @@ fi
 # unless PyTorch, Gloo, MPI and NCCL are listed.
 BUILD_START=$SECONDS
 # HOROVOD_NCCL_*= : always the NCCL wheel torch loads here, never one a variable names for another CUDA.
-HOROVOD_NCCL_HOME= HOROVOD_NCCL_LIB= PYTHON="$PY" PATH="$VENV/bin:$PATH" bash scripts/build_horovod.sh --with-nccl --with-mpi
+HOROVOD_NCCL_HOME='' HOROVOD_NCCL_LIB='' PYTHON="$PY" PATH="$VENV/bin:$PATH" bash scripts/build_horovod.sh --with-nccl --with-mpi
 echo "[nccl-build] Horovod ready after $((SECONDS - BUILD_START)) s more"
 read -r NCCL_BUILT NCCL_VERSION GPU < <("$PY" - <<'PY'
 import torch, horovod.torch as hvd

@@ -20,10 +20,14 @@ SUMS = "SHA256SUMS"  # sha256sum's format, written when the wheel is built and c
 MARK = ".horovod-build-key"  # in sys.prefix: the key of the Horovod installed there
 
 
+# Set from the plan alone: a value left in the caller's environment must not contradict it.
+CHOSEN_HERE = ("HOROVOD_GPU_OPERATIONS", "HOROVOD_GPU_ALLREDUCE", "HOROVOD_GPU_BROADCAST", "HOROVOD_WITH_MPI",
+               "HOROVOD_WITHOUT_MPI")  # fmt: skip
+
+
 def build_env(plan: Plan, options: Options) -> dict[str, str]:
     """Horovod's setup.py options. CMAKE_POLICY_VERSION_MINIMUM: pip's CMake 4 rejects bundled Gloo's minimum."""
-    env = {k: v for k, v in os.environ.items() if k not in ("HOROVOD_GPU_OPERATIONS", "HOROVOD_GPU_ALLREDUCE",
-                                                              "HOROVOD_GPU_BROADCAST", "HOROVOD_WITH_MPI")}  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in CHOSEN_HERE}
     env |= {
         "HOROVOD_WITH_PYTORCH": "1",
         "HOROVOD_WITHOUT_TENSORFLOW": "1",

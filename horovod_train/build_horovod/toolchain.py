@@ -50,8 +50,8 @@ def check_build_modules() -> None:
 
 def find_mpi(path: str, wanted: bool | None) -> bool:
     """Whether to build with MPI: yes when mpicxx is there; an mpirun without it means missing headers."""
-    if wanted is False or os.environ.get("HOROVOD_WITHOUT_MPI"):
-        return False
+    if wanted is False or (wanted is None and os.environ.get("HOROVOD_WITHOUT_MPI")):
+        return False  # --with-mpi wins over the variable
     if shutil.which("mpicxx", path=path) or shutil.which("mpicc", path=path):
         return True
     if wanted or shutil.which("mpirun", path=path):

@@ -87,6 +87,14 @@ def test_mpirun_without_mpi_headers_names_libopenmpi_dev(only_tools, tmp_path) -
     assert not make_plan(target_in(tmp_path / "venv" / "bin"), Options(dry_run=True, mpi=False)).mpi
 
 
+def test_horovod_without_mpi_variable_and_the_flag_that_overrides_it(only_tools, tmp_path, monkeypatch) -> None:
+    only_tools("c++", "cmake", "mpicxx")
+    monkeypatch.setenv("HOROVOD_WITHOUT_MPI", "1")
+    target = target_in(tmp_path / "venv" / "bin")
+    assert not make_plan(target, Options(dry_run=True)).mpi
+    assert make_plan(target, Options(dry_run=True, mpi=True)).mpi
+
+
 def test_with_mpi_asked_for_and_none_there(only_tools, capsys) -> None:
     only_tools("c++", "cmake")
     line = usage_error(capsys, ["build-horovod", "--dry-run", "--with-mpi"])
@@ -159,10 +167,12 @@ def test_sources_are_patched_to_cxx17(tmp_path) -> None:
         build.patch_sources(tmp_path)
 
 
-def test_build_env_has_the_patches_and_the_nccl_of_the_plan() -> None:
+def test_build_env_has_the_patches_and_the_nccl_of_the_plan(monkeypatch) -> None:
+    monkeypatch.setenv("HOROVOD_WITHOUT_MPI", "1")  # left in the shell: the plan (with MPI) decides
     env = build.build_env(plan_for("13.0", "90"), Options(jobs=3))
     assert env["CMAKE_POLICY_VERSION_MINIMUM"] == "3.5" and env["MAKEFLAGS"] == "-j3"
     assert env["HOROVOD_GPU_OPERATIONS"] == "NCCL" and env["HOROVOD_NCCL_LIB"] == "/env/nccl-link"
+    assert "HOROVOD_WITHOUT_MPI" not in env
     assert (
         env["HOROVOD_WITH_MPI"] == "1" and env["HOROVOD_WITH_GLOO"] == "1" and env["HOROVOD_BUILD_CUDA_CC_LIST"] == "90"
     )
