@@ -4,8 +4,8 @@ wheel; the command there builds Horovod for that torch (or installs the machine'
 matches), prints `horovodrun --check-build`, says "already installed" the second time, and the demo job runs
 under that environment's `horovodrun -np 2`.
 
-The wheel cache is the machine's (~/.cache/horovod-train/wheels, as `make setup` filled it), so a run takes a
-few minutes of pip installs and no compiling. HVT_BUILD_HOROVOD_COLD=1 points the command at an empty cache: a
+The wheel cache is the machine's (~/.cache/horovod-train/wheels, as `make setup` filled it), so a run is pip
+installs and no compiling: 9 min in all on the shared 2-core machine (build-horovod itself, a cache hit, 71 s). HVT_BUILD_HOROVOD_COLD=1 points the command at an empty cache: a
 real build from the sdist (PyPI), about 3 min on 2 quiet cores, more under load; not in `make test`'s budget."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def fresh_venv(tmp_path_factory) -> Path:
     run([sys.executable, "-m", "venv", str(venv)], user_env(venv), tmp)
     assert "include-system-site-packages = false" in (venv / "pyvenv.cfg").read_text()
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", TORCH, str(wheel)]
-    run([*pip, *BUILD_TOOLS], user_env(venv), tmp)
+    run([*pip, *BUILD_TOOLS], user_env(venv), tmp, timeout=1500)  # 4 min on a quiet machine, 10+ under load
     return venv
 
 
