@@ -5,8 +5,9 @@ matches), prints `horovodrun --check-build`, says "already installed" the second
 under that environment's `horovodrun -np 2`.
 
 The wheel cache is the machine's (~/.cache/horovod-train/wheels, as `make setup` filled it), so a run is pip
-installs and no compiling: 9 min in all on the shared 2-core machine (build-horovod itself, a cache hit, 71 s). HVT_BUILD_HOROVOD_COLD=1 points the command at an empty cache: a
-real build from the sdist (PyPI), about 3 min on 2 quiet cores, more under load; not in `make test`'s budget."""
+installs and no compiling: 9 min in all on the shared 2-core machine (build-horovod itself, a cache hit, 71 s).
+HVT_BUILD_HOROVOD_COLD=1 points the command at an empty cache: a real build from the sdist (PyPI), 10.7 min
+wall (4.6 min CPU, 2 jobs) on that loaded machine; not in `make test`'s budget."""
 
 from __future__ import annotations
 
