@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from horovod_train import bench, compare, distributed_env, doctor
 from horovod_train.arguments import FALSE_VALUES, TRUE_VALUES, ArgumentParser, add_dataclass_arguments
+from horovod_train.build_horovod import command as build_horovod
 from horovod_train.config import CONFIG_HELP, SECTIONS, RunConfig, parse_run_config
 from horovod_train.console import write_line
 from horovod_train.domains import fit_max_seq_length
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor_parser = commands.add_parser("doctor", help="print the rank/host/device map and Horovod's build")
     doctor.add_arguments(doctor_parser)
     bench.add_arguments(commands.add_parser("bench", help="all-reduce, training and GPU benchmarks"))
+    build_horovod.add_arguments(commands.add_parser("build-horovod", help="build Horovod for this environment's torch"))
     for command in (train, compare_parser):
         add_dataclass_arguments(command, DebugArguments)
     return parser
@@ -121,7 +123,13 @@ def result_line(results: dict) -> str:
 
 
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
-COMMANDS = {"train": cmd_train, "compare": compare.main, "doctor": doctor.main, "bench": bench.main}
+COMMANDS = {
+    "train": cmd_train,
+    "compare": compare.main,
+    "doctor": doctor.main,
+    "bench": bench.main,
+    "build-horovod": build_horovod.main,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

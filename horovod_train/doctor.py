@@ -15,8 +15,8 @@ from horovod_train.tables import format_table
 FRAMEWORKS = {"torch": "PyTorch", "tensorflow": "TensorFlow", "mxnet": "MXNet"}
 # Horovod is no pip dependency of horovod-train: it is compiled against the torch of the environment it goes into.
 HOROVOD_BUILD_HINT = [
-    f"  build it against this environment's torch: PYTHON={sys.executable} bash scripts/build_horovod.sh",
-    "  (from a horovod-train checkout), or HOROVOD_WITH_PYTORCH=1 pip install --no-build-isolation horovod;",
+    "  build it against this environment's torch: horovod-train build-horovod",
+    f"  (from a checkout: PYTHON={sys.executable} bash scripts/build_horovod.sh);",
     "  --engine ddp, dp and single work without it",
 ]
 

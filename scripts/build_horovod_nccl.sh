@@ -5,8 +5,8 @@
 # In an environment of its own, never .venv (which keeps the CPU torch): the CUDA 13.0 build of torch from
 # PyPI (torch==$HVT_NCCL_TORCH, default requirements.txt's pin; PyPI's default wheel is the cu130 one),
 # NVIDIA's NCCL wheel (nvidia-nccl-cu13, torch's own dependency: nccl.h + libnccl.so.2), the build tools and
-# Horovod's runtime dependencies; then scripts/build_horovod.sh (HOROVOD_GPU_OPERATIONS=NCCL because
-# torch.version.cuda is set) and scripts/check_horovod_build.sh (PyTorch, Gloo, MPI and NCCL listed), and
+# Horovod's runtime dependencies; then `horovod-train build-horovod --with-nccl --with-mpi` through
+# scripts/build_horovod.sh (PyTorch, Gloo, MPI and NCCL must be listed by --check-build), and
 # `import horovod.torch` with hvd.nccl_built(). torch imports without a GPU; nothing here needs one.
 #
 # Cached per machine: the environment in ~/.cache/horovod-train/venv-nccl-<torch>-<python> (HVT_NCCL_VENV),
@@ -110,25 +110,13 @@ if [ "${TORCH_CUDA%%.*}" != "${CUDA_RELEASE%%.*}" ]; then
     exit 1
 fi
 
-# NCCL from its wheel (nccl.h and libnccl.so.2, but no libnccl.so, which CMake's find_library looks for):
-# found and linked in the environment by nccl_dirs (horovod_train/gpucheck/nccl.py), as the GPU check does.
-nccl_env=$(HOROVOD_NCCL_HOME='' HOROVOD_NCCL_LIB='' PYTHONPATH="$ROOT" "$PY" - "$VENV/nccl-link" <<'PY'
-import shlex, sys
-from pathlib import Path
-from horovod_train.gpucheck.nccl import nccl_dirs
-print("".join(f"export {key}={shlex.quote(value)}\n" for key, value in nccl_dirs(Path(sys.argv[1])).items()))
-PY
-)
-if [ -z "$nccl_env" ]; then
-    echo "error: nvidia-nccl-cu13 in $VENV has no nccl.h or libnccl.so.2; fix: rm -rf $VENV and rerun" >&2
-    exit 1
-fi
-eval "$nccl_env"
-
+# Horovod through `horovod-train build-horovod` (scripts/build_horovod.sh runs it from this checkout): NCCL from
+# torch's own wheel (nvidia-nccl-cu13, linked by gpucheck/nccl.py), MPI and Gloo; it prints --check-build and fails
+# unless PyTorch, Gloo, MPI and NCCL are listed.
 BUILD_START=$SECONDS
-PYTHON="$PY" PATH="$VENV/bin:$PATH" bash scripts/build_horovod.sh
+# HOROVOD_NCCL_*= : always the NCCL wheel torch loads here, never one a variable names for another CUDA.
+HOROVOD_NCCL_HOME='' HOROVOD_NCCL_LIB='' PYTHON="$PY" PATH="$VENV/bin:$PATH" bash scripts/build_horovod.sh --with-nccl --with-mpi
 echo "[nccl-build] Horovod ready after $((SECONDS - BUILD_START)) s more"
-PYTHON="$PY" bash scripts/check_horovod_build.sh  # prints --check-build; fails unless NCCL, MPI, Gloo, PyTorch
 read -r NCCL_BUILT NCCL_VERSION GPU < <("$PY" - <<'PY'
 import torch, horovod.torch as hvd
 print(hvd.nccl_built(), ".".join(map(str, torch.cuda.nccl.version())), torch.cuda.is_available())

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-command install (`make setup`): MPI, a .venv with pinned dependencies, Horovod built once per
-# machine. Idempotent: a second run with nothing changed takes seconds.
+# machine (`horovod-train build-horovod`, through scripts/build_horovod.sh). Idempotent: a second run with
+# nothing changed takes seconds.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -28,7 +29,7 @@ else
     echo "[setup] Python dependencies up to date"
 fi
 
-PYTHON="$PY" PATH="$VENV/bin:$PATH" bash scripts/build_horovod.sh
-
-PYTHON="$PY" bash scripts/check_horovod_build.sh | tee "$VENV/.horovod-check-build.txt"
+# Horovod for this torch: `horovod-train build-horovod` (a cached wheel, nothing at all when it is installed),
+# which prints `horovodrun --check-build` and fails unless PyTorch, Gloo and MPI are listed.
+PYTHON="$PY" PATH="$VENV/bin:$PATH" bash scripts/build_horovod.sh | tee "$VENV/.horovod-check-build.txt"
 echo "[setup] ready: $VENV"

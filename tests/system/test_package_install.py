@@ -163,9 +163,13 @@ def test_wheel_installs_next_to_an_existing_torch(built: dict[str, Path]) -> Non
     assert Path(torch_file).parent.parent == module, f"pip replaced the environment's torch: {torch_file}"
     assert not (site / "torch").exists()
 
-    assert "{train,compare,doctor,bench}" in run([str(venv / "bin" / "horovod-train"), "--help"], cwd=tmp).stdout
+    assert (
+        "{train,compare,doctor,bench,build-horovod}"
+        in run([str(venv / "bin" / "horovod-train"), "--help"], cwd=tmp).stdout
+    )
     doctor = run([str(venv / "bin" / "horovod-train"), "doctor"], cwd=tmp).stdout
     assert "horovod: not importable" in doctor
+    assert "horovod-train build-horovod" in doctor
     assert "scripts/build_horovod.sh" in doctor and f"PYTHON={python}" in doctor
     assert "joined with engine single" in doctor
     assert f"horovod-train {project_version()} ({site / 'horovod_train'})" in doctor

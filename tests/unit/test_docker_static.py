@@ -13,6 +13,7 @@ from support.docker import DOCKERFILE, SHARED_SCRIPTS, instructions
 from support.jobs import REPO
 
 DEFFILE = REPO / "docker" / "horovod-train.def"
+BUILD_TARGET = REPO / "horovod_train" / "build_horovod" / "target.py"  # what scripts/build_horovod.sh builds for
 
 
 def arg_defaults(path: Path) -> dict[str, str]:
@@ -53,9 +54,9 @@ def test_gpu_build_is_the_default_and_the_cpu_variant_is_documented() -> None:
     match = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-cudnn-devel-ubuntu[\d.]+", base)
     assert match, base
     assert index.endswith(f"/whl/cu{match[1]}{match[2]}"), (base, index)  # torch's CUDA = the toolkit's
-    build = (REPO / "scripts" / "build_horovod.sh").read_text()
-    assert "HOROVOD_GPU_OPERATIONS=${HOROVOD_GPU_OPERATIONS:-NCCL}" in build and "torch.version.cuda" in build
-    assert "export HOROVOD_WITH_GLOO=1" in build and "export HOROVOD_WITH_MPI=1" in build
+    build = (REPO / "horovod_train" / "build_horovod" / "build.py").read_text()  # scripts/build_horovod.sh runs it
+    assert '"HOROVOD_GPU_OPERATIONS": "NCCL"' in build and "torch.version.cuda" in BUILD_TARGET.read_text()
+    assert '"HOROVOD_WITH_GLOO": "1"' in build and '"HOROVOD_WITH_MPI": "1"' in build
     checker = (REPO / "scripts" / "check_horovod_build.sh").read_text()
     assert "want+=(NCCL)" in checker and "want=(PyTorch Gloo)" in checker and "want+=(MPI)" in checker
     text = DOCKERFILE.read_text()
@@ -106,20 +107,24 @@ def test_gpu_image_takes_nccl_from_torchs_pip_wheel_not_apt() -> None:
     """The CUDA repository's newest libnccl-dev is a CUDA 13 build: apt refuses it next to the 12.8 base's
     libnccl2, and Horovod would link a CUDA 13 NCCL. build_horovod.sh links the NCCL wheel torch loads."""
     assert "libnccl" not in run_instructions()
-    build = (REPO / "scripts" / "build_horovod.sh").read_text()
-    assert "from horovod_train.gpucheck.nccl import nccl_dirs" in build and 'eval "$nccl_env"' in build
+    build = (REPO / "horovod_train" / "build_horovod" / "gpu.py").read_text()  # scripts/build_horovod.sh runs it
+    assert "from horovod_train.build_horovod.nccl import nccl_dirs" in build and "nccl_dirs(link_dir)" in build
 
 
-def test_gpu_image_copies_what_the_nccl_lookup_imports() -> None:
-    """build_horovod.sh imports gpucheck.nccl before the package is copied: the files it needs come first."""
+def test_gpu_image_copies_what_the_horovod_build_imports() -> None:
+    """build_horovod.sh runs `python -m horovod_train.build_horovod` before the package is copied: the files it
+    imports come first (a directory copied counts as its modules)."""
     import ast
 
     def imports(module: str) -> set[str]:
         tree = ast.parse((REPO / f"{module.replace('.', '/')}.py").read_text())
-        found = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-        return {m for m in found if m.startswith("horovod_train.")}
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("horovod_train"):
+                found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+        return {m for m in found if (REPO / f"{m.replace('.', '/')}.py").is_file()}
 
-    needed, todo = set(), ["horovod_train.gpucheck.nccl"]
+    needed, todo = set(), ["horovod_train.build_horovod.__main__"]
     while todo:
         module = todo.pop()
         if module not in needed:
@@ -129,8 +134,10 @@ def test_gpu_image_copies_what_the_nccl_lookup_imports() -> None:
     files |= {f"{'/'.join(m.split('.')[:i])}/__init__.py" for m in needed for i in range(1, m.count(".") + 1)}
     steps = instructions(DOCKERFILE)
     built_at = next(i for i, (k, a) in enumerate(steps) if k == "RUN" and "bash scripts/build_horovod.sh" in a)
-    early = [args.split()[:-1] for keyword, args in steps[:built_at] if keyword == "COPY"]
-    assert {word for words in early for word in words if word.startswith("horovod_train/")} == files
+    early = {w for keyword, args in steps[:built_at] if keyword == "COPY" for w in args.split()[:-1]}
+    copied = {w for w in early if w.startswith("horovod_train/") and not (REPO / w).is_dir()}
+    copied |= {str(p.relative_to(REPO)) for w in early if (REPO / w).is_dir() for p in (REPO / w).glob("*.py")}
+    assert files <= copied, sorted(files - copied)
 
 
 def test_gpu_image_installs_torch_from_its_index_alone_and_checks_its_cuda() -> None:
@@ -139,5 +146,5 @@ def test_gpu_image_installs_torch_from_its_index_alone_and_checks_its_cuda() -> 
     assert '--no-deps --index-url "$TORCH_INDEX_URL"' in runs
     assert "scripts/check_cuda_match.sh --strict" in runs
     assert "scripts/check_cuda_match.sh" in " ".join(a for k, a in instructions(DOCKERFILE) if k == "COPY")
-    build = (REPO / "scripts" / "build_horovod.sh").read_text()
-    assert 'bash "$(dirname "${BASH_SOURCE[0]}")/check_cuda_match.sh"' in build
+    build = (REPO / "horovod_train" / "build_horovod" / "toolchain.py").read_text()  # torch's CUDA against nvcc's
+    assert "torch is built for CUDA {torch_cuda} but {nvcc} is CUDA" in build

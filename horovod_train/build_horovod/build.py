@@ -1,0 +1,106 @@
+"""The build itself: Horovod's sdist, patched for torch >= 2.1, compiled into a wheel, cached, installed, checked."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from horovod_train.build_horovod.plan import Options, Plan
+from horovod_train.console import write_line
+
+# Horovod 0.28.1 asks CMake for C++14; torch >= 2.1 needs C++17 (horovod/horovod #3996, #4014, never released).
+CXX_PATCH = ("set(CMAKE_CXX_STANDARD 14)", "set(CMAKE_CXX_STANDARD 17)")
+PATCHED_FILES = ("CMakeLists.txt", "horovod/torch/CMakeLists.txt")
+SUMS = "SHA256SUMS"  # sha256sum's format, written when the wheel is built and checked before every install
+MARK = ".horovod-build-key"  # in sys.prefix: the key of the Horovod installed there
+
+
+# Set from the plan alone: a value left in the caller's environment must not contradict it.
+CHOSEN_HERE = ("HOROVOD_GPU_OPERATIONS", "HOROVOD_GPU_ALLREDUCE", "HOROVOD_GPU_BROADCAST", "HOROVOD_WITH_MPI",
+               "HOROVOD_WITHOUT_MPI")  # fmt: skip
+
+
+def build_env(plan: Plan, options: Options) -> dict[str, str]:
+    """Horovod's setup.py options. CMAKE_POLICY_VERSION_MINIMUM: pip's CMake 4 rejects bundled Gloo's minimum."""
+    env = {k: v for k, v in os.environ.items() if k not in CHOSEN_HERE}
+    env |= {
+        "HOROVOD_WITH_PYTORCH": "1",
+        "HOROVOD_WITHOUT_TENSORFLOW": "1",
+        "HOROVOD_WITHOUT_MXNET": "1",
+        "HOROVOD_WITH_GLOO": "1",
+        "CMAKE_POLICY_VERSION_MINIMUM": "3.5",
+        "MAKEFLAGS": f"-j{options.jobs or os.environ.get('HOROVOD_BUILD_JOBS') or os.cpu_count() or 1}",
+        "PATH": os.pathsep.join([str(plan.target.bin_dir), os.environ.get("PATH", "")]),
+        "CXX": plan.compiler,
+    }
+    env |= {"HOROVOD_WITH_MPI": "1"} if plan.mpi else {"HOROVOD_WITHOUT_MPI": "1"}
+    if plan.cuda_home:  # Horovod's CMake and torch's cpp_extension take the toolkit from here
+        env |= {"HOROVOD_CUDA_HOME": str(plan.cuda_home), "CUDA_HOME": str(plan.cuda_home)}
+        env["PATH"] = os.pathsep.join([str(plan.cuda_home / "bin"), env["PATH"]])
+    if plan.cuda_archs:
+        env["HOROVOD_BUILD_CUDA_CC_LIST"] = plan.cuda_archs
+    if plan.nccl:
+        env |= plan.nccl_env | {"HOROVOD_GPU_OPERATIONS": "NCCL"}
+    return env
+
+
+def patch_sources(src: Path) -> None:
+    for name in PATCHED_FILES:
+        path = src / name
+        text = path.read_text()
+        if CXX_PATCH[0] not in text and CXX_PATCH[1] not in text:
+            raise RuntimeError(f"{path} sets no CMAKE_CXX_STANDARD 14 to patch: not Horovod 0.28.1's sources?")
+        path.write_text(text.replace(*CXX_PATCH))
+
+
+def fetch_sources(plan: Plan, work: Path) -> Path:
+    """The sdist (HOROVOD_SDIST, offline; else pip download), unpacked and patched."""
+    sdist = os.environ.get("HOROVOD_SDIST")
+    if not sdist:
+        pip = [plan.target.python, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:"]
+        subprocess.run([*pip, "-d", str(work), f"horovod=={plan.version}"], check=True)
+        sdist = str(next(work.glob(f"horovod-{plan.version}.tar.gz")))
+    with tarfile.open(sdist) as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(work, filter="data")
+        else:  # Python < 3.10.12 has no extraction filters
+            tar.extractall(work)  # noqa: S202
+    src = work / f"horovod-{plan.version}"
+    patch_sources(src)
+    return src
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def build_wheel(plan: Plan, options: Options) -> None:
+    """Compiled without build isolation (against the torch that will import it), then cached with its digest."""
+    write_line(f"[horovod] building {plan.key} (takes several minutes; cached in {plan.wheel_dir})")
+    with tempfile.TemporaryDirectory(prefix="hvt-horovod-build-") as tmp:
+        work = Path(tmp)
+        src = fetch_sources(plan, work)
+        pip = [plan.target.python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+        subprocess.run([*pip, "-w", str(work / "dist"), str(src)], env=build_env(plan, options), check=True)
+        (wheel,) = (work / "dist").glob("horovod-*.whl")
+        store_wheel(wheel, plan.wheel_dir)
+
+
+def store_wheel(wheel: Path, wheel_dir: Path) -> None:
+    """Into the cache whole or not at all: copied under a temporary name, the digest written, then renamed."""
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    for old in wheel_dir.glob("horovod-*.whl"):
+        old.unlink()
+    partial = wheel_dir / ".tmp.whl.part"
+    shutil.copyfile(wheel, partial)
+    (wheel_dir / SUMS).write_text(f"{sha256(partial)}  {wheel.name}\n")
+    partial.rename(wheel_dir / wheel.name)

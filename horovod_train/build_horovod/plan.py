@@ -1,0 +1,111 @@
+"""What a build would do for this environment: its tools, its options for Horovod's setup.py, its cache key."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from horovod_train.build_horovod import gpu, toolchain
+from horovod_train.build_horovod.target import Target
+from horovod_train.errors import UsageError
+
+HOROVOD_VERSION = "0.28.1"  # the last release; it needs the C++17 patch for torch >= 2.1 (build.py)
+
+
+@dataclass(frozen=True)
+class Options:
+    force: bool = False
+    dry_run: bool = False
+    nccl: bool | None = None  # None: when torch is a CUDA build and NCCL is found
+    mpi: bool | None = None  # None: when mpicxx is found
+    cuda_archs: str | None = None
+    jobs: int | None = None
+
+
+@dataclass
+class Plan:
+    target: Target
+    version: str
+    compiler: str
+    cmake: str
+    mpi: bool
+    cuda_home: Path | None = None
+    nvcc: str | None = None
+    cuda_archs: str | None = None
+    nccl_env: dict[str, str] = field(default_factory=dict)
+    nccl_source: str = "not used (CPU torch)"
+
+    @property
+    def nccl(self) -> bool:
+        return bool(self.nccl_env)
+
+    @property
+    def key(self) -> str:
+        """One wheel per (horovod, torch, CUDA, python, architectures, NCCL, MPI); the default builds keep the key
+        scripts/podman_build.sh computes (horovod-VERSION-torchVERSION-cudaCUDA-cpXY[-smA_B])."""
+        target = self.target
+        key = f"horovod-{self.version}-torch{target.torch_version.replace('+', '_')}-cuda{target.torch_cuda or 'cpu'}"
+        key += f"-{target.pytag}"
+        if target.torch_cuda and self.cuda_archs:
+            key += "-sm" + self.cuda_archs.replace(",", "_")
+        if target.torch_cuda and not self.nccl:
+            key += "-nonccl"
+        return key if self.mpi else key + "-nompi"
+
+    @property
+    def wheel_dir(self) -> Path:
+        return cache_root() / self.key
+
+    def describe(self) -> list[str]:
+        target = self.target
+        lines = [
+            f"python:     {target.python}",
+            f"torch:      {target.torch_version} ({f'CUDA {target.torch_cuda}' if target.torch_cuda else 'CPU build'})",
+            f"horovod:    {self.version} (PyTorch, Gloo{', MPI' if self.mpi else ''}{', NCCL' if self.nccl else ''})",
+            f"compiler:   {self.compiler}",
+            f"cmake:      {self.cmake}",
+            f"mpi:        {'yes (mpicxx found)' if self.mpi else 'no (Gloo controller only)'}",
+        ]
+        if target.torch_cuda:
+            lines += [
+                f"cuda:       {self.cuda_home} (nvcc {self.nvcc})",
+                f"archs:      {self.cuda_archs or 'Horovod default'}",
+            ]
+        lines.append(f"nccl:       {self.nccl_source}")
+        lines += [f"            {k}={v}" for k, v in sorted(self.nccl_env.items())]
+        return [*lines, f"cache key:  {self.key}", f"wheel dir:  {self.wheel_dir}"]
+
+
+def cache_root() -> Path:
+    """HOROVOD_WHEEL_CACHE, else the project's cache (HOROVOD_TRAIN_CACHE, else ~/.cache/horovod-train)/wheels."""
+    if os.environ.get("HOROVOD_WHEEL_CACHE"):
+        return Path(os.environ["HOROVOD_WHEEL_CACHE"])
+    if os.environ.get("HOROVOD_TRAIN_CACHE"):
+        return Path(os.environ["HOROVOD_TRAIN_CACHE"]) / "wheels"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "horovod-train" / "wheels"
+
+
+def make_plan(target: Target, options: Options) -> Plan:
+    """Every missing piece is reported here, as one UsageError, before anything is downloaded or built."""
+    path = toolchain.search_path(target.bin_dir)
+    plan = Plan(
+        target=target,
+        version=os.environ.get("HOROVOD_VERSION") or HOROVOD_VERSION,
+        compiler=toolchain.find_compiler(path),
+        cmake=toolchain.find_cmake(path),
+        mpi=toolchain.find_mpi(path, options.mpi),
+    )
+    toolchain.check_build_modules()
+    if options.nccl and not target.torch_cuda:
+        raise UsageError(
+            f"--with-nccl, but torch {target.torch_version} is a CPU build", "install a CUDA torch, or drop --with-nccl"
+        )
+    if target.torch_cuda:
+        plan.cuda_home, plan.nvcc = toolchain.find_cuda(target.torch_cuda, path)
+        release = toolchain.nvcc_release(plan.nvcc) or target.torch_cuda
+        plan.cuda_archs = gpu.cuda_archs(plan.nvcc, release, options.cuda_archs)
+        plan.nccl_env, plan.nccl_source = gpu.find_nccl(target.prefix, plan.cuda_home, options.nccl,
+                                                        link=not options.dry_run)  # fmt: skip
+    return plan

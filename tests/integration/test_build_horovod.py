@@ -1,0 +1,60 @@
+"""`build-horovod --dry-run` as a program: in .venv (CPU torch) and in the NCCL build's environment (CUDA torch,
+nvidia-nccl-cu13; scripts/build_horovod_nccl.sh makes it), where it must find the toolkit, the NCCL wheel and
+the key of the wheel that script built; and a missing tool is one line, exit 2, from the console script too."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from support.jobs import REPO
+from support.launch import assert_usage_error
+
+NCCL_VENV = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "horovod-train"
+NCCL_PYTHON = NCCL_VENV / f"venv-nccl-2.13.0-cp3{sys.version_info[1]}" / "bin" / "python"
+
+
+def dry_run(python: Path | str, env: dict[str, str] | None = None, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    cmd = [str(python), "-m", "horovod_train.build_horovod", "--dry-run", *args]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_dry_run_with_the_cpu_torch_writes_nothing(tmp_path) -> None:
+    proc = dry_run(sys.executable, {"HOROVOD_WHEEL_CACHE": str(tmp_path / "wheels")})
+    assert proc.returncode == 0, proc.stderr
+    assert "(CPU build)" in proc.stdout and "nccl:       not used (CPU torch)" in proc.stdout, proc.stdout
+    key = f"horovod-0.28.1-torch{torch.__version__.replace('+', '_')}-cudacpu-cp3{sys.version_info[1]}"
+    assert f"cache key:  {key}" in proc.stdout, proc.stdout
+    assert not (tmp_path / "wheels").exists()
+
+
+@pytest.mark.skipif(not NCCL_PYTHON.is_file(), reason="no NCCL build environment (make nccl-build makes it)")
+def test_dry_run_in_the_nccl_environment_finds_cuda_torch_and_nccl() -> None:
+    proc = dry_run(NCCL_PYTHON, {"HOROVOD_NCCL_HOME": "", "HOROVOD_NCCL_LIB": ""})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "torch:      2.13.0+cu130 (CUDA 13.0)" in out and "PyTorch, Gloo, MPI, NCCL" in out, out
+    assert "nccl:       pip wheel (headers " in out and "HOROVOD_NCCL_LINK=SHARED" in out, out
+    assert f"HOROVOD_NCCL_LIB={NCCL_PYTHON.parent.parent / 'nccl-link'}" in out, out
+    # the key scripts/podman_build.sh and earlier builds used: the wheel built before stays a cache hit
+    assert "cache key:  horovod-0.28.1-torch2.13.0_cu130-cuda13.0-cp311-sm75_80_86_89_90_100_120" in out, out
+
+
+@pytest.mark.skipif(not NCCL_PYTHON.is_file(), reason="no NCCL build environment (make nccl-build makes it)")
+def test_an_architecture_nvcc_lacks_is_one_line() -> None:
+    proc = dry_run(NCCL_PYTHON, {}, "--cuda-archs", "90,52")
+    assert_usage_error(proc, "CUDA architecture 52", "use some of:")
+
+
+def test_console_script_names_the_missing_compiler(tmp_path) -> None:
+    """A PATH with no compiler: the installed console script says so before anything else."""
+    env = {**os.environ, "PATH": str(tmp_path), "PYTHONPATH": str(REPO)}
+    env.pop("CXX", None)
+    cmd = [str(Path(sys.executable).parent / "horovod-train"), "build-horovod"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert_usage_error(proc, "no C++ compiler", "apt-get install g++")

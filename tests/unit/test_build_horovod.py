@@ -1,0 +1,225 @@
+"""`horovod-train build-horovod`, in-process: what is missing is one line naming the package to install, raised
+before anything is downloaded or built; the cache key, the source patch and the cached wheel's digest."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from horovod_train import cli
+from horovod_train.build_horovod import build, install
+from horovod_train.build_horovod.plan import Options, Plan, cache_root, make_plan
+from horovod_train.build_horovod.target import Target
+from horovod_train.errors import UsageError
+
+
+def tool_dir(path: Path, *names: str) -> Path:
+    """A directory holding the named tools: links to the real ones, or empty scripts where the name is not here."""
+    path.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        real = next((Path(d) / name for d in os.environ["PATH"].split(os.pathsep) if (Path(d) / name).is_file()), None)
+        if real:
+            (path / name).symlink_to(real)
+        else:
+            (path / name).write_text("#!/bin/sh\nexit 1\n")
+            (path / name).chmod(0o755)
+    return path
+
+
+def target_in(bin_dir: Path, torch_cuda: str | None = None) -> Target:
+    """The environment a build is for: an interpreter in ``bin_dir`` (which holds only what a test puts there)."""
+    return Target(str(bin_dir / "python"), bin_dir.parent, "2.13.0+cpu", torch_cuda, "cp311")
+
+
+@pytest.fixture
+def only_tools(tmp_path, monkeypatch):
+    """PATH made of the given tools alone; CXX and Horovod's variables unset."""
+
+    def make(*names: str) -> Path:
+        path = tool_dir(tmp_path / "path", *names)
+        monkeypatch.setenv("PATH", str(path))
+        return path
+
+    for name in ("CXX", "HOROVOD_WITHOUT_MPI", "HOROVOD_CUDA_HOME", "HOROVOD_BUILD_CUDA_CC_LIST"):
+        monkeypatch.delenv(name, raising=False)
+    return make
+
+
+def usage_error(capsys, argv: list[str]) -> str:
+    """The command's stderr, which must be one `error: ...; fix: ...` line with exit 2."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "; fix: " in err[0], err
+    return err[0]
+
+
+def test_no_compiler_names_the_package(only_tools, capsys) -> None:
+    only_tools("cmake")
+    line = usage_error(capsys, ["build-horovod", "--dry-run"])
+    assert "no C++ compiler" in line and "apt-get install g++" in line
+
+
+def test_no_cmake_names_pip_cmake(only_tools, tmp_path) -> None:
+    only_tools("c++")
+    with pytest.raises(UsageError) as error:
+        make_plan(target_in(tmp_path / "venv" / "bin"), Options(dry_run=True))
+    assert "no cmake" in error.value.problem and "pip install 'cmake<5'" in error.value.fix
+
+
+def test_cmake_next_to_the_python_is_enough(only_tools, tmp_path) -> None:
+    """pip's cmake lives in the environment's bin/, which need not be on PATH (a venv not activated)."""
+    only_tools("c++")
+    venv_bin = tool_dir(tmp_path / "venv" / "bin", "cmake")
+    plan = make_plan(target_in(venv_bin), Options(dry_run=True))
+    assert plan.cmake == str(venv_bin / "cmake") and not plan.mpi
+
+
+def test_mpirun_without_mpi_headers_names_libopenmpi_dev(only_tools, tmp_path) -> None:
+    only_tools("c++", "cmake", "mpirun")
+    with pytest.raises(UsageError) as error:
+        make_plan(target_in(tmp_path / "venv" / "bin"), Options(dry_run=True))
+    assert "MPI headers missing" in error.value.problem and "apt-get install libopenmpi-dev" in error.value.fix
+    assert not make_plan(target_in(tmp_path / "venv" / "bin"), Options(dry_run=True, mpi=False)).mpi
+
+
+def test_horovod_without_mpi_variable_and_the_flag_that_overrides_it(only_tools, tmp_path, monkeypatch) -> None:
+    only_tools("c++", "cmake", "mpicxx")
+    monkeypatch.setenv("HOROVOD_WITHOUT_MPI", "1")
+    target = target_in(tmp_path / "venv" / "bin")
+    assert not make_plan(target, Options(dry_run=True)).mpi
+    assert make_plan(target, Options(dry_run=True, mpi=True)).mpi
+
+
+def test_with_mpi_asked_for_and_none_there(only_tools, capsys) -> None:
+    only_tools("c++", "cmake")
+    line = usage_error(capsys, ["build-horovod", "--dry-run", "--with-mpi"])
+    assert "libopenmpi-dev" in line
+
+
+def test_cuda_torch_without_nvcc_names_the_cuda_wheels(only_tools, tmp_path) -> None:
+    only_tools("c++", "cmake")
+    with pytest.raises(UsageError) as error:
+        make_plan(target_in(tmp_path / "venv" / "bin", torch_cuda="13.0"), Options(dry_run=True, mpi=False))
+    assert "CUDA 13.0 build" in error.value.problem and "no nvcc" in error.value.problem
+    assert "pip install nvidia-cuda-runtime-cu13 nvidia-cuda-nvcc-cu13" in error.value.fix
+
+
+def test_cuda_toolkit_without_headers(only_tools, tmp_path, monkeypatch) -> None:
+    only_tools("c++", "cmake")
+    toolkit = tool_dir(tmp_path / "cuda" / "bin", "nvcc").parent
+    monkeypatch.setenv("HOROVOD_CUDA_HOME", str(toolkit))
+    with pytest.raises(UsageError) as error:
+        make_plan(target_in(tmp_path / "venv" / "bin", torch_cuda="13.0"), Options(dry_run=True, mpi=False))
+    assert "CUDA headers are missing" in error.value.problem and "nvidia-cuda-runtime-cu13" in error.value.fix
+
+
+def test_no_torch(monkeypatch, capsys) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` fails as where it is not installed
+    line = usage_error(capsys, ["build-horovod", "--dry-run"])
+    assert "torch is not importable" in line and "pip install torch" in line
+
+
+def test_nccl_asked_for_with_a_cpu_torch(capsys) -> None:
+    line = usage_error(capsys, ["build-horovod", "--dry-run", "--with-nccl"])
+    assert "CPU build" in line and "--with-nccl" in line
+
+
+def plan_for(torch_cuda: str | None, archs: str | None = None, nccl: bool = True, mpi: bool = True) -> Plan:
+    target = Target(
+        "/env/bin/python", Path("/env"), "2.13.0+cu130" if torch_cuda else "2.13.0+cpu", torch_cuda, "cp311"
+    )
+    nccl_env = {"HOROVOD_NCCL_LIB": "/env/nccl-link"} if nccl and torch_cuda else {}
+    return Plan(target, "0.28.1", "c++", "cmake", mpi, cuda_archs=archs, nccl_env=nccl_env)
+
+
+def test_cache_key_per_torch_cuda_python_architectures() -> None:
+    """The default keys are the ones scripts/podman_build.sh computes (wheels built before stay cache hits)."""
+    assert plan_for(None).key == "horovod-0.28.1-torch2.13.0_cpu-cudacpu-cp311"
+    gpu = plan_for("13.0", "75,80,86,89,90,100,120")
+    assert gpu.key == "horovod-0.28.1-torch2.13.0_cu130-cuda13.0-cp311-sm75_80_86_89_90_100_120"
+    assert plan_for("13.0", "90").key.endswith("-sm90")
+    assert plan_for("13.0", "90", nccl=False).key.endswith("-sm90-nonccl")
+    assert plan_for(None, mpi=False).key.endswith("-cp311-nompi")
+
+
+def test_cache_root_follows_the_projects_cache(monkeypatch, tmp_path) -> None:
+    monkeypatch.delenv("HOROVOD_WHEEL_CACHE", raising=False)
+    monkeypatch.setenv("HOROVOD_TRAIN_CACHE", str(tmp_path / "cache"))
+    assert cache_root() == tmp_path / "cache" / "wheels"
+    monkeypatch.setenv("HOROVOD_WHEEL_CACHE", str(tmp_path / "wheels"))
+    assert cache_root() == tmp_path / "wheels"
+
+
+def test_sources_are_patched_to_cxx17(tmp_path) -> None:
+    for name in build.PATCHED_FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("project(x)\nset(CMAKE_CXX_STANDARD 14)\n")
+    build.patch_sources(tmp_path)
+    for name in build.PATCHED_FILES:
+        assert (tmp_path / name).read_text() == "project(x)\nset(CMAKE_CXX_STANDARD 17)\n"
+    (tmp_path / "CMakeLists.txt").write_text("project(other)\n")
+    with pytest.raises(RuntimeError, match="no CMAKE_CXX_STANDARD 14"):
+        build.patch_sources(tmp_path)
+
+
+def test_build_env_has_the_patches_and_the_nccl_of_the_plan(monkeypatch) -> None:
+    monkeypatch.setenv("HOROVOD_WITHOUT_MPI", "1")  # left in the shell: the plan (with MPI) decides
+    env = build.build_env(plan_for("13.0", "90"), Options(jobs=3))
+    assert env["CMAKE_POLICY_VERSION_MINIMUM"] == "3.5" and env["MAKEFLAGS"] == "-j3"
+    assert env["HOROVOD_GPU_OPERATIONS"] == "NCCL" and env["HOROVOD_NCCL_LIB"] == "/env/nccl-link"
+    assert "HOROVOD_WITHOUT_MPI" not in env
+    assert (
+        env["HOROVOD_WITH_MPI"] == "1" and env["HOROVOD_WITH_GLOO"] == "1" and env["HOROVOD_BUILD_CUDA_CC_LIST"] == "90"
+    )
+    cpu = build.build_env(plan_for(None, mpi=False), Options())
+    assert "HOROVOD_GPU_OPERATIONS" not in cpu and cpu["HOROVOD_WITHOUT_MPI"] == "1" and "HOROVOD_WITH_MPI" not in cpu
+
+
+def test_a_cached_wheel_that_changed_is_refused(tmp_path) -> None:
+    wheel = tmp_path / "built" / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"the wheel as built")
+    build.store_wheel(wheel, tmp_path / "cache")
+    cached = tmp_path / "cache" / wheel.name
+    install.verify_digest(cached)  # as recorded
+    cached.write_bytes(b"something else")
+    with pytest.raises(UsageError, match="does not match the SHA256SUMS"):
+        install.verify_digest(cached)
+
+
+def package_imports(module: str) -> tuple[set[str], set[str]]:
+    """(horovod_train modules, other top-level imports) of ``module``; `from pkg import mod` counts pkg.mod."""
+    import ast
+
+    repo = Path(__file__).resolve().parents[2]
+    tree = ast.parse((repo / f"{module.replace('.', '/')}.py").read_text())
+    ours, others = set(), set()
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            if name.startswith("horovod_train."):
+                ours |= {name} if (repo / f"{name.replace('.', '/')}.py").is_file() else set()
+            else:
+                others.add(name.split(".")[0])
+    return ours, others
+
+
+def test_the_command_imports_only_the_standard_library_before_torch() -> None:
+    """scripts/build_horovod.sh runs it in an environment holding torch alone (the NCCL build's, an image layer)."""
+    seen, todo, third_party = set(), ["horovod_train.build_horovod.__main__"], {}
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            ours, others = package_imports(module)
+            todo += ours
+            third_party[module] = others - set(sys.stdlib_module_names) - {"torch"}
+    assert "horovod_train.build_horovod.build" in seen and "horovod_train.build_horovod.nccl" in seen
+    assert {module: found for module, found in third_party.items() if found} == {}
