@@ -52,7 +52,7 @@ SUITE=bookworm
 PY=${HVT_PYTHON:-$ROOT/.venv/bin/python}
 IMAGE=localhost/horovod-train
 # The package's version, written in pyproject.toml alone (horovod_train.__version__ reads it from the metadata).
-VERSION=$(sed -n 's/^version = "\([^"]*\)"$/\1/p' "$ROOT/pyproject.toml" | head -n 1)
+PACKAGE_VERSION=$(sed -n 's/^version = "\([^"]*\)"$/\1/p' "$ROOT/pyproject.toml" | head -n 1)
 
 # shellcheck source=launch/lib.sh
 source "$ROOT/launch/lib.sh" # hvt_die
@@ -249,8 +249,8 @@ step_build() {
         *) hvt_die "unknown option '$1'" "see the usage at the top of scripts/podman_build.sh" ;;
         esac
     done
-    [ -n "$VERSION" ] || hvt_die "no version = \"...\" in $ROOT/pyproject.toml" "restore pyproject.toml's version line"
-    [ "${#tags[@]}" -gt 0 ] || tags=("$IMAGE:$variant" "$IMAGE:$VERSION-$variant")
+    [ -n "$PACKAGE_VERSION" ] || hvt_die "no version = \"...\" in $ROOT/pyproject.toml" "restore pyproject.toml's version line"
+    [ "${#tags[@]}" -gt 0 ] || tags=("$IMAGE:$variant" "$IMAGE:$PACKAGE_VERSION-$variant")
     for tag in "${tags[@]}"; do tag_args+=(-t "$tag"); done
     step_base
     if [ "$variant" = cpu ]; then
