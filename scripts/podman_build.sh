@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Build the CPU variant of docker/Dockerfile with Podman, on a machine that reaches package registries (PyPI,
+# Build docker/Dockerfile (CPU or GPU variant) with Podman, on a machine that reaches package registries (PyPI,
 # Debian) but no container registry, and possibly through a TLS-inspecting proxy. Used by
-# tests/system/test_docker_build.py; users run it too. From anywhere:
+# tests/system/test_docker_build.py (CPU) and test_gpu_image.py (GPU); users run it too. From anywhere:
 #
-#   scripts/podman_build.sh build [--seed-horovod-wheel] [--tag TAG] [-- extra podman build args]
+#   scripts/podman_build.sh build [--variant cpu|gpu] [--seed-horovod-wheel] [--tag TAG]... [-- podman build args]
+#                                       # tags: localhost/horovod-train:VARIANT and :VERSION-VARIANT (VERSION:
+#                                       # pyproject.toml's, the package's __version__); each --tag replaces both
 #   scripts/podman_build.sh base       # only the base image localhost/debian:bookworm-slim
 #   scripts/podman_build.sh conf       # only the containers.conf; prints its path (export CONTAINERS_CONF=...)
 #   scripts/podman_build.sh seed       # only --seed-horovod-wheel's step: verify the wheel, put it in the build cache
@@ -21,7 +23,11 @@
 #          torch wheel this checkout's Python uses (found with `pip download`, cached); the wheel directory and
 #          a pip.conf trusting the host pip's certificate bundle (`pip config list`: cert) are --volume'd into
 #          every RUN step, so pip inside the build trusts what the host's pip trusts.
-#          --seed-horovod-wheel copies the Horovod wheel `make setup` built (~/.cache/horovod-train/wheels) into
+#          --variant gpu: the same Debian base, torch==requirements.txt's pin from PyPI (a CUDA 13 build with
+#          its nvidia-* wheels, NCCL included), the CUDA toolkit from PyPI at torch's CUDA (docker/cuda_toolkit.sh:
+#          nvcc, headers, cudart), Horovod with NCCL + MPI + Gloo; about 11 GB. No GPU is needed to build it.
+#          --seed-horovod-wheel copies the Horovod wheels `make setup` and `make nccl-build` built
+#          (~/.cache/horovod-train/wheels, CPU and CUDA builds) into
 #          the build's cache mount, which saves the 5-minute compile; only when this host runs the base's
 #          Debian release (same Python and Open MPI ABI), else it is ignored with a warning. The wheel must match
 #          the SHA256SUMS recorded when scripts/build_horovod.sh built it; the build cache lies in a world-writable
@@ -35,7 +41,8 @@
 #
 # Environment: HVT_PODMAN_DIR (state: conf, torch index; default ~/.cache/horovod-train/podman),
 #   HVT_PYTHON (default: the checkout's .venv/bin/python), HVT_CA_BUNDLE (default: the host pip's cert),
-#   HVT_TORCH_WHEEL (a torch CPU wheel file to use instead of `pip download`), CONTAINERS_CONF.
+#   HVT_TORCH_WHEEL (a torch CPU wheel file to use instead of `pip download`), HVT_GPU_INDEX_URL (where the GPU
+#   variant's torch comes from; default https://pypi.org/simple), CONTAINERS_CONF.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -43,6 +50,9 @@ STATE=${HVT_PODMAN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/horovod-train/podman}
 BASE=localhost/debian:bookworm-slim
 SUITE=bookworm
 PY=${HVT_PYTHON:-$ROOT/.venv/bin/python}
+IMAGE=localhost/horovod-train
+# The package's version, written in pyproject.toml alone (horovod_train.__version__ reads it from the metadata).
+PACKAGE_VERSION=$(sed -n 's/^version = "\([^"]*\)"$/\1/p' "$ROOT/pyproject.toml" | head -n 1)
 
 # shellcheck source=launch/lib.sh
 source "$ROOT/launch/lib.sh" # hvt_die
@@ -123,6 +133,12 @@ step_torch_index() {
     [ -f "${found[0]}" ] || hvt_die "no torch $version wheel in $TORCH_DIR/wheels" "set HVT_TORCH_WHEEL to a torch CPU wheel"
     wheel=$(basename "${found[0]}")
     printf '<a href="file:///hvt-build/wheels/%s">%s</a>\n' "${wheel//+/%2B}" "$wheel" >"$TORCH_DIR/index/torch/index.html"
+    step_pip_conf
+}
+
+# $TORCH_DIR/pip.conf, mounted at /etc/pip.conf in every RUN step.
+step_pip_conf() {
+    mkdir -p "$TORCH_DIR"
     # pip inside the build trusts the host pip's bundle (sites behind a TLS-inspecting proxy need exactly this).
     local ca=${HVT_CA_BUNDLE:-}
     if [ -z "$ca" ]; then
@@ -165,46 +181,61 @@ private_dir() {
 # id under $TMPDIR/buildah-cache[-<uid>]/<target>.
 seed_horovod() {
     local host_cache=${HOROVOD_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/horovod-train/wheels} key
-    local cache dir
+    local cache dir keys=() found
     # shellcheck disable=SC1091
     if ! (. /etc/os-release && [ "${VERSION_CODENAME:-}" = "$SUITE" ]); then
         echo "[podman] warning: this host is not Debian $SUITE: not seeding its Horovod wheel (the build compiles one)"
         return
     fi
-    # The key scripts/build_horovod.sh uses: horovod-VERSION-torchVERSION-cudaCUDA-cpXY.
+    # The keys scripts/build_horovod.sh uses: horovod-VERSION-torchVERSION-cudaCUDA-cpXY[-smARCHS], for the CPU
+    # torch (`make setup`) and the CUDA one (`make nccl-build`) of requirements.txt's pin; the build picks its own.
     key=$("$PY" - <<'PY'
 import sys, torch
-torch_version = torch.__version__.replace("+", "_")
-print(f"horovod-0.28.1-torch{torch_version}-cuda{torch.version.cuda or 'cpu'}-cp{sys.version_info[0]}{sys.version_info[1]}")
+print(f"horovod-0.28.1-torch{torch.__version__.split('+')[0]}_*-cp{sys.version_info[0]}{sys.version_info[1]}*")
 PY
 )
-    if ! ls "$host_cache/$key"/horovod-*.whl >/dev/null 2>&1; then
+    for found in "$host_cache"/$key; do
+        if ls "$found"/horovod-*.whl >/dev/null 2>&1; then
+            verified_wheel_digest "$found"
+            keys+=("$(basename "$found")")
+        fi
+    done
+    if [ "${#keys[@]}" = 0 ]; then
         echo "[podman] warning: no $host_cache/$key (run 'make setup'): the build compiles Horovod"
         return
     fi
-    verified_wheel_digest "$host_cache/$key"
     # Buildah 1.28 (podman 4.3) as root uses buildah-cache, other versions and users buildah-cache-<uid>. They lie
     # in a world-writable directory ($TMPDIR, /var/tmp): whatever is there is replaced by the verified wheel and its
     # digest, in directories only we can write, and the build (scripts/build_horovod.sh) checks the digest again.
     for dir in buildah-cache buildah-cache-$(id -u); do
         cache=${TMPDIR:-/var/tmp}/$dir/root/.cache/horovod-train/wheels
-        mkdir -p "$cache/$key"
-        private_dir "${TMPDIR:-/var/tmp}/$dir"
-        rm -f "$cache/$key"/horovod-*.whl "$cache/$key/SHA256SUMS"
-        cp "$host_cache/$key"/horovod-*.whl "$host_cache/$key/SHA256SUMS" "$cache/$key/"
-        (cd "$cache/$key" && sha256sum --quiet --strict -c SHA256SUMS) ||
-            hvt_die "the wheel copied to $cache/$key does not match its digest" "check who else writes to ${TMPDIR:-/var/tmp}"
+        for key in "${keys[@]}"; do
+            mkdir -p "$cache/$key"
+            private_dir "${TMPDIR:-/var/tmp}/$dir"
+            rm -f "$cache/$key"/horovod-*.whl "$cache/$key/SHA256SUMS"
+            cp "$host_cache/$key"/horovod-*.whl "$host_cache/$key/SHA256SUMS" "$cache/$key/"
+            (cd "$cache/$key" && sha256sum --quiet --strict -c SHA256SUMS) ||
+                hvt_die "the wheel copied to $cache/$key does not match its digest" "check who else writes to ${TMPDIR:-/var/tmp}"
+        done
     done
-    echo "[podman] seeded the build cache with $host_cache/$key"
+    echo "[podman] seeded the build cache with ${keys[*]} from $host_cache"
 }
 
 step_build() {
-    local tag=localhost/horovod-train:cpu seed=0
+    local variant=cpu seed=0 tag
+    local -a tags=() tag_args=() variant_args
     while [ "$#" -gt 0 ]; do
         case $1 in
         --tag)
             [ "$#" -ge 2 ] || hvt_die "--tag needs a value" "pass --tag localhost/horovod-train:cpu"
-            tag=$2
+            tags+=("$2")
+            shift 2
+            ;;
+        --variant)
+            if [ "$#" -lt 2 ] || ! [[ $2 =~ ^(cpu|gpu)$ ]]; then
+                hvt_die "--variant needs cpu or gpu" "pass --variant gpu"
+            fi
+            variant=$2
             shift 2
             ;;
         --seed-horovod-wheel)
@@ -218,12 +249,23 @@ step_build() {
         *) hvt_die "unknown option '$1'" "see the usage at the top of scripts/podman_build.sh" ;;
         esac
     done
+    [ -n "$PACKAGE_VERSION" ] || hvt_die "no version = \"...\" in $ROOT/pyproject.toml" "restore pyproject.toml's version line"
+    [ "${#tags[@]}" -gt 0 ] || tags=("$IMAGE:$variant" "$IMAGE:$PACKAGE_VERSION-$variant")
+    for tag in "${tags[@]}"; do tag_args+=(-t "$tag"); done
     step_base
-    step_torch_index
+    if [ "$variant" = cpu ]; then
+        step_torch_index
+        variant_args=(--build-arg TORCH_INDEX_URL=file:///hvt-build/index)
+    else
+        TORCH_DIR=$STATE/build
+        step_pip_conf
+        # PyPI's torch for Linux x86_64 is the CUDA 13 build; CUDA_TOOLKIT=auto adds nvcc at its CUDA.
+        variant_args=(--build-arg "TORCH_INDEX_URL=${HVT_GPU_INDEX_URL:-https://pypi.org/simple}"
+            --build-arg CUDA_TOOLKIT=auto)
+    fi
     [ "$seed" = 0 ] || seed_horovod
-    local cmd=(podman build --format docker -f "$ROOT/docker/Dockerfile" -t "$tag"
-        --build-arg BASE_IMAGE=debian:bookworm-slim
-        --build-arg TORCH_INDEX_URL=file:///hvt-build/index
+    local cmd=(podman build --format docker -f "$ROOT/docker/Dockerfile" "${tag_args[@]}"
+        --build-arg BASE_IMAGE=debian:bookworm-slim "${variant_args[@]}"
         --volume "$TORCH_DIR:/hvt-build:ro"
         --volume "$TORCH_DIR/pip.conf:/etc/pip.conf:ro"
         "$@" "$ROOT")

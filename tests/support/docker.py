@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 from support.jobs import REPO
 
 DOCKERFILE = REPO / "docker" / "Dockerfile"
+PODMAN_BUILD = REPO / "scripts" / "podman_build.sh"
 
 SHARED_SCRIPTS = ["scripts/install_mpi.sh", "scripts/build_horovod.sh", "scripts/check_horovod_build.sh"]
 
@@ -22,3 +25,26 @@ def instructions(path: Path) -> list[tuple[str, str]]:
             keyword, _, rest = line.partition(" ")
             result.append((keyword.upper(), rest.strip()))
     return result
+
+
+def podman_tools() -> dict[str, str]:
+    """The commands scripts/podman_build.sh and the image tests drive, each with its Debian package."""
+    return {
+        "podman": "podman",
+        "buildah": "buildah",
+        "mmdebstrap": "mmdebstrap",
+        "runc": "runc",
+        "slirp4netns": "slirp4netns",
+        "newuidmap": "uidmap",
+        "iptables": "iptables",
+        "ssh-keygen": "openssh-client",
+    }
+
+
+def podman_env(python: Path) -> dict[str, str]:
+    """This environment plus CONTAINERS_CONF, the file scripts/podman_build.sh writes (runc, accepted ulimits), and
+    HVT_PYTHON (whose torch version picks the torch wheel and the cached Horovod wheels)."""
+    env = {**os.environ, "HVT_PYTHON": str(python)}
+    conf = subprocess.run([str(PODMAN_BUILD), "conf"], env=env, capture_output=True, text=True, timeout=60)
+    assert conf.returncode == 0, conf.stdout + conf.stderr
+    return {**env, "CONTAINERS_CONF": conf.stdout.strip().splitlines()[-1]}

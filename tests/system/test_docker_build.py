@@ -66,7 +66,7 @@ def image() -> str:
     assert_ok(conf)
     PODMAN_ENV.update(os.environ, CONTAINERS_CONF=conf.stdout.strip().splitlines()[-1])
     start = time.monotonic()
-    proc = script("build", "--seed-horovod-wheel", "--tag", TAG, timeout=1500)
+    proc = script("build", "--seed-horovod-wheel", timeout=1500)  # tags :cpu and :VERSION-cpu
     TIMES["build"] = time.monotonic() - start
     assert_ok(proc)
     print(f"\n[podman build: {TIMES['build']:.1f} s]")
@@ -130,6 +130,19 @@ def test_entrypoint_refuses_to_start_sshd_without_keys(image) -> None:
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: no /root/.ssh/authorized_keys"), proc.stderr
+
+
+def test_image_is_tagged_with_the_package_version(image) -> None:
+    proc = podman("run", "--rm", image, "python", "-c", "import horovod_train; print(horovod_train.__version__)",
+                  timeout=120)  # fmt: skip
+    assert_ok(proc)
+    version = proc.stdout.strip().splitlines()[-1]
+    assert "+" not in version, f"the image's package has no installed metadata: {version}"
+    ids = {
+        podman("image", "inspect", "--format", "{{.Id}}", tag, timeout=60).stdout
+        for tag in (image, f"{TAG[:-3]}{version}-cpu")
+    }
+    assert len(ids) == 1 and "" not in ids, ids
 
 
 def test_doctor_places_one_rank_in_each_container(containers) -> None:
