@@ -721,7 +721,7 @@ class MultiHotCollator:
 def collator(dataset: Dataset, tokenizer: PreTrainedTokenizerBase):
     """The collator of a tokenized split: multi-hot labels for a multi-label one; a regression's float
     labels stay float32 (DataCollatorWithPadding makes a float32 tensor of floats, int64 of ids)."""
-    feature = dataset.features["labels"]
+    feature = dataset.features.get("labels")
     if isinstance(feature, List | LargeList):
         return MultiHotCollator(tokenizer, len(feature.feature.names))
     return DataCollatorWithPadding(tokenizer)
