@@ -15,6 +15,7 @@ from horovod_train.config import CONFIG_HELP, SECTIONS, RunConfig, parse_run_con
 from horovod_train.console import write_line
 from horovod_train.domains import fit_max_seq_length
 from horovod_train.errors import UsageError, exit_with
+from horovod_train.glue import METRIC_NAMES
 from horovod_train.stopping import STOPPED_EXIT_CODE, TrainingStopped
 
 if TYPE_CHECKING:
@@ -112,13 +113,18 @@ def train_once(config: RunConfig, engine: Engine) -> tuple[dict, bool]:
     return results, trainer.finished_before is None
 
 
+def split_scores(results: dict, split: str) -> str:
+    """``accuracy 0.9000 (f1 0.8000, 100 examples)``: the split's first metric, then its others."""
+    shown = [f"{k.removeprefix(split + '_')} {v:.4f}" for k, v in results.items()
+             if k.removeprefix(split + "_") in METRIC_NAMES]  # fmt: skip
+    name = "" if split == "eval" else split.removeprefix("eval_") + " "
+    rest = ", ".join([*shown[1:], f"{results[split + '_samples']} examples"])
+    return f"{name}{shown[0]} ({rest})" if shown else f"{name}{rest}"
+
+
 def result_line(results: dict) -> str:
-    splits = sorted(k.removesuffix("_accuracy") for k in results if k.endswith("_accuracy") and k.startswith("eval"))
-    scores = ", ".join(
-        f"{'' if s == 'eval' else s.removeprefix('eval_') + ' '}accuracy {results[s + '_accuracy']:.4f} "
-        f"(f1 {results[s + '_f1']:.4f}, {results[s + '_samples']} examples)"
-        for s in splits
-    )
+    splits = sorted(k.removesuffix("_samples") for k in results if k.endswith("_samples") and k.startswith("eval"))
+    scores = ", ".join(split_scores(results, s) for s in splits)
     return f"{scores}; {results['engine']}, world size {results['world_size']}, {results['wall_time_s']:.1f}s"
 
 

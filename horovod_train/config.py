@@ -93,7 +93,8 @@ class DataArguments:
     task_name: str | None = field(
         default=None,
         metadata={
-            "help": "GLUE task (cola, mnli, mrpc, qnli, qqp, rte, sst2, wnli): its text columns and label names; "
+            "help": "GLUE task (cola, mnli, mrpc, qnli, qqp, rte, sst2, stsb, wnli): its text columns, label names "
+            "(stsb: a regression) and run_glue's metrics; "
             "without --train_file or another --dataset_name it loads nyu-mll/glue (network needed)."
         },
     )
@@ -147,7 +148,8 @@ class DataArguments:
         default=8000, metadata={"help": "Size of the generated synthetic-nli set (before the split)."}
     )
     num_labels: int | None = field(
-        default=None, metadata={"help": "Number of labels (default: inferred from the data's label names or labels)."}
+        default=None,
+        metadata={"help": "Number of labels (default: inferred from the data's label names or labels); 1: regression."},
     )
 
     def text_columns(self) -> list[str] | None:
@@ -203,7 +205,12 @@ class TrainingArguments:
     )
     max_grad_norm: float = field(default=1.0, metadata={"help": "0 disables clipping."})
     label_smoothing_factor: float = field(
-        default=0.0, metadata={"help": "Label smoothing epsilon in the training and eval loss (0: off)."}
+        default=0.0,
+        metadata={"help": "Label smoothing epsilon in the training and eval loss (0: off; classification only)."},
+    )
+    multi_label_threshold: float = field(
+        default=0.5,
+        metadata={"help": "Multi-label data: a label is predicted where its sigmoid probability exceeds this."},
     )
     seed: int = field(default=42, metadata={"help": "Seed of the model init, the data order and synthetic-nli."})
     logging_steps: int = field(default=50, metadata={"help": "Log the training loss every N steps."})
@@ -243,8 +250,10 @@ class TrainingArguments:
     metric_for_best_model: str | None = field(
         default=None,
         metadata={
-            "help": "What makes a checkpoint best: loss, accuracy, f1, or <split>_<metric> for another "
-            "validation split, with or without eval_ (default: loss with --load_best_model_at_end)."
+            "help": "What makes a checkpoint best: loss or a metric the run reports (accuracy, f1; run_glue's "
+            "for a GLUE task: matthews_correlation, combined_score, pearson, spearmanr; f1_micro, f1_macro "
+            "multi-label; mse regression), or <split>_<metric> for another validation split, with or without "
+            "eval_ (default: loss with --load_best_model_at_end, as transformers)."
         },
     )
     greater_is_better: bool | None = field(
@@ -315,7 +324,7 @@ class TrainingArguments:
             if not self.metric_for_best_model.startswith("eval_"):
                 self.metric_for_best_model = f"eval_{self.metric_for_best_model}"
             if self.greater_is_better is None:
-                self.greater_is_better = not self.metric_for_best_model.endswith("_loss")
+                self.greater_is_better = not self.metric_for_best_model.endswith(("_loss", "_mse"))
         if not self.load_best_model_at_end:
             return
         if self.eval_strategy == "no" or self.save_strategy != self.eval_strategy:

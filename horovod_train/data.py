@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
-from datasets import ClassLabel, Dataset, DatasetDict, load_from_disk
+from datasets import ClassLabel, Dataset, DatasetDict, LargeList, List, Value, load_from_disk
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
@@ -26,6 +26,7 @@ from horovod_train import glue, synthetic
 from horovod_train.config import DataArguments
 from horovod_train.errors import UsageError
 from horovod_train.files import atomic_directory
+from horovod_train.metrics import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 
 TEXT_COLUMNS = ("premise", "hypothesis")  # the NLI columns (synthetic-nli, multi_nli); text_columns() has a run's
 AUTO_TEXT_COLUMNS = (("premise", "hypothesis"), ("sentence1", "sentence2"), ("sentence",), ("text",))
@@ -233,10 +234,18 @@ def _check_label_texts(values: list, where: str) -> None:
 class LabelNames:
     names: tuple[str, ...]
     origin: str  # where the names come from, for messages
+    problem_type: str = SINGLE_LABEL  # transformers' config.problem_type
+
+
+REGRESSION_NAMES = ("LABEL_0",)  # transformers' id2label for num_labels=1
 
 
 def _is_string(feature: object) -> bool:
     return getattr(feature, "dtype", None) in ("string", "large_string")
+
+
+def _is_float(feature: object) -> bool:
+    return getattr(feature, "dtype", None) in ("float16", "float32", "float64")
 
 
 def _nli_names(labels: set[str]) -> bool:
@@ -245,33 +254,70 @@ def _nli_names(labels: set[str]) -> bool:
     return labels <= known or len(labels & known) >= 2
 
 
-def resolve_label_names(train: Dataset, source: str, args: DataArguments) -> LabelNames:
+def _is_regression(train: Dataset, args: DataArguments) -> bool:
+    """--task_name stsb, --num_labels 1, or a float label column with a value that is not a whole number."""
+    if args.task_name in glue.REGRESSION_TASKS or args.num_labels == 1:
+        return True
+    if not _is_float(train.features[LABEL_COLUMN]):
+        return False
+    return any(v is not None and math.isfinite(v) and not v.is_integer() for v in train.unique(LABEL_COLUMN))
+
+
+def _multi_label_names(train: Dataset, source: str, args: DataArguments) -> LabelNames:
+    """A list of labels per example: the ClassLabel's names; for names, the sorted distinct names (as
+    run_classification.py); for integers, --num_labels or the largest id + 1."""
+    inner = train.features[LABEL_COLUMN].feature
+    if isinstance(inner, ClassLabel):
+        return LabelNames(tuple(inner.names), f"the ClassLabel names of {source}", MULTI_LABEL)
+    cells = [cell for cell in train[LABEL_COLUMN] if isinstance(cell, list)]
+    values = {v for cell in cells for v in cell if v is not None}
+    if _is_string(inner):
+        return LabelNames(tuple(sorted(values)), "the train data's distinct labels", MULTI_LABEL)
+    ids = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    count = args.num_labels or (max(ids) + 1 if ids else 0)
+    origin = f"--num_labels {count}" if args.num_labels else f"integer labels 0..{count - 1}"
+    return LabelNames(tuple(f"LABEL_{i}" for i in range(count)), origin, MULTI_LABEL)
+
+
+def _single_label_names(train: Dataset, source: str, args: DataArguments) -> LabelNames:
     """A ClassLabel's names; the task's; for string labels multi_nli's or the sorted distinct labels (as
     run_classification.py); for integer labels --num_labels or their distinct count (multi_nli's names for 3)."""
     feature = train.features[LABEL_COLUMN]
     if isinstance(feature, ClassLabel):
-        found = LabelNames(tuple(feature.names), f"the ClassLabel names of {source}")
-    elif args.task_name in glue.TASK_LABEL_NAMES:
-        found = LabelNames(glue.TASK_LABEL_NAMES[args.task_name], f"--task_name {args.task_name}'s names")
-    elif _is_string(feature):
+        return LabelNames(tuple(feature.names), f"the ClassLabel names of {source}")
+    if args.task_name in glue.TASK_LABEL_NAMES:
+        return LabelNames(glue.TASK_LABEL_NAMES[args.task_name], f"--task_name {args.task_name}'s names")
+    if _is_string(feature):
         values = {v for v in train.unique(LABEL_COLUMN) if v is not None}
         nli = _nli_names(values)
         names = synthetic.LABEL_NAMES if nli else tuple(sorted(values))
-        found = LabelNames(names, "the multi_nli names" if nli else "the train data's distinct labels")
+        return LabelNames(names, "the multi_nli names" if nli else "the train data's distinct labels")
+    count = args.num_labels or len(train.unique(LABEL_COLUMN))
+    names = synthetic.LABEL_NAMES if count == 3 else tuple(f"LABEL_{i}" for i in range(count))
+    return LabelNames(names, f"--num_labels {count}" if args.num_labels else f"{count} distinct integer labels")
+
+
+def resolve_label_names(train: Dataset, source: str, args: DataArguments) -> LabelNames:
+    """The task's shape and label names: multi-label for a list of labels per example, regression (one
+    value, LABEL_0) for --task_name stsb, --num_labels 1 or fractional float labels, else classification."""
+    if isinstance(train.features[LABEL_COLUMN], List | LargeList):
+        found = _multi_label_names(train, source, args)
+    elif _is_regression(train, args):
+        origin = f"--task_name {args.task_name}" if args.task_name in glue.REGRESSION_TASKS else "float labels"
+        found = LabelNames(REGRESSION_NAMES, "--num_labels 1" if args.num_labels == 1 else origin, REGRESSION)
     else:
-        count = args.num_labels or len(train.unique(LABEL_COLUMN))
-        names = synthetic.LABEL_NAMES if count == 3 else tuple(f"LABEL_{i}" for i in range(count))
-        found = LabelNames(names, f"--num_labels {count}" if args.num_labels else f"{count} distinct integer labels")
+        found = _single_label_names(train, source, args)
     if args.num_labels is not None and args.num_labels != len(found.names):
         raise UsageError(
             f"--num_labels {args.num_labels} but the train data has {len(found.names)} labels "
             f"({', '.join(found.names[:10])}: {found.origin})",
             "drop --num_labels (it is inferred from the data)",
         )
-    if len(found.names) < 2:
+    if len(found.names) < 2 and found.problem_type != REGRESSION:
         raise UsageError(
             f"train data column {source} has a single label ({', '.join(map(str, found.names))})",
-            "a classifier needs examples of two or more labels (check --label_column_name)",
+            "a classifier needs examples of two or more labels (check --label_column_name; --num_labels 1 "
+            "for a regression)",
         )
     return found
 
@@ -303,28 +349,84 @@ def _ids_of_names(values: list, where: str, labels: LabelNames, unlabelled_ok: b
 
 
 def encode_labels(dataset: Dataset, where: str, labels: LabelNames, unlabelled_ok: bool) -> Dataset:
-    """The label column as a ClassLabel of ``labels``; -1 (no label) only where ``unlabelled_ok`` (test splits)."""
-    feature, values, n = dataset.features[LABEL_COLUMN], list(dataset[LABEL_COLUMN]), len(labels.names)
+    """The label column as ``labels``'s shape holds it: a ClassLabel id (-1, no label, only where
+    ``unlabelled_ok``: test splits), a float32 (regression; NaN for no label) or a list of ClassLabel ids
+    (multi-label; the collator makes it multi-hot)."""
+    values = list(dataset[LABEL_COLUMN])
+    if labels.problem_type == REGRESSION:
+        floats = [_regression_value(v, i, where, labels, unlabelled_ok) for i, v in enumerate(values)]
+        return _replace_labels(dataset, floats, Value("float32"))
+    names, feature = list(labels.names), dataset.features[LABEL_COLUMN]
+    if labels.problem_type == MULTI_LABEL:
+        inner = getattr(feature, "feature", None)
+        lists = [_label_list(v, i, where, inner, unlabelled_ok) for i, v in enumerate(values)]
+        textual = _is_string(inner) or isinstance(inner, ClassLabel)  # a ClassLabel's ids came back as names
+        ids = iter(_class_ids([v for cell in lists for v in cell], textual, where, labels, unlabelled_ok=False))
+        id_lists = [sorted({next(ids) for _ in cell}) for cell in lists]
+        return _replace_labels(dataset, id_lists, List(ClassLabel(names=names)))
     if isinstance(feature, ClassLabel) and tuple(feature.names) != labels.names:
         raise UsageError(
             f"{where} has label names ({', '.join(feature.names)}) other than the train data's "
             f"({', '.join(labels.names)})",
             "give every split the same ClassLabel names",
         )
-    if _is_string(feature):
+    ids = _class_ids(values, _is_string(feature), where, labels, unlabelled_ok)
+    return _replace_labels(dataset, ids, ClassLabel(names=names))
+
+
+def _replace_labels(dataset: Dataset, values: list, feature: object) -> Dataset:
+    return dataset.remove_columns(LABEL_COLUMN).add_column(LABEL_COLUMN, values, feature=feature)
+
+
+def _class_ids(values: list, textual: bool, where: str, labels: LabelNames, unlabelled_ok: bool) -> list[int]:
+    """Each value's class id: a label name's (``textual``), or an integer label in 0..n-1."""
+    if textual:
         _check_label_texts(values, where)
-        ids = _ids_of_names(values, where, labels, unlabelled_ok)
-    else:
-        ids = [_as_id(v, unlabelled_ok) for v in values]
-        lowest = -1 if unlabelled_ok else 0
-        bad = {str(v) for v, i in zip(values, ids, strict=True) if i is None or not lowest <= i < n}
-        if bad:
-            raise UsageError(
-                f"{where} has label(s) {sorted(bad)[:5]} outside 0..{n - 1} ({labels.origin})",
-                f"use integer labels 0..{n - 1} or label names, or set --num_labels",
-            )
-    feature = ClassLabel(names=list(labels.names))
-    return dataset.remove_columns(LABEL_COLUMN).add_column(LABEL_COLUMN, ids, feature=feature)
+        return _ids_of_names(values, where, labels, unlabelled_ok)
+    n = len(labels.names)
+    ids = [_as_id(v, unlabelled_ok) for v in values]
+    lowest = -1 if unlabelled_ok else 0
+    bad = {str(v) for v, i in zip(values, ids, strict=True) if i is None or not lowest <= i < n}
+    if bad:
+        raise UsageError(
+            f"{where} has label(s) {sorted(bad)[:5]} outside 0..{n - 1} ({labels.origin})",
+            f"use integer labels 0..{n - 1} or label names, or set --num_labels",
+        )
+    return ids
+
+
+def _regression_value(value: object, row: int, where: str, labels: LabelNames, unlabelled_ok: bool) -> float:
+    """A regression label as a float: a number, or a text that is one ('3.8' in a CSV read as text)."""
+    missing = value is None or (isinstance(value, float) and math.isnan(value))
+    if missing and unlabelled_ok:
+        return math.nan
+    number = None
+    if isinstance(value, int | float | np.number) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            number = None
+    if number is None or not math.isfinite(number):
+        raise UsageError(
+            f"{where} row {row + 1} holds {value!r}, which is not a number (a regression label: {labels.origin})",
+            "give every labelled row a finite number (e.g. 3.8), or train a classification task",
+        )
+    return number
+
+
+def _label_list(value: object, row: int, where: str, inner: object, unlabelled_ok: bool) -> list:
+    """A multi-label cell: a list of label names or ids (a ClassLabel's ids as its names); [] for no label."""
+    if unlabelled_ok and (value is None or value == -1):
+        return []
+    if not isinstance(value, list):
+        raise UsageError(
+            f"{where} row {row + 1} holds {value!r}, which is not a list of labels (the train data's labels are "
+            "lists: multi-label)",
+            'write every label cell as a list, e.g. ["sports", "politics"] ([] for none)',
+        )
+    return [inner.int2str(v) for v in value] if isinstance(inner, ClassLabel) else value
 
 
 def _checked_split(
@@ -384,10 +486,26 @@ def text_columns(ds: DatasetDict) -> list[str]:
     return [column for column in ds["train"].column_names if column != LABEL_COLUMN]
 
 
-def label_names(ds: DatasetDict) -> list[str]:
-    """The label names of a load_raw_datasets (``label``) or tokenized (``labels``) result."""
+def _label_feature(ds: DatasetDict) -> object:
     features = ds["train"].features
-    return list(features["labels" if "labels" in features else LABEL_COLUMN].names)
+    return features["labels" if "labels" in features else LABEL_COLUMN]
+
+
+def label_names(ds: DatasetDict) -> list[str]:
+    """The label names of a load_raw_datasets (``label``) or tokenized (``labels``) result (a regression's
+    one output is LABEL_0, as transformers names it)."""
+    feature = _label_feature(ds)
+    if isinstance(feature, List | LargeList):
+        return list(feature.feature.names)
+    return list(feature.names) if isinstance(feature, ClassLabel) else list(REGRESSION_NAMES)
+
+
+def problem_type(ds: DatasetDict) -> str:
+    """transformers' config.problem_type of a load_raw_datasets or tokenized result, from its label feature."""
+    feature = _label_feature(ds)
+    if isinstance(feature, List | LargeList):
+        return MULTI_LABEL
+    return SINGLE_LABEL if isinstance(feature, ClassLabel) else REGRESSION
 
 
 def content_digest(*parts: object) -> str:
@@ -557,7 +675,7 @@ def train_loader(
         batch_size=batch_size,
         sampler=sampler,
         num_workers=num_workers,
-        collate_fn=DataCollatorWithPadding(tokenizer),
+        collate_fn=collator(dataset, tokenizer),
         drop_last=False,
         pin_memory=pin_memory,
         worker_init_fn=_one_thread if num_workers else None,
@@ -579,8 +697,34 @@ def eval_loader(
     shard = dataset.add_column("example_index", list(range(len(dataset)))).select(
         range(rank, len(dataset), world_size), keep_in_memory=True
     )
-    collate = DataCollatorWithPadding(tokenizer)
-    return DataLoader(shard, batch_size=batch_size, shuffle=False, collate_fn=collate, generator=own_generator(0))
+    return DataLoader(
+        shard, batch_size=batch_size, shuffle=False, collate_fn=collator(dataset, tokenizer), generator=own_generator(0)
+    )
+
+
+class MultiHotCollator:
+    """Pads as DataCollatorWithPadding and turns each example's list of label ids into a float32 multi-hot
+    row (BCE-with-logits' target). A class, not a closure: loader workers may pickle it."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, num_labels: int) -> None:
+        self.pad, self.num_labels = DataCollatorWithPadding(tokenizer), num_labels
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        hot = torch.zeros(len(features), self.num_labels, dtype=torch.float32)
+        for row, example in enumerate(features):
+            hot[row, list(example["labels"])] = 1.0
+        batch = self.pad([{k: v for k, v in example.items() if k != "labels"} for example in features])
+        batch["labels"] = hot
+        return batch
+
+
+def collator(dataset: Dataset, tokenizer: PreTrainedTokenizerBase):
+    """The collator of a tokenized split: multi-hot labels for a multi-label one; a regression's float
+    labels stay float32 (DataCollatorWithPadding makes a float32 tensor of floats, int64 of ids)."""
+    feature = dataset.features.get("labels")
+    if isinstance(feature, List | LargeList):
+        return MultiHotCollator(tokenizer, len(feature.feature.names))
+    return DataCollatorWithPadding(tokenizer)
 
 
 def tokenizer_digest(tokenizer: PreTrainedTokenizerBase) -> str:

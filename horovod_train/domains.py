@@ -278,7 +278,7 @@ DOMAINS: dict[str, Check] = {
     "max_train_samples": count(1, example="1000"),
     "max_eval_samples": count(1, example="1000"),
     "synthetic_num_examples": count(2, example="8000"),
-    "num_labels": count(2, example="3"),
+    "num_labels": count(1, example="3"),
     # training
     "output_dir": path,  # its own checks (a file, not writable, an earlier run): output_dir.check_output_dir
     "overwrite_output_dir": boolean,
@@ -298,6 +298,7 @@ DOMAINS: dict[str, Check] = {
     "gradient_accumulation_steps": count(1, example="2"),
     "max_grad_norm": Number(0.0, example="1.0"),
     "label_smoothing_factor": FRACTION,
+    "multi_label_threshold": Number(0.0, 1.0, low_open=True, high_open=True, example="0.5"),
     "seed": count(0, SEED_MAX, example="42"),
     "logging_steps": count(1, example="50"),
     "eval_strategy": one_of(Strategy),

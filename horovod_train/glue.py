@@ -44,19 +44,29 @@ TASK_LABEL_NAMES: dict[str, tuple[str, ...]] = {
     "wnli": ("not_entailment", "entailment"),
 }
 TASK_EVAL_SPLITS = {"mnli": ("validation_matched", "validation_mismatched")}  # run_glue evaluates on both
-REGRESSION_TASKS = ("stsb",)
+REGRESSION_TASKS = ("stsb",)  # one float label: problem_type "regression", as run_glue.py sets num_labels=1
+# run_glue.py's compute_metrics keys ("glue" in evaluate): combined_score is the mean where a task has two scores.
+TASK_METRICS: dict[str, tuple[str, ...]] = {
+    "cola": ("matthews_correlation",),
+    "mrpc": ("accuracy", "f1", "combined_score"),
+    "qqp": ("accuracy", "f1", "combined_score"),
+    "stsb": ("pearson", "spearmanr", "combined_score"),
+}
+DEFAULT_TASK_METRICS = ("accuracy",)  # mnli (on each validation split), qnli, rte, sst2, wnli
+# Every metric an evaluation may report (metrics.TaskShape.metric_names picks a run's), for display.
+METRIC_NAMES = ("accuracy", "f1", "matthews_correlation", "combined_score", "pearson", "spearmanr", "mse",
+                "f1_micro", "f1_macro")  # fmt: skip
 
 
 def check_task(task_name: str | None) -> None:
     if task_name is None:
         return
     if task_name not in TASK_TO_KEYS:
-        raise UsageError(f"unknown --task_name {task_name!r}", f"use one of {', '.join(TASK_LABEL_NAMES)}")
-    if task_name in REGRESSION_TASKS:
-        raise UsageError(
-            f"--task_name {task_name} is a regression task, which this classification trainer does not train",
-            f"use a classification task: {', '.join(TASK_LABEL_NAMES)}",
-        )
+        raise UsageError(f"unknown --task_name {task_name!r}", f"use one of {', '.join(TASK_TO_KEYS)}")
+
+
+def task_metric_names(task_name: str) -> tuple[str, ...]:
+    return TASK_METRICS.get(task_name, DEFAULT_TASK_METRICS)
 
 
 def task_text_columns(task_name: str) -> list[str]:

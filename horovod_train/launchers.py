@@ -139,7 +139,7 @@ def summarize(run: Run, run_dir: Path, returncode: int, log: Path) -> dict[str, 
         "samples_per_second": statistics.median(r["samples_per_second"] for r in records),
         "tokens_per_second": statistics.median(r["tokens_per_second"] for r in records),
         "final_train_loss": records[-1]["loss"],
-        "validation_accuracy": results["eval_accuracy"],
+        "validation_accuracy": results.get("eval_accuracy", float("nan")),  # none for a regression, CoLA
         "peak_memory_mb_per_rank": results["peak_memory_mb_per_rank"],
         "wall_time_s": results["wall_time_s"],
     }

@@ -156,13 +156,21 @@ def build_model(
     config_name: str | None = None,
     pad_token_id: int | None = None,
     access: HubAccess = HubAccess(),
+    problem_type: str = "single_label_classification",
 ) -> PreTrainedModel:
     """``config_name`` (run_glue.py's --config_name): the configuration to load the weights into, or with
     tiny-bert the architecture to random-init instead of the built-in tiny one. ``pad_token_id``: the
-    tokenizer's, given to a model configuration that has none (decoders find the last real token by it)."""
-    model = _build_model(
-        model_name_or_path, num_labels, label_names, vocab_size, seed, dropout, cache_dir, config_name, access
-    )
+    tokenizer's, given to a model configuration that has none (decoders find the last real token by it).
+    ``problem_type``: transformers' (regression: MSE on one output; multi_label_classification:
+    BCE-with-logits; single_label_classification: cross-entropy), set so that the model's loss never
+    guesses it from the labels' dtype."""
+    labels = {
+        "num_labels": num_labels,
+        "id2label": dict(enumerate(label_names)),
+        "label2id": {name: i for i, name in enumerate(label_names)},
+        "problem_type": problem_type,
+    }
+    model = _build_model(model_name_or_path, labels, vocab_size, seed, dropout, cache_dir, config_name, access)
     if model.config.pad_token_id is None and pad_token_id is not None:
         model.config.pad_token_id = pad_token_id
     return model
@@ -170,8 +178,7 @@ def build_model(
 
 def _build_model(
     model_name_or_path: str,
-    num_labels: int,
-    label_names: list[str],
+    labels: dict,
     vocab_size: int,
     seed: int,
     dropout: float | None,
@@ -179,13 +186,10 @@ def _build_model(
     config_name: str | None,
     access: HubAccess,
 ) -> PreTrainedModel:
-    id2label = dict(enumerate(label_names))
-    label2id = {name: i for i, name in id2label.items()}
     overrides = {}
     if dropout is not None:
         overrides = {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
     torch.manual_seed(seed)  # same random init on every rank (rank 0's is broadcast anyway)
-    labels = {"num_labels": num_labels, "id2label": id2label, "label2id": label2id}
     config = load_config(config_name, cache_dir, labels, overrides, access) if config_name else None
     if model_name_or_path == TINY_BERT and config is not None:
         config.vocab_size = vocab_size  # the tokenizer trained on the run's data

@@ -106,7 +106,7 @@ class Trainer:
         """The run's parts, and the checkpoint resumed from (None: a fresh start)."""
         config, args, engine = self.config, self.args, self.engine
         tokenizer, tokenized = build.prepare_data(config, engine, self.cache_dir, self.rank_zero)
-        build.check_metric_for_best_model(args.metric_for_best_model, tokenized)
+        build.check_task_shape(args, tokenized, config.data.task_name)
         model = build.build_model(config, tokenizer, tokenized)
         compatibility = build.run_compatibility(config, engine, tokenizer, tokenized, model)
         optimizer = build.build_optimizer(args, engine, model)
@@ -160,7 +160,9 @@ class Trainer:
 
     def build_loop(self, parts: RunParts, position: TrainingPosition) -> TrainingLoop:
         engine = self.engine
-        evaluator = Evaluator(engine, parts.model, parts.tokenizer, parts.tokenized, self.args, self.precision)
+        evaluator = Evaluator(
+            engine, parts.model, parts.tokenizer, parts.tokenized, self.args, self.precision, self.config.data.task_name
+        )
         return TrainingLoop(
             engine, self.args, parts, self.precision, position,
             signals=self.signals,

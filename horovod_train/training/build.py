@@ -17,8 +17,9 @@ from horovod_train import model as model_lib
 from horovod_train.config import RunConfig, TrainingArguments
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
+from horovod_train.metrics import SINGLE_LABEL
 from horovod_train.position import TrainingPosition
-from horovod_train.training.evaluation import eval_prefixes
+from horovod_train.training.evaluation import eval_prefixes, task_shape
 from horovod_train.training.parts import RunPlan
 from horovod_train.training.rank_zero import RankZero
 
@@ -50,10 +51,20 @@ def prepare_data(config: RunConfig, engine: Engine, cache_dir: Path, rank_zero: 
     return tokenizer, data_lib.load_tokenized(cached)
 
 
-def check_metric_for_best_model(metric: str | None, tokenized: DatasetDict) -> None:
+def check_task_shape(args: TrainingArguments, tokenized: DatasetDict, task_name: str | None) -> None:
+    """Options the data's shape rules out: label smoothing is for single-label classification alone."""
+    shape = task_shape(tokenized, task_name)
+    if args.label_smoothing_factor and shape.problem_type != SINGLE_LABEL:
+        raise UsageError(f"--label_smoothing_factor smooths class labels but this run is a {shape.problem_type}",
+                         "drop --label_smoothing_factor")  # fmt: skip
+    check_metric_for_best_model(args.metric_for_best_model, tokenized, task_name)
+
+
+def check_metric_for_best_model(metric: str | None, tokenized: DatasetDict, task_name: str | None = None) -> None:
     if metric is None:
         return
-    known = [f"{prefix}_{m}" for prefix in eval_prefixes(tokenized).values() for m in ("loss", "accuracy", "f1")]
+    names = ("loss", *task_shape(tokenized, task_name).metric_names())
+    known = [f"{prefix}_{m}" for prefix in eval_prefixes(tokenized).values() for m in names]
     if metric not in known:
         raise UsageError(f"--metric_for_best_model {metric} is not a metric of this run",
                          f"use one of {', '.join(known)}")
@@ -73,6 +84,7 @@ def build_model(config: RunConfig, tokenizer: Any, tokenized: DatasetDict) -> to
         config_name=c.model.config_name,
         pad_token_id=tokenizer.pad_token_id,
         access=hub_access(c),
+        problem_type=data_lib.problem_type(tokenized),
     )
     if args.gradient_checkpointing:
         model_lib.enable_gradient_checkpointing(model)

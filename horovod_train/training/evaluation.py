@@ -15,7 +15,7 @@ from horovod_train import data as data_lib
 from horovod_train.amp import Precision
 from horovod_train.config import TrainingArguments
 from horovod_train.engines.base import Engine
-from horovod_train.metrics import exact_metrics
+from horovod_train.metrics import CLASSIFICATION, MULTI_LABEL, REGRESSION, TaskShape, exact_metrics
 
 
 def eval_prefixes(tokenized: DatasetDict) -> dict[str, str]:
@@ -24,14 +24,35 @@ def eval_prefixes(tokenized: DatasetDict) -> dict[str, str]:
     return {name: "eval" if i == 0 else f"eval_{name}" for i, name in enumerate(names)}
 
 
+def example_predictions(logits: torch.Tensor, shape: TaskShape) -> torch.Tensor:
+    """One row per example: the class id, the regression value, or the multi-hot labels over the threshold."""
+    if shape.problem_type == REGRESSION:
+        return logits.float().double()[:, :1]
+    if shape.problem_type == MULTI_LABEL:
+        return (torch.sigmoid(logits.float()) > shape.threshold).long()
+    return logits.argmax(dim=-1, keepdim=True)
+
+
+def example_losses(logits: torch.Tensor, labels: torch.Tensor, shape: TaskShape, label_smoothing: float):
+    """Each example's loss, as the model's own (MSE, BCE-with-logits averaged over the labels, cross-entropy)."""
+    logits = logits.float()
+    if shape.problem_type == REGRESSION:
+        return (logits.squeeze(-1) - labels.float()) ** 2
+    if shape.problem_type == MULTI_LABEL:
+        return nn.functional.binary_cross_entropy_with_logits(logits, labels.float(), reduction="none").mean(-1)
+    return nn.functional.cross_entropy(logits, labels, reduction="none", label_smoothing=label_smoothing)
+
+
 @torch.no_grad()
 def gather_outputs(
     engine: Engine, net: nn.Module, loader: DataLoader, precision: Precision, labelled: bool,
-    label_smoothing: float = 0.0,
+    label_smoothing: float = 0.0, shape: TaskShape = CLASSIFICATION,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run ``net`` over this rank's shard and gather every rank's rows in rank order: (example index,
-    prediction, label) and each example's loss; unlabelled (prediction): (example index, prediction)."""
-    rows = [torch.zeros((0, 3 if labelled else 2), dtype=torch.int64)]
+    prediction(s), label(s)) and each example's loss; unlabelled (prediction): (example index, prediction(s)).
+    Regression rows are float64 (exact for a float32 output and any index below 2**53), others int64."""
+    dtype = torch.float64 if shape.problem_type == REGRESSION else torch.int64
+    rows = [torch.zeros((0, 1 + shape.outputs * (2 if labelled else 1)), dtype=dtype)]
     losses = [torch.zeros(0, dtype=torch.float64)]
     net.eval()
     for batch in loader:
@@ -40,15 +61,12 @@ def gather_outputs(
         batch = {k: v.to(engine.device, non_blocking=True) for k, v in batch.items()}
         with precision.autocast():
             logits = net(**batch).logits
-        columns = [index, logits.argmax(dim=-1).cpu()]
+        columns = [index.reshape(-1, 1), example_predictions(logits, shape).cpu()]
         if labelled:
             labels = labels.to(engine.device, non_blocking=True)
-            loss = nn.functional.cross_entropy(
-                logits.float(), labels, reduction="none", label_smoothing=label_smoothing
-            )
-            columns.append(labels.cpu())
-            losses.append(loss.double().cpu())
-        rows.append(torch.stack(columns, dim=1))
+            losses.append(example_losses(logits, labels, shape, label_smoothing).double().cpu())
+            columns.append(labels.reshape(len(index), -1).cpu())
+        rows.append(torch.cat([column.to(dtype) for column in columns], dim=1))
     net.train()
     gathered = engine.all_gather(torch.cat(rows).to(engine.device)).cpu()
     if not labelled:
@@ -59,11 +77,12 @@ def gather_outputs(
 class Evaluator:
     def __init__(
         self, engine: Engine, model: nn.Module, tokenizer: Any, tokenized: DatasetDict, args: TrainingArguments,
-        precision: Precision,
+        precision: Precision, task_name: str | None = None,
     ) -> None:  # fmt: skip
         self.engine, self.model, self.precision = engine, model, precision
         self.tokenizer, self.tokenized = tokenizer, tokenized
         self.batch_size, self.label_smoothing = args.per_device_eval_batch_size, args.label_smoothing_factor
+        self.shape = task_shape(tokenized, task_name, args.multi_label_threshold)
 
     def evaluate_all(self) -> dict[str, Any]:
         """Every validation split, keyed as transformers does: ``eval_<metric>`` for the first (primary)
@@ -77,19 +96,26 @@ class Evaluator:
         return result
 
     def evaluate(self, split: str) -> dict[str, Any]:
+        """The split's metrics; ``<first metric>_per_rank``: every rank's value of it (all equal: exact)."""
         engine = self.engine
         rows, losses = self.outputs(split, labelled=True)
-        result = exact_metrics(rows, losses, len(self.tokenized[split]))
-        per_rank = engine.all_gather(torch.tensor([result["accuracy"]], dtype=torch.float64, device=engine.device))
-        result["accuracy_per_rank"] = per_rank.cpu().tolist()
+        result = exact_metrics(rows, losses, len(self.tokenized[split]), self.shape)
+        first = self.shape.metric_names()[0]
+        per_rank = engine.all_gather(torch.tensor([result[first]], dtype=torch.float64, device=engine.device))
+        result[f"{first}_per_rank"] = per_rank.cpu().tolist()
         return result
 
-    def predict(self) -> dict[str, list[int]]:
-        """Predictions of every test split, in example order (all ranks take part; rank 0 keeps them)."""
+    def predict(self) -> dict[str, list]:
+        """Predictions of every test split, in example order (all ranks take part; rank 0 keeps them): a
+        class id, a float (regression) or the list of predicted class ids (multi-label) per example."""
         found = {}
         for name in data_lib.test_split_names(self.tokenized):
             rows, _ = self.outputs(name, labelled=False)
-            found[name] = rows[torch.argsort(rows[:, 0]), 1].tolist()
+            ordered = rows[torch.argsort(rows[:, 0].long()), 1:]
+            if self.shape.problem_type == MULTI_LABEL:
+                found[name] = [[i for i, hot in enumerate(row) if hot] for row in ordered.tolist()]
+            else:
+                found[name] = ordered[:, 0].tolist()
         return found
 
     def outputs(self, split: str, labelled: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -98,4 +124,9 @@ class Evaluator:
             self.tokenized[split], self.tokenizer, self.batch_size, engine.world_size, engine.rank
         )
         net = engine.unwrap(self.model)
-        return gather_outputs(engine, net, loader, self.precision, labelled, self.label_smoothing)
+        return gather_outputs(engine, net, loader, self.precision, labelled, self.label_smoothing, self.shape)
+
+
+def task_shape(tokenized: DatasetDict, task_name: str | None, threshold: float = 0.5) -> TaskShape:
+    """The run's TaskShape, from its tokenized labels (their feature says the problem type)."""
+    return TaskShape(data_lib.problem_type(tokenized), len(data_lib.label_names(tokenized)), task_name, threshold)

@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from horovod_train.engines.base import Engine
+from horovod_train.glue import METRIC_NAMES
 from horovod_train.position import TrainingPosition
 from horovod_train.trackers import Trackers
 from horovod_train.training.console import Console
 from horovod_train.training.parts import RunPlan
+
+METRIC_ENDINGS = tuple(f"_{name}" for name in METRIC_NAMES)
 
 
 class RunLog:
@@ -48,5 +51,5 @@ class RunLog:
              "epoch": self.plan.epoch_float(position), "step": position.global_step}
         )  # fmt: skip
         self.trackers.log(position.log_history[-1], position.global_step)
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if k.endswith(("_accuracy", "_f1", "_loss")))
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if k.endswith(("_loss", *METRIC_ENDINGS)))
         self.console.log(f"eval at step {position.global_step}: {shown} ({result['eval_samples']} examples)")

@@ -154,11 +154,10 @@ def test_a_test_file_without_labels_is_a_test_split_labelled_minus_one(tmp_path)
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--task_name", "stsb"], "regression task"),
         (["--task_name", "glue"], "unknown --task_name"),
         (["--text_column_names", "a,b,c"], "one or two column names"),
         (["--text_column_names", "a,"], "one or two column names"),
-        (["--num_labels", "1"], "--num_labels must be >= 2"),
+        (["--num_labels", "0"], "--num_labels must be > 0"),
     ],
 )
 def test_bad_data_arguments_are_refused(argv, message):
