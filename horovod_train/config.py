@@ -108,7 +108,8 @@ class DataArguments:
     train_file: str | None = field(default=None, metadata={"help": "csv, tsv, json, jsonl or parquet file."})
     validation_file: str | None = field(default=None, metadata={"help": "csv, tsv, json, jsonl or parquet file."})
     test_file: str | None = field(
-        default=None, metadata={"help": "csv, tsv, json, jsonl or parquet file to predict on (the test split); labels optional."}
+        default=None,
+        metadata={"help": "csv, tsv, json, jsonl or parquet file to predict on (the test split); labels optional."},
     )
     text_column_names: str | None = field(
         default=None,

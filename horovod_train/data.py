@@ -9,6 +9,7 @@ import hashlib
 import itertools
 import math
 import os
+import tempfile
 from collections import Counter
 from collections.abc import Sequence, Sized
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ SYNTHETIC = "synthetic-nli"
 FILE_SEPARATORS = {".csv": ",", ".tsv": "\t"}
 FILE_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
 Splits = dict[str, Dataset]
+DIGEST_BATCH_ROWS = 10_000
 
 
 def default_cache_dir() -> Path:
@@ -442,14 +444,17 @@ def label_names(ds: DatasetDict) -> list[str]:
 
 
 def content_digest(*parts: object) -> str:
-    """A digest of datasets (by their Arrow content) and plain values, the same on every rank."""
+    """A digest of datasets (by their Arrow content) and plain values, the same on every rank. A dataset is
+    hashed a batch of rows at a time, so that a split larger than memory is not copied into it."""
     h = hashlib.sha256()
     for part in parts:
         if isinstance(part, Dataset):
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, part.data.table.schema) as writer:
-                writer.write_table(part.flatten_indices(keep_in_memory=True).data.table)
-            h.update(sink.getvalue().to_pybytes())
+            for batch in part.with_format("arrow").iter(batch_size=DIGEST_BATCH_ROWS):
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, batch.schema) as writer:
+                    writer.write_table(batch)
+                h.update(sink.getvalue())
+            h.update(f"rows:{len(part)};".encode())
         else:
             h.update(repr(part).encode())
     return h.hexdigest()[:20]
@@ -473,9 +478,12 @@ def tokenize_to_disk(
     target: Path,
     pad: bool = False,
     overwrite: bool = False,
+    num_proc: int | None = None,
 ) -> None:
     """Tokenize every split into ``target`` unless it is there (``overwrite``: again). ``pad``: every
-    example to ``max_seq_length`` (run_glue's --pad_to_max_length), else the collator pads per batch."""
+    example to ``max_seq_length`` (run_glue's --pad_to_max_length), else the collator pads per batch.
+    ``num_proc`` processes tokenize contiguous shards (run_glue's --preprocessing_num_workers): the same
+    data as one. The tokenized splits go through files beside ``target``, never into memory whole."""
     if target.is_dir() and not overwrite:
         return
     columns = text_columns(raw)
@@ -484,10 +492,14 @@ def tokenize_to_disk(
     def encode(batch: dict) -> dict:
         return tokenizer(*(batch[c] for c in columns), padding=padding, truncation=True, max_length=max_seq_length)
 
-    encoded = raw.map(encode, batched=True, remove_columns=columns, keep_in_memory=True)
-    encoded = encoded.rename_column(LABEL_COLUMN, "labels")
-    with atomic_directory(target, replace=overwrite) as tmp:
-        encoded.save_to_disk(str(tmp))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.", suffix=".map") as work:
+        files = {name: str(Path(work) / f"{name}.arrow") for name in raw}
+        encoded = raw.map(encode, batched=True, remove_columns=columns, num_proc=num_proc if num_proc != 1 else None,
+                          cache_file_names=files, load_from_cache_file=False, desc=None)  # fmt: skip
+        encoded = encoded.rename_column(LABEL_COLUMN, "labels")
+        with atomic_directory(target, replace=overwrite) as tmp:
+            encoded.save_to_disk(str(tmp))
 
 
 def load_tokenized(path: Path) -> DatasetDict:
