@@ -3,8 +3,8 @@ and the cache size. Run from a checkout (its horovod_train is measured):
 
     python scripts/measure_data_files.py --rows 2000000 --work /tmp/measure [--extra --preprocessing_num_workers 2]
 
-One run = `horovodrun -np 2 --gloo` of tiny-bert with --max_steps 1 --logging_steps 1 on a fresh cache (then
-again on the filled cache), each rank under /usr/bin/time -v. The tokenizer is a saved one (not tiny-bert's
+One run = `horovodrun -np 2 --gloo` of tiny-bert with --max_steps 1 --logging_steps 1 on a fresh cache (with
+--warm, again on the filled cache), each rank under /usr/bin/time -v. The tokenizer is a saved one (not tiny-bert's
 own, which trains on every text of the data on each run and would dominate both)."""
 
 from __future__ import annotations
@@ -77,6 +77,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--work", type=Path, default=Path("/tmp/measure-data-files"))
     parser.add_argument("--label", default="run")
+    parser.add_argument("--warm", action="store_true", help="also a second run, on the filled cache")
+    parser.add_argument("--cached", action="store_true", help="keep the cache of an earlier run of --label")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[])
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -84,9 +86,11 @@ def main() -> None:
     write_csv(train, args.rows)
     tok = tokenizer(args.work)
     cache = args.work / f"cache-{args.label}"
-    shutil.rmtree(cache, ignore_errors=True)
+    if not args.cached:
+        shutil.rmtree(cache, ignore_errors=True)
     print(f"{train} {train.stat().st_size / 2**20:.0f} MiB, {args.rows} rows", flush=True)
-    for state in ("cold cache", "warm cache"):
+    states = ("warm cache",) if args.cached else ("cold cache", "warm cache")[: 2 if args.warm else 1]
+    for state in states:
         result = one_run(train, tok, cache, args.work / f"out-{args.label}", args.extra)
         print(f"{args.label} {state}: {result}", flush=True)
 
