@@ -106,10 +106,11 @@ class DataArguments:
         },
     )
     dataset_config_name: str | None = field(default=None, metadata={"help": "The hub dataset's configuration."})
-    train_file: str | None = field(default=None, metadata={"help": "csv, tsv, json or jsonl file."})
-    validation_file: str | None = field(default=None, metadata={"help": "csv, tsv, json or jsonl file."})
+    train_file: str | None = field(default=None, metadata={"help": "csv, tsv, json, jsonl or parquet file."})
+    validation_file: str | None = field(default=None, metadata={"help": "csv, tsv, json, jsonl or parquet file."})
     test_file: str | None = field(
-        default=None, metadata={"help": "csv, tsv, json or jsonl file to predict on (the test split); labels optional."}
+        default=None,
+        metadata={"help": "csv, tsv, json, jsonl or parquet file to predict on (the test split); labels optional."},
     )
     text_column_names: str | None = field(
         default=None,
@@ -150,6 +151,9 @@ class DataArguments:
     num_labels: int | None = field(
         default=None,
         metadata={"help": "Number of labels (default: inferred from the data's label names or labels); 1: regression."},
+    )
+    preprocessing_num_workers: int | None = field(
+        default=None, metadata={"help": "Processes that tokenize (each node's local rank 0 tokenizes, once)."}
     )
 
     def text_columns(self) -> list[str] | None:

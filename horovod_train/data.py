@@ -9,6 +9,7 @@ import hashlib
 import itertools
 import math
 import os
+import tempfile
 from collections import Counter
 from collections.abc import Sequence, Sized
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from datasets import ClassLabel, Dataset, DatasetDict, LargeList, List, Value, l
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
-from horovod_train import glue, synthetic
+from horovod_train import glue, glue_files, synthetic
 from horovod_train.config import DataArguments
 from horovod_train.errors import UsageError
 from horovod_train.files import atomic_directory
@@ -33,42 +34,87 @@ AUTO_TEXT_COLUMNS = (("premise", "hypothesis"), ("sentence1", "sentence2"), ("se
 LABEL_COLUMN = "label"
 SPLIT_SEED = 42  # the tutorials' 90/10 split of the train set
 SYNTHETIC = "synthetic-nli"
-FILE_READERS = {".csv": ",", ".tsv": "\t", ".json": None, ".jsonl": None}
-GLUE_COLUMNS = {"sentence1": "premise", "sentence2": "hypothesis", "gold_label": "label"}  # GLUE's MNLI/SNLI .tsv
+FILE_SEPARATORS = {".csv": ",", ".tsv": "\t"}
+FILE_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
 Splits = dict[str, Dataset]
+DIGEST_BATCH_ROWS = 10_000
 
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("HOROVOD_TRAIN_CACHE", Path.home() / ".cache" / "horovod-train"))
 
 
-def _read_file(path: str, flag: str) -> Dataset:
-    import pandas as pd
-
+def _read_file(path: str, flag: str, cache_dir: Path, task_name: str | None = None) -> Dataset:
+    """A data file as a memory-mapped Dataset, through the ``datasets`` builder of its format (an Arrow copy
+    cached under ``cache_dir``/files, built once: each node's local main rank reads first, see
+    training/build.py). A file the builder refuses, or one without rows, is read again in memory as before,
+    for its exact message (or its rows: pandas also reads a CSV whose chunks infer other types)."""
     file = Path(path)
     suffix = file.suffix.lower()
-    if suffix not in FILE_READERS:
-        raise UsageError(f"{flag} {path} has unsupported extension {suffix!r}", "use .csv, .tsv, .json or .jsonl")
+    if suffix not in FILE_SUFFIXES:
+        raise UsageError(f"{flag} {path} has unsupported extension {suffix!r}", "use .csv, .tsv, .json, .jsonl "
+                         "or .parquet")  # fmt: skip
     if not file.is_file():
         raise UsageError(f"{flag} {path} does not exist", f"pass an existing file to {flag}")
+    names = glue_files.headerless_columns(task_name, file)
+    dataset = _build(file, names, cache_dir)
+    if dataset is None:
+        dataset = _read_into_memory(file, flag, names)
+    if suffix == ".tsv":
+        _check_one_row_per_line(file, len(dataset), flag, header=names is None)
+    return glue_files.without_bom(dataset)
+
+
+def _builder_arguments(suffix: str, names: list[str] | None) -> tuple[str, dict]:
+    """The ``datasets`` builder of a file's format and its options."""
+    if suffix not in FILE_SEPARATORS:
+        return ("parquet" if suffix == ".parquet" else "json"), {}
+    # TSV (GLUE's included) is not quoted: a '"' in a text is a character, not the start of a quoted field.
+    # Only an empty cell is missing: a text "NA", "None" or "null" stays text.
+    options = dict(sep=FILE_SEPARATORS[suffix], quoting=csv.QUOTE_NONE if suffix == ".tsv" else csv.QUOTE_MINIMAL,
+                   keep_default_na=False, na_values=[""])  # fmt: skip
+    if names:
+        options.update(column_names=names, header=None)
+    return "csv", options
+
+
+def _build(file: Path, names: list[str] | None, cache_dir: Path) -> Dataset | None:
+    """The builder's Dataset of ``file``; None if it refuses the file or reads no rows."""
+    from datasets import load_dataset
+
+    builder, options = _builder_arguments(file.suffix.lower(), names)
     try:
-        if FILE_READERS[suffix] is None:
+        dataset = load_dataset(builder, data_files={"train": str(file.resolve())}, split="train",
+                               cache_dir=str(cache_dir / "files"), **options)  # fmt: skip
+    except Exception:  # noqa: BLE001 - the builders raise many types; the in-memory reader names the problem
+        return None
+    # A JSON column of several kinds of values comes as JSON text (an Arrow extension type): refused in memory.
+    mixed = any(isinstance(field.type, pa.BaseExtensionType) for field in dataset.data.schema)
+    return dataset if len(dataset) and not mixed else None
+
+
+def _read_into_memory(file: Path, flag: str, names: list[str] | None) -> Dataset:
+    """The file through pandas, checked: every value of a column of one kind."""
+    import pandas as pd
+
+    suffix = file.suffix.lower()
+    try:
+        if suffix == ".parquet":
+            frame = pd.read_parquet(file)
+        elif suffix not in FILE_SEPARATORS:
             # dtype=False: the values as written (inference would turn a true among integer labels into 1)
             frame = pd.read_json(file, lines=suffix == ".jsonl" or _looks_like_jsonl(file), dtype=False)
         else:
-            # TSV (GLUE's included) is not quoted: a '"' in a text is a character, not the start of a quoted field.
-            # Only an empty cell is missing: a text "NA", "None" or "null" stays text.
-            quoting = csv.QUOTE_NONE if suffix == ".tsv" else csv.QUOTE_MINIMAL
-            frame = pd.read_csv(file, sep=FILE_READERS[suffix], quoting=quoting, keep_default_na=False, na_values=[""])
+            options = _builder_arguments(suffix, names)[1]
+            options["names"] = options.pop("column_names", None)
+            frame = pd.read_csv(file, **options)
     except pd.errors.EmptyDataError:
-        raise UsageError(f"{flag} {path} is empty", "give it a header and at least one example") from None
-    except (ValueError, pd.errors.ParserError) as exc:
-        reason = str(exc).splitlines()[0][:160]
-        raise UsageError(f"{flag} {path} cannot be parsed ({reason})", "fix the file's format") from None
-    if suffix == ".tsv":
-        _check_one_row_per_line(file, len(frame), flag)
+        raise UsageError(f"{flag} {file} is empty", "give it a header and at least one example") from None
+    except (ValueError, pd.errors.ParserError, OSError) as exc:
+        reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise UsageError(f"{flag} {file} cannot be parsed ({reason})", "fix the file's format") from None
     for column in frame.columns:
-        _check_one_kind(frame[column].tolist(), f"{flag} {path}", column)
+        _check_one_kind(frame[column].tolist(), f"{flag} {file}", column)
     return Dataset.from_pandas(frame, preserve_index=False)
 
 
@@ -100,10 +146,10 @@ def _check_one_kind(values: list, where: str, column: str) -> None:
     )
 
 
-def _check_one_row_per_line(file: Path, rows: int, flag: str) -> None:
+def _check_one_row_per_line(file: Path, rows: int, flag: str, header: bool = True) -> None:
     """Each non-blank line after the header must be one example (pandas also ends a row at a lone '\\r')."""
     with file.open("rb") as f:
-        lines = sum(1 for line in f if line.strip(b"\r\n").strip(b" ")) - 1  # pandas skips blank lines
+        lines = sum(1 for line in f if line.strip(b"\r\n").strip(b" ")) - header  # pandas skips blank lines
     if rows != lines:
         raise UsageError(
             f"{flag} {file} has {lines} lines of examples but reads as {rows} rows",
@@ -120,10 +166,11 @@ def _sources(args: DataArguments, seed: int, cache_dir: str | None) -> tuple[Dat
     """(train, evaluation splits, test splits) as given, before any column or label is checked."""
     evals: Splits = {}
     tests: Splits = {}
+    files = Path(cache_dir) if cache_dir else default_cache_dir()
     if args.train_file:
-        train = _read_file(args.train_file, "--train_file")
+        train = _read_file(args.train_file, "--train_file", files, args.task_name)
         if args.validation_file:
-            evals["validation"] = _read_file(args.validation_file, "--validation_file")
+            evals["validation"] = _read_file(args.validation_file, "--validation_file", files, args.task_name)
     elif args.dataset_name == SYNTHETIC and not args.task_name:
         rows = synthetic.generate(args.synthetic_num_examples, seed)
         names = ClassLabel(names=list(synthetic.LABEL_NAMES))
@@ -136,18 +183,20 @@ def _sources(args: DataArguments, seed: int, cache_dir: str | None) -> tuple[Dat
     else:
         raise UsageError("no training data given", "pass --dataset_name, --train_file or --task_name")
     if args.test_file:
-        tests["test"] = _read_file(args.test_file, "--test_file")
+        tests["test"] = _read_file(args.test_file, "--test_file", files, args.task_name)
     return train, evals, tests
 
 
 def _from_glue_columns(dataset: Dataset, args: DataArguments) -> tuple[Dataset, str, str]:
-    """GLUE's MNLI/SNLI .tsv (sentence1/sentence2/gold_label) as premise/hypothesis/label unless the columns
-    are named by flags; also returns the label column and the name it has in the user's data."""
-    columns = set(dataset.column_names)
-    named = args.text_column_names or args.label_column_name != LABEL_COLUMN or args.task_name not in (None, "mnli")
-    if not named and columns.isdisjoint(GLUE_COLUMNS.values()) and columns.issuperset(GLUE_COLUMNS):
-        return dataset.select_columns(list(GLUE_COLUMNS)).rename_columns(GLUE_COLUMNS), LABEL_COLUMN, "gold_label"
-    return dataset, args.label_column_name, args.label_column_name
+    """GLUE's distributed .tsv layouts (glue_files: MRPC's ``#1 String``, QQP's ``is_duplicate``, STS-B's
+    ``score``, MNLI's ``gold_label``, ...) under run_glue's column names, unless the columns are named by flags;
+    also returns the label column and the name it has in the user's data."""
+    named = args.text_column_names or args.label_column_name != LABEL_COLUMN
+    layout = None if named else glue_files.layout_of(dataset.column_names, args.task_name)
+    if layout is None:
+        return dataset, args.label_column_name, args.label_column_name
+    dataset, source = glue_files.to_task_columns(dataset, layout)
+    return dataset, LABEL_COLUMN, source
 
 
 def resolve_text_columns(train: Dataset, args: DataArguments) -> list[str]:
@@ -204,16 +253,20 @@ def origin(name: str, args: DataArguments) -> str:
 
 
 def _check_texts(dataset: Dataset, where: str, text: list[str], labelled: bool) -> None:
+    """Every text cell holds text: checked on the Arrow columns, without reading them into Python."""
     if labelled and len(dataset) == 0:
         raise UsageError(f"{where} has no examples", "provide at least one example")
+    columns = dataset.with_format("arrow")
     for column in text:
-        if any(not isinstance(v, str) for v in dataset.unique(column)):
-            values = dataset[column]
-            row = next(i for i, v in enumerate(values) if not isinstance(v, str))
-            raise UsageError(
-                f"{where} has empty or non-text {column} values (row {row + 1} holds {values[row]!r})",
-                f"fill every {column} cell with text",
-            )
+        values = columns[column]
+        is_text = pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
+        if is_text and values.null_count == 0:
+            continue
+        row = pc.index(pc.is_null(values), True).as_py() if is_text else 0
+        raise UsageError(
+            f"{where} has empty or non-text {column} values (row {row + 1} holds {values[row].as_py()!r})",
+            f"fill every {column} cell with text",
+        )
 
 
 def _check_label_texts(values: list, where: str) -> None:
@@ -509,14 +562,17 @@ def problem_type(ds: DatasetDict) -> str:
 
 
 def content_digest(*parts: object) -> str:
-    """A digest of datasets (by their Arrow content) and plain values, the same on every rank."""
+    """A digest of datasets (by their Arrow content) and plain values, the same on every rank. A dataset is
+    hashed a batch of rows at a time, so that a split larger than memory is not copied into it."""
     h = hashlib.sha256()
     for part in parts:
         if isinstance(part, Dataset):
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, part.data.table.schema) as writer:
-                writer.write_table(part.flatten_indices(keep_in_memory=True).data.table)
-            h.update(sink.getvalue().to_pybytes())
+            for batch in part.with_format("arrow").iter(batch_size=DIGEST_BATCH_ROWS):
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, batch.schema) as writer:
+                    writer.write_table(batch)
+                h.update(sink.getvalue())
+            h.update(f"rows:{len(part)};".encode())
         else:
             h.update(repr(part).encode())
     return h.hexdigest()[:20]
@@ -540,9 +596,12 @@ def tokenize_to_disk(
     target: Path,
     pad: bool = False,
     overwrite: bool = False,
+    num_proc: int | None = None,
 ) -> None:
     """Tokenize every split into ``target`` unless it is there (``overwrite``: again). ``pad``: every
-    example to ``max_seq_length`` (run_glue's --pad_to_max_length), else the collator pads per batch."""
+    example to ``max_seq_length`` (run_glue's --pad_to_max_length), else the collator pads per batch.
+    ``num_proc`` processes tokenize contiguous shards (run_glue's --preprocessing_num_workers): the same
+    data as one. The tokenized splits go through files beside ``target``, never into memory whole."""
     if target.is_dir() and not overwrite:
         return
     columns = text_columns(raw)
@@ -551,10 +610,14 @@ def tokenize_to_disk(
     def encode(batch: dict) -> dict:
         return tokenizer(*(batch[c] for c in columns), padding=padding, truncation=True, max_length=max_seq_length)
 
-    encoded = raw.map(encode, batched=True, remove_columns=columns, keep_in_memory=True)
-    encoded = encoded.rename_column(LABEL_COLUMN, "labels")
-    with atomic_directory(target, replace=overwrite) as tmp:
-        encoded.save_to_disk(str(tmp))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.", suffix=".map") as work:
+        files = {name: str(Path(work) / f"{name}.arrow") for name in raw}
+        encoded = raw.map(encode, batched=True, remove_columns=columns, num_proc=num_proc if num_proc != 1 else None,
+                          cache_file_names=files, load_from_cache_file=False, desc=None)  # fmt: skip
+        encoded = encoded.rename_column(LABEL_COLUMN, "labels")
+        with atomic_directory(target, replace=overwrite) as tmp:
+            encoded.save_to_disk(str(tmp))
 
 
 def load_tokenized(path: Path) -> DatasetDict:

@@ -27,7 +27,7 @@ PATH_MAX = 4096  # bytes of a whole path, its terminating NUL included
 SEED_MAX = 2**32 - 1  # numpy.random.seed's limit
 # Milliseconds of this many seconds still fit a signed 32-bit int, the narrowest type a timeout passes through.
 TIMEOUT_MAX_S = (2**31 - 1) // 1000
-DATA_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl")
+DATA_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
 # Signals a handler can catch that nothing sends in a healthy run: not SIGKILL/SIGSTOP (cannot be caught),
 # not the faults a Python handler cannot resume from, not those the OS sends in normal operation (a data
 # loader worker's exit sends SIGCHLD, a resized terminal SIGWINCH).
@@ -189,7 +189,7 @@ def data_file(name: str, value: Any) -> None:
     file = Path(value)
     if file.suffix.lower() not in DATA_SUFFIXES:
         raise UsageError(f"--{name} {value} has unsupported extension {file.suffix.lower()!r}",
-                         "use .csv, .tsv, .json or .jsonl")
+                         "use .csv, .tsv, .json, .jsonl or .parquet")
     if file.is_dir():
         raise UsageError(f"--{name} {value} is a directory", f"pass a {', '.join(DATA_SUFFIXES)} file")
     if not file.is_file():
@@ -279,6 +279,7 @@ DOMAINS: dict[str, Check] = {
     "max_eval_samples": count(1, example="1000"),
     "synthetic_num_examples": count(2, example="8000"),
     "num_labels": count(1, example="3"),
+    "preprocessing_num_workers": count(1, example="4"),
     # training
     "output_dir": path,  # its own checks (a file, not writable, an earlier run): output_dir.check_output_dir
     "overwrite_output_dir": boolean,

@@ -28,7 +28,7 @@ def prepare_data(config: RunConfig, engine: Engine, cache_dir: Path, rank_zero: 
     """The tokenizer and the tokenized splits, through the tokenization cache (each node's local rank 0
     fills it first; ``rank_zero`` does rank 0's work before any other rank's)."""
     c = config
-    raw = data_lib.load_raw_datasets(c.data, c.training.seed, c.model.cache_dir)
+    raw = read_raw_data(config, engine)
     tokenizer_name = c.model.tokenizer_name or c.model.model_name_or_path
     if tokenizer_name == model_lib.TINY_BERT:
         texts = [t for column in data_lib.text_columns(raw) for t in raw["train"][column]]
@@ -43,7 +43,8 @@ def prepare_data(config: RunConfig, engine: Engine, cache_dir: Path, rank_zero: 
     cached = data_lib.tokenized_cache_path(raw, tokenizer, d.max_seq_length, cache_dir, d.pad_to_max_length)
 
     def tokenize(overwrite: bool = False) -> None:
-        data_lib.tokenize_to_disk(raw, tokenizer, d.max_seq_length, cached, d.pad_to_max_length, overwrite)
+        data_lib.tokenize_to_disk(raw, tokenizer, d.max_seq_length, cached, d.pad_to_max_length, overwrite,
+                                  num_proc=d.preprocessing_num_workers)
 
     if d.overwrite_cache:  # rebuilt once, by rank 0, before any rank maps it (the cache may be shared by nodes)
         rank_zero.first(lambda: tokenize(overwrite=True))
@@ -58,6 +59,23 @@ def check_task_shape(args: TrainingArguments, tokenized: DatasetDict, task_name:
         raise UsageError(f"--label_smoothing_factor smooths class labels but this run is a {shape.problem_type}",
                          "drop --label_smoothing_factor")  # fmt: skip
     check_metric_for_best_model(args.metric_for_best_model, tokenized, task_name)
+
+
+def read_raw_data(config: RunConfig, engine: Engine) -> DatasetDict:
+    """The raw splits; each node's local main rank reads first (it builds the data files' Arrow cache, which the
+    other ranks then map). Bad data is refused by every rank alike: the local main rank reaches the barrier."""
+    c = config
+
+    def read() -> DatasetDict | UsageError:
+        try:
+            return data_lib.load_raw_datasets(c.data, c.training.seed, c.model.cache_dir)
+        except UsageError as refused:
+            return refused
+
+    raw = engine.local_main_first(read)
+    if isinstance(raw, UsageError):
+        raise raw
+    return raw
 
 
 def check_metric_for_best_model(metric: str | None, tokenized: DatasetDict, task_name: str | None = None) -> None:

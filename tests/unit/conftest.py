@@ -25,3 +25,9 @@ def no_processes_started(monkeypatch) -> Iterator[None]:
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse_launchers)
     yield
+
+
+@pytest.fixture(autouse=True)
+def cache_off_home(monkeypatch, cache_dir) -> None:
+    """Data files read without a cache_dir are cached in HOROVOD_TRAIN_CACHE (default ~/.cache): the session's."""
+    monkeypatch.setenv("HOROVOD_TRAIN_CACHE", str(cache_dir))

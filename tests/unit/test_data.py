@@ -108,9 +108,9 @@ def test_bad_files_are_refused(tmp_path, frame, message):
 def test_missing_and_unsupported_files_are_refused(tmp_path):
     with pytest.raises(UsageError, match="does not exist"):
         load_raw_datasets(DataArguments(train_file=str(tmp_path / "nope.csv")), seed=0)
-    (tmp_path / "data.parquet").write_text("x")
+    (tmp_path / "data.xlsx").write_text("x")
     with pytest.raises(UsageError, match="unsupported extension"):
-        load_raw_datasets(DataArguments(train_file=str(tmp_path / "data.parquet")), seed=0)
+        load_raw_datasets(DataArguments(train_file=str(tmp_path / "data.xlsx")), seed=0)
 
 
 def test_tiny_tokenizer_is_trained_once_and_reused(tmp_path):

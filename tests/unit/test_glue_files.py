@@ -1,0 +1,103 @@
+"""GLUE's distributed .tsv files read as they are, task by task; data files through datasets' builders."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+from datasets import DatasetDict
+from support.glue_layouts import TASKS, write_glue_task
+
+from horovod_train import data, glue, synthetic
+from horovod_train.config import DataArguments
+from horovod_train.data import load_raw_datasets, load_tokenized, tokenize_to_disk
+from horovod_train.errors import UsageError
+from horovod_train.model import load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
+
+CLASSIFICATION = [task for task in TASKS if task in glue.TASK_LABEL_NAMES]
+
+
+@pytest.mark.parametrize("task", CLASSIFICATION)
+def test_each_tasks_glue_files_load_with_run_glues_columns_and_label_names(task, tmp_path):
+    train_rows = write_glue_task(task, tmp_path / "train.tsv", 60, seed=1, bom=task == "mrpc")
+    dev_rows = write_glue_task(task, tmp_path / "dev.tsv", 20, seed=2)
+    args = DataArguments(task_name=task, train_file=str(tmp_path / "train.tsv"),
+                         validation_file=str(tmp_path / "dev.tsv"))  # fmt: skip
+    raw = load_raw_datasets(args, seed=0)
+    columns = [*glue.task_text_columns(task), "label"]
+    for split, rows in (("train", train_rows), ("validation", dev_rows)):
+        assert raw[split].column_names == columns
+        assert raw[split].to_list() == rows
+        assert raw[split].features["label"].names == list(glue.TASK_LABEL_NAMES[task])
+
+
+def test_stsb_glue_files_read_as_sentence_pairs_and_float_scores(tmp_path):
+    """STS-B trains where regression does (--task_name stsb is refused by the classifier): its columns read."""
+    rows = write_glue_task("stsb", tmp_path / "train.tsv", 40, seed=3)
+    dataset = data._read_file(str(tmp_path / "train.tsv"), "--train_file", tmp_path / "cache", "stsb")
+    args = SimpleNamespace(text_column_names=None, label_column_name="label", task_name="stsb")
+    dataset, label, source = data._from_glue_columns(dataset, args)
+    assert (label, source) == ("label", "score")
+    assert dataset.column_names == ["sentence1", "sentence2", "label"]
+    assert dataset.features["label"].dtype == "float64"
+    assert dataset.to_list() == rows
+
+
+def test_a_cola_test_file_with_its_header_reads_its_sentences(tmp_path):
+    path = tmp_path / "test.tsv"
+    path.write_text("index\tsentence\n0\tBill whistled past the house.\n1\tThe car honked down the road.\n")
+    dataset = data._read_file(str(path), "--test_file", tmp_path / "cache", "cola")
+    assert dataset.to_list() == [{"index": 0, "sentence": "Bill whistled past the house."},
+                                 {"index": 1, "sentence": "The car honked down the road."}]  # fmt: skip
+
+
+def test_a_parquet_file_trains_like_its_csv(tmp_path):
+    frame = pd.DataFrame(synthetic.generate(50, seed=0))
+    frame.to_parquet(tmp_path / "train.parquet")
+    frame.to_csv(tmp_path / "train.csv", index=False)
+    from_parquet = load_raw_datasets(DataArguments(train_file=str(tmp_path / "train.parquet")), seed=0)
+    from_csv = load_raw_datasets(DataArguments(train_file=str(tmp_path / "train.csv")), seed=0)
+    assert from_parquet["train"].to_list() == from_csv["train"].to_list()
+    assert len(from_parquet["train"]) == 45
+
+
+def test_a_parquet_file_without_the_text_column_is_refused(tmp_path):
+    pd.DataFrame({"premise": ["a b", "c d"], "label": [0, 1]}).to_parquet(tmp_path / "train.parquet")
+    with pytest.raises(UsageError, match="has no text column"):
+        load_raw_datasets(DataArguments(train_file=str(tmp_path / "train.parquet")), seed=0)
+    (tmp_path / "broken.parquet").write_text("premise,label\n")
+    with pytest.raises(UsageError, match="broken.parquet cannot be parsed"):
+        load_raw_datasets(DataArguments(train_file=str(tmp_path / "broken.parquet")), seed=0)
+
+
+def test_a_file_is_read_into_the_arrow_cache_once(tmp_path):
+    path = tmp_path / "train.csv"
+    pd.DataFrame(synthetic.generate(30, seed=0)).to_csv(path, index=False)
+    first = data._read_file(str(path), "--train_file", tmp_path / "cache")
+    again = data._read_file(str(path), "--train_file", tmp_path / "cache")
+    built = sorted((tmp_path / "cache" / "files").rglob("*.arrow"))
+    assert len(built) == 1 and [f["filename"] for f in first.cache_files] == [str(built[0])]
+    assert again.cache_files == first.cache_files
+
+
+def _tokenized(raw: DatasetDict, tmp_path, num_proc: int) -> DatasetDict:
+    texts = list(raw["train"]["premise"]) + list(raw["train"]["hypothesis"])
+    directory = tiny_tokenizer_dir(tmp_path, texts)
+    prepare_tiny_tokenizer(directory, texts)
+    tokenizer = load_tokenizer(str(directory))
+    target = tmp_path / f"tokenized-{num_proc}"
+    tokenize_to_disk(raw, tokenizer, 32, target, num_proc=num_proc)
+    return load_tokenized(target)
+
+
+def test_parallel_tokenizing_writes_the_same_data_as_one_process(tmp_path):
+    raw = load_raw_datasets(DataArguments(synthetic_num_examples=3001), seed=0)
+    one, three = _tokenized(raw, tmp_path, 1), _tokenized(raw, tmp_path, 3)
+    for split in raw:
+        assert one[split].features == three[split].features
+        assert one[split].data.table.equals(three[split].data.table)
+        assert data.dataset_digest(one[split]) == data.dataset_digest(three[split])
+    for name in ("train", "validation"):
+        files = [sorted((tmp_path / f"tokenized-{n}" / name).glob("*.arrow")) for n in (1, 3)]
+        assert [f.read_bytes() for f in files[0]] == [f.read_bytes() for f in files[1]]
