@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from horovod_train import launchers
+from horovod_train import domains, launchers
 from horovod_train.bench import common, fit
 from horovod_train.errors import UsageError
 from horovod_train.output_dir import claimed
@@ -63,9 +63,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def validate(args: argparse.Namespace) -> tuple[list[launchers.Run], dict[str, int]]:
     """Every argument against its domain before anything is built, launched or written."""
+    domains.writable_dir("output_dir", args.output_dir)
     for name in ("world_size", "max_seq_length", "lora_r", "fit_batch"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name} must be >= 1 (got {getattr(args, name)})", f"pass --{name} 1 or more")
+    domains.Number(0.0, example="2")("margin_gb", args.margin_gb)
     if args.max_steps < 2:
         raise UsageError(f"--max_steps must be >= 2 (got {args.max_steps})", "pass --max_steps 6: speeds need steps")
     if min(args.activation_seqs) < 1 or max(args.activation_seqs) > 512:

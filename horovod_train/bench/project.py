@@ -400,7 +400,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def validate(args: argparse.Namespace) -> None:
     """Every argument against its domain (domains.py), before anything is read or written."""
     domains.writable_dir("output_dir", args.output_dir)
-    for name in ("per_device_train_batch_size", "gpus_per_node", "max_gpus", *(("lora_r",) if args.lora_r else ())):
+    counts = ("per_device_train_batch_size", "gpus_per_node", "max_gpus")
+    for name in (*counts, *(("lora_r",) if args.lora_r is not None else ())):
         domains.count(1, example="8")(name, getattr(args, name))
     positive = ("compute_ms", "samples_per_second_1gpu", "intra_gbps", "inter_gbps", "fusion_threshold_mb",
                 "ddp_bucket_cap_mb")  # fmt: skip

@@ -308,7 +308,14 @@ BENCH_BAD: dict[str, dict[str, list[str]]] = {
         "intra_latency_us": ["-1", "nan"], "inter_gbps": ["-1", "nan"], "inter_latency_us": ["inf"],
         "link_from": ["{dir}/none.json", "{file}"], "algorithm": ["tree"], "fusion_threshold_mb": ["0", "nan"],
         "cycle_time_ms": ["-1", "inf"], "ddp_bucket_cap_mb": ["0", "nan"], "no_overlap": ["--no_overlap x"],
-        "max_gpus": ["0"], "check_published": ["--check_published x"],
+        "max_gpus": ["0"], "check_published": ["--check_published x"], "lora_r": ["0", "-1", "1.5"],
+    },
+    "memory": {
+        "output_dir": ["{file}/out", "{long}"], "overwrite_output_dir": ["--overwrite_output_dir x"],
+        "architectures": ["gpt"], "modes": ["fp8"], "engines": ["single", "mxnet"], "world_size": ["0"],
+        "batch_sizes": ["0", "1 2 3"], "max_seq_length": ["0"], "max_steps": ["1"], "lora_r": ["0", "1.5"],
+        "activation_seqs": ["0", "513"], "fit_batch": ["0"], "margin_gb": ["-1", "nan", "inf"],
+        "no_runs": ["--no_runs x"],
     },
     "gpu": {
         "output_dir": ["{file}/out"], "model": ["gpt"], "tiny": ["--tiny x"], "bf16": ["maybe"],
@@ -320,7 +327,8 @@ BENCH_BAD: dict[str, dict[str, list[str]]] = {
 }  # fmt: skip
 # Arguments every bench command has that need no domain of their own.
 BENCH_FREE = {"help", "benchmark", "command"}
-FLAGS = {"no_tensors", "no_overlap", "check_published", "tiny", "group_by_length", "torch_compile"}
+FLAGS = {"no_tensors", "no_overlap", "check_published", "tiny", "group_by_length", "torch_compile", "no_runs",
+         "overwrite_output_dir"}  # fmt: skip
 
 
 def _bench_dests(name: str) -> set[str]:
