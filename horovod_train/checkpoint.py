@@ -14,7 +14,6 @@ and the runs it resumed from, wrote), never the one just written.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -27,6 +26,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from horovod_train.digest import sha256
 from horovod_train.errors import UsageError
 from horovod_train.files import atomic_directory, fsync_directory
 from horovod_train.position import TrainingPosition
@@ -127,7 +127,7 @@ class Checkpoints:
             (tmp / TRAINER_FILE).write_text(json.dumps(trainer_state, indent=2, sort_keys=True) + "\n")
             if write_loadable is not None:
                 write_loadable(tmp)
-            manifest = {path.name: _sha256(path) for path in sorted(tmp.iterdir()) if path.is_file()}
+            manifest = {path.name: sha256(path) for path in sorted(tmp.iterdir()) if path.is_file()}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
             _fsync_files(tmp)
         best = Path(position.best_model_checkpoint).name if position.best_model_checkpoint else None
@@ -187,14 +187,6 @@ def with_shared_tensors(tensors: dict[str, torch.Tensor], model: torch.nn.Module
     return full
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _fsync_files(directory: Path) -> None:
     for path in directory.iterdir():
         with path.open("rb") as f:
@@ -252,7 +244,7 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
                          "resume from an earlier checkpoint")
     for name, digest in entries.items():
         file = path / name
-        if not file.is_file() or _sha256(file) != digest:
+        if not file.is_file() or sha256(file) != digest:
             raise UsageError(f"checkpoint {path} is corrupted ({name} does not match its checksum)",
                              "resume from an earlier checkpoint")
     try:

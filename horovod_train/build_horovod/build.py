@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 
 from horovod_train.build_horovod.plan import Options, Plan
 from horovod_train.console import write_line
+from horovod_train.digest import sha256
 
 # Horovod 0.28.1 asks CMake for C++14; torch >= 2.1 needs C++17 (horovod/horovod #3996, #4014, never released).
 CXX_PATCH = ("set(CMAKE_CXX_STANDARD 14)", "set(CMAKE_CXX_STANDARD 17)")
@@ -73,14 +73,6 @@ def fetch_sources(plan: Plan, work: Path) -> Path:
     src = work / f"horovod-{plan.version}"
     patch_sources(src)
     return src
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def build_wheel(plan: Plan, options: Options) -> None:

@@ -6,9 +6,10 @@ import contextlib
 import subprocess
 from pathlib import Path
 
-from horovod_train.build_horovod.build import MARK, SUMS, sha256
+from horovod_train.build_horovod.build import MARK, SUMS
 from horovod_train.build_horovod.plan import Plan
 from horovod_train.console import write_line
+from horovod_train.digest import sha256
 from horovod_train.errors import UsageError
 
 # Run in the target's interpreter (a fresh process: this one must not hold the Horovod it may replace).

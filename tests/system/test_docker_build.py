@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.docker import podman_tools
 from support.jobs import BIN, REPO, assert_ok, read_results
 from support.launch import LAUNCH_JOB, effective_command, ensure_commands, rank_map
 
@@ -50,18 +51,7 @@ def podman(*args: str, timeout: float) -> subprocess.CompletedProcess:
 def image() -> str:
     if os.geteuid() != 0:
         pytest.skip("building with podman and creating container networks needs root here")
-    ensure_commands(
-        {
-            "podman": "podman",
-            "buildah": "buildah",
-            "mmdebstrap": "mmdebstrap",
-            "runc": "runc",
-            "slirp4netns": "slirp4netns",
-            "newuidmap": "uidmap",
-            "iptables": "iptables",
-            "ssh-keygen": "openssh-client",
-        }
-    )
+    ensure_commands(podman_tools())
     conf = script("conf", timeout=60)
     assert_ok(conf)
     PODMAN_ENV.update(os.environ, CONTAINERS_CONF=conf.stdout.strip().splitlines()[-1])
