@@ -14,6 +14,7 @@ from support.checks import max_abs_diff
 from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, torchrun, train_cmd
 
 from horovod_train import checkpoint as ckpt
+from horovod_train.digest import sha256
 from horovod_train.errors import UsageError
 
 pytestmark = pytest.mark.slow
@@ -249,7 +250,7 @@ def test_a_checkpoint_without_the_data_fields_resumes_with_a_warning(tmp_path, c
     state["compatibility"] = {k: v for k, v in state["compatibility"].items() if k not in added}
     (checkpoint / ckpt.TRAINER_FILE).write_text(json.dumps(state))
     manifest = json.loads((checkpoint / ckpt.MANIFEST).read_text())
-    manifest[ckpt.TRAINER_FILE] = ckpt._sha256(checkpoint / ckpt.TRAINER_FILE)
+    manifest[ckpt.TRAINER_FILE] = sha256(checkpoint / ckpt.TRAINER_FILE)
     (checkpoint / ckpt.MANIFEST).write_text(json.dumps(manifest))
     proc, _ = resume(tmp_path, cache_dir, source, "--resume_from_checkpoint", "latest")
     assert_ok(proc)

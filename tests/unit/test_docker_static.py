@@ -80,7 +80,7 @@ def test_apptainer_definition_uses_the_same_scripts_and_defaults() -> None:
     post = "\n".join(sections["post"])
     order = [post.find(f"bash {SHARED_SCRIPTS[0]}"), post.find("-r requirements.txt")]
     order += [post.find(f"bash {SHARED_SCRIPTS[1]}"), post.find('horovodrun" --check-build')]
-    order += [post.find(f"bash {SHARED_SCRIPTS[2]}")]
+    order += [post.find("bash scripts/check_horovod_build.sh")]
     assert -1 not in order and order == sorted(order), order
     # As in the Dockerfile: torch from its index alone, its CUDA checked, no NCCL from apt.
     assert '--no-deps --index-url "{{ TORCH_INDEX_URL }}"' in post and "--extra-index-url" not in post
