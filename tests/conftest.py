@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +14,24 @@ import pytest
 from support.checkpoints import trained  # noqa: F401
 from support.host_syncs import offline_cache  # noqa: F401
 from support.model_runs import half_models  # noqa: F401
+
+
+@pytest.fixture(autouse=True)
+def restore_the_environment() -> Iterator[None]:
+    """Code run in the test process may set variables for the ranks it would launch (the Horovod engine sets
+    HOROVOD_AUTOTUNE, HOROVOD_TIMELINE, ... before hvd.init). Every later test's launched ranks inherit
+    os.environ: a leaked HOROVOD_AUTOTUNE=1 made an elastic test time out, by test order. Restored after each
+    test (a warning names what leaked; monkeypatch's own changes are undone before this runs)."""
+    before = dict(os.environ)
+    yield
+    leaked = sorted(k for k in {*before, *os.environ} - {"PYTEST_CURRENT_TEST"} if before.get(k) != os.environ.get(k))
+    for name in leaked:
+        if name in before:
+            os.environ[name] = before[name]
+        else:
+            del os.environ[name]
+    if leaked:
+        warnings.warn(f"the test changed os.environ ({', '.join(leaked)}): restored", stacklevel=1)
 
 
 @pytest.fixture(autouse=True)

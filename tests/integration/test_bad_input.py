@@ -68,6 +68,10 @@ CASES = {
         ["--engine", "horovod", "--elastic", "--horovod_groups", "2"],
         "--horovod_groups does not work with --elastic",
     ),
+    "elastic with the autotuner": lambda tmp: (
+        ["--engine", "horovod", "--elastic", "--autotune"],
+        "--autotune does not work with --elastic",
+    ),
     "unknown stop signal": lambda tmp: (["--checkpoint_signals", "SIGTERM,SIGNOPE"], "unknown signal"),
     "collective timeout 0": lambda tmp: (["--ddp_timeout", "0"], "--ddp_timeout must be in 1..2147483"),
     "latest without a valid checkpoint": lambda tmp: (["--resume_from_checkpoint", "latest"], "no valid checkpoint"),

@@ -80,6 +80,20 @@ def test_each_section_checks_itself_when_built():
         RunConfig(training=TrainingArguments(engine="ddp"), horovod=HorovodArguments(elastic=True))
 
 
+@pytest.mark.parametrize("autotune_env", [None, "1"])
+def test_elastic_refuses_horovods_autotuner(monkeypatch, autotune_env):
+    """The autotuner of a worker that joins is out of step with rank 0's: the job timed out after growing
+    (tests/integration/test_elastic.py with HOROVOD_AUTOTUNE=1 shrank back at step 200, every time)."""
+    monkeypatch.delenv("HOROVOD_AUTOTUNE", raising=False)
+    if autotune_env:  # horovodrun --autotune sets it for every worker
+        monkeypatch.setenv("HOROVOD_AUTOTUNE", autotune_env)
+    horovod = HorovodArguments(elastic=True, autotune=autotune_env is None)
+    with pytest.raises(UsageError, match="--autotune does not work with --elastic"):
+        RunConfig(training=TrainingArguments(engine="horovod"), horovod=horovod)
+    monkeypatch.setenv("HOROVOD_AUTOTUNE", "0")
+    RunConfig(training=TrainingArguments(engine="horovod"), horovod=HorovodArguments(elastic=True))
+
+
 def test_engine_options_live_with_their_engine():
     from horovod_train.engines.ddp_options import DDPArguments
     from horovod_train.engines.horovod.options import HorovodArguments as Options

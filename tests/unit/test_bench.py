@@ -75,7 +75,8 @@ def test_horovod_cpu_defaults_apply_only_where_unset(monkeypatch, tmp_path):
 
     stall = ("HOROVOD_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS")
     for name in (*horovod_env.CPU_DEFAULTS, *stall, "HOROVOD_TIMELINE", "HOROVOD_AUTOTUNE"):
-        monkeypatch.delenv(name, raising=False)  # restored after the test
+        monkeypatch.setenv(name, "")  # recorded (delenv of an unset name records nothing) ...
+        monkeypatch.delenv(name)  # ... so what apply() sets is removed after the test
     yield_var = "OMPI_MCA_mpi_yield_when_idle"  # Open MPI's parameter names are lower case
     args = HorovodArguments(horovod_timeline=str(tmp_path / "t" / "timeline.json"), autotune=True)
     applied = horovod_env.apply(args, cuda=False)

@@ -3,6 +3,7 @@ to train's arguments: this module imports no engine, so config can import it).""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -57,6 +58,14 @@ class HorovodArguments:
         if self.horovod_groups:  # a joining worker's grouped all-reduce never matches the running workers'
             raise UsageError("--horovod_groups does not work with --elastic (a joining worker stalls)",
                              "drop --horovod_groups (elastic runs all-reduce per tensor)")  # fmt: skip
+        # Horovod's autotuner keeps its sample count per process and broadcasts new parameters from rank 0
+        # when its count is due: a joining worker's fresh count never matches, rank 0 waits in a broadcast
+        # the other never makes, and Gloo gives up after 30 s (the job shrinks back; docs/failures.md).
+        if self.autotune or os.environ.get("HOROVOD_AUTOTUNE", "").strip().lower() not in ("", "0", "false"):
+            raise UsageError("--autotune does not work with --elastic (a joining worker's autotuner is out of step "
+                             "with the running workers' and the job times out)",
+                             "drop --autotune (and horovodrun's --autotune, HOROVOD_AUTOTUNE) for elastic runs; "
+                             "tune a fixed-size run, then set HOROVOD_FUSION_THRESHOLD/HOROVOD_CYCLE_TIME")  # fmt: skip
 
 
 def _check_adasum(training: TrainingArguments) -> None:
