@@ -65,8 +65,7 @@ def validate(args: argparse.Namespace) -> tuple[list[launchers.Run], dict[str, i
     """Every argument against its domain before anything is built, launched or written."""
     domains.writable_dir("output_dir", args.output_dir)
     for name in ("world_size", "max_seq_length", "lora_r", "fit_batch"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"--{name} must be >= 1 (got {getattr(args, name)})", f"pass --{name} 1 or more")
+        domains.count(1, example="8")(name, getattr(args, name))
     domains.Number(0.0, example="2")("margin_gb", args.margin_gb)
     if args.max_steps < 2:
         raise UsageError(f"--max_steps must be >= 2 (got {args.max_steps})", "pass --max_steps 6: speeds need steps")
