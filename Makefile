@@ -37,8 +37,10 @@ test-fast: setup
 	@$(VENV)/bin/ruff check horovod_train tests
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-bench: setup  # samples/s per engine and world size on the demo job, Horovod/DDP ratio (a few minutes)
+bench: setup  # samples/s per engine and Horovod/DDP ratios: the demo job, then BERT-base's size (about 5 minutes)
 	@$(PY) -m horovod_train bench train --repeats 3 --output_dir runs/bench/train --overwrite_output_dir
+	@$(PY) -m horovod_train bench train --model_size bert-base --repeats 3 --output_dir runs/bench/train-bert-base \
+		--overwrite_output_dir
 
 # On a GPU node, no network: Horovod with NCCL from a local sdist, then train and bench (docs/performance.md).
 # GPU_CHECK_ARGS=--dry-run runs the plumbing on CPU. `make gpu-bundle` (with network) makes the folder it needs.

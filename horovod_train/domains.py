@@ -337,6 +337,7 @@ DOMAINS: dict[str, Check] = {
     "autotune": boolean,
     "autotune_log": writable_file,
     "horovod_groups": count(0, example="1"),
+    "horovod_group_mb": Number(0.0, low_open=True, example="4"),
     "elastic": boolean,
     "elastic_commit_steps": count(1, example="10"),
     # --engine ddp

@@ -24,6 +24,24 @@ from horovod_train.tables import format_table
 
 DEFAULT_CONFIG = "demo"  # horovod_train/configs/demo.yaml, shipped in the package
 DEFAULT_MAX_STEPS = 300
+# --model_size bert-base: bert-base-cased's architecture random-initialised on the tiny tokenizer (86.3 M
+# parameters, 329 MiB of float32 gradients per step; its 12 layers are BERT-base's, its embedding has the
+# tokenizer's 298 rows), dynamic padding (up to 128 tokens), 8 examples per rank, every step logged: issue 23's job
+# (which ran 16 steps; 10 keep `make bench` at about 5 minutes on two cores).
+# Each value applies where the command line does not give one.
+SIZES: dict[str, dict[str, Any]] = {
+    "demo": {},
+    "bert-base": {
+        "max_seq_length": 128,
+        "per_device_train_batch_size": 8,
+        "max_steps": 10,
+        "logging_steps": 1,
+        "synthetic_num_examples": 400,
+        "max_eval_samples": 8,
+        "eval_strategy": "no",
+        "save_strategy": "no",
+    },
+}
 COLUMNS = [
     "name",
     "engine",
@@ -50,6 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="world sizes to run (default: 1 and the machine's: GPUs, or 2 on CPU)",
     )
     parser.add_argument("--repeats", type=int, default=1, help="interleaved passes over every run (medians kept)")
+    parser.add_argument(
+        "--model_size",
+        choices=list(SIZES),
+        default="demo",
+        help="the demo job, or bert-base-cased's architecture (random init, 8 examples per rank, 10 steps)",
+    )
 
 
 def plan(world_sizes: list[int], wanted: list[str] | None) -> list[launchers.Run]:
@@ -110,6 +134,20 @@ def aggregate(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def single_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each multi-process run's samples/s over the single process's: on one machine, how close the ranks
+    come to one process using every core (the compute limit)."""
+    single = next((r for r in rows if r["engine"] == "single" and r["world_size"] == 1 and r["repeats"]), None)
+    if single is None:
+        return []
+    base = single["samples_per_second"]
+    return [
+        {"run": r["name"], "world_size": r["world_size"], "ratio": r["samples_per_second"] / base}
+        for r in rows
+        if r["world_size"] > 1 and r["repeats"]
+    ]
+
+
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Horovod/DDP samples/s (and wall-time) ratios at every world size with both."""
     found = []
@@ -136,9 +174,15 @@ def validate(namespace: argparse.Namespace) -> tuple[RunConfig, list[int]]:
         raise UsageError("bench train runs every engine itself, so --engine does not apply", "select with --engines")
     if namespace.repeats < 1:
         raise UsageError(f"--repeats must be >= 1 (got {namespace.repeats})", "pass --repeats 1 or more")
-    world_sizes = namespace.world_sizes or sorted({1, launchers.machine_world_size()})
+    # The demo runs every engine at 1 and at the machine's world size; bert-base, to fit in minutes, only at
+    # the machine's (the single process at 1 is always there: it is the baseline).
+    machine = launchers.machine_world_size()
+    world_sizes = namespace.world_sizes or sorted({machine} if namespace.model_size == "bert-base" else {1, machine})
     if min(world_sizes) < 1:
         raise UsageError(f"--world_sizes must be >= 1 (got {world_sizes})", "pass e.g. --world_sizes 1 2")
+    for name, value in SIZES[namespace.model_size].items():
+        if getattr(namespace, name, None) is None:
+            setattr(namespace, name, value)
     namespace.config = namespace.config or DEFAULT_CONFIG  # the embedded job
     namespace.max_steps = namespace.max_steps or DEFAULT_MAX_STEPS
     namespace.output_dir = namespace.output_dir or "runs/bench/train"
@@ -149,7 +193,7 @@ def main(namespace: argparse.Namespace) -> int:
     config, world_sizes = validate(namespace)
     runs = plan(world_sizes, namespace.engines)
     names = [f"{run_name(run)}-r{rep}" for rep in range(namespace.repeats) for run in runs]
-    outputs = ["logs", *names, *(f"bench_train.{suffix}" for suffix in ("csv", "json", "png"))]
+    outputs = ["logs", "configs", *names, *(f"bench_train.{suffix}" for suffix in ("csv", "json", "png"))]
     with claimed(config.training.output_dir, config.training.overwrite_output_dir, outputs) as out:
         return run_all(namespace, config, runs, out)
 
@@ -158,6 +202,10 @@ def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[launche
     (out / "logs").mkdir()
     batch = str(config.training.per_device_train_batch_size)
     common_args = launchers.passthrough_args(namespace)
+    if namespace.model_size == "bert-base" and namespace.config_name is None:
+        config_dir = out / "configs" / "bert-base"
+        common.bert_config("bert-base-cased").save_pretrained(config_dir)
+        common_args += ["--config_name", str(config_dir)]
     raw = []
     for rep in range(namespace.repeats):
         for i, run in enumerate(runs, 1):
@@ -171,20 +219,24 @@ def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[launche
             rate = f"{row['samples_per_second']:.1f} samples/s" if row["ok"] else f"FAILED, see {log}"
             print(f"{rate} ({time.perf_counter() - started:.0f}s)", flush=True)
     rows = aggregate(raw)
-    found = ratios(rows)
+    found, versus_single = ratios(rows), single_ratios(rows)
     common.write_rows(
         out,
         "bench_train",
         COLUMNS,
         rows,
         ratios=found,
+        versus_single=versus_single,
         raw=raw,
         train_args=common_args,
+        model_size=namespace.model_size,
         per_device_train_batch_size=int(batch),
     )
     print("\n".join(format_table(*table(rows))))
     if any(r["repeats"] for r in rows):
         plot(rows, out / "bench_train.png")
+    for r in versus_single:
+        print(f"==> {r['run']} np={r['world_size']} / single np=1 samples/s: {r['ratio']:.3f}x")
     for r in found:
         print(
             f"==> Horovod/DDP samples/s at np={r['world_size']}: {r['samples_per_second_ratio']:.3f}x "

@@ -7,11 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from support.jobs import BIN, assert_ok, run, train_cmd
+from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from horovod_train.bench.allreduce import COLUMNS as ALLREDUCE_COLUMNS
 from horovod_train.bench.gpu import COLUMNS as GPU_COLUMNS
 from horovod_train.bench.train import COLUMNS as TRAIN_COLUMNS
+from horovod_train.engines.horovod.env import gradient_buckets
 
 BENCH = [str(BIN / "python"), "-m", "horovod_train", "bench"]
 
@@ -98,7 +101,7 @@ def test_allreduce_sweep_launches_one_run_per_setting(tmp_path, cache_dir):
 def test_bench_train_reports_scaling_and_the_horovod_ddp_ratio(tmp_path, cache_dir):
     out = tmp_path / "train"
     cmd = [*BENCH, "train", *TINY_JOB, "--world_sizes", "2", "--engines", "horovod-gloo,ddp-gloo",
-           "--output_dir", str(out)]  # fmt: skip
+           "--horovod_group_mb", "0.5", "--output_dir", str(out)]  # fmt: skip
     proc = run(cmd, cache_dir, timeout=400)
     assert_ok(proc)
     rows, report = read_outputs(out, "bench_train", TRAIN_COLUMNS)
@@ -115,6 +118,13 @@ def test_bench_train_reports_scaling_and_the_horovod_ddp_ratio(tmp_path, cache_d
     (ratio,) = report["ratios"]
     assert ratio["samples_per_second_ratio"] == pytest.approx(horovod["samples_per_second"] / ddp["samples_per_second"])
     assert "==> Horovod/DDP samples/s at np=2:" in proc.stdout
+    assert "==> horovod-gloo np=2 / single np=1 samples/s:" in proc.stdout
+    # --horovod_group_mb reaches Horovod's ranks: tiny-bert's 2.2 MB of gradients in buckets of 0.5 MiB.
+    run_dir = out / "horovod-gloo-np2-r0"
+    with torch.device("meta"):
+        model = AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(run_dir))
+    groups = gradient_buckets(list(model.parameters()), 2**19)
+    assert json.loads((run_dir / "all_results.json").read_text())["gradient_groups"] == len(groups) > 1
 
 
 def test_bench_gpu_runs_tiny_on_cpu(tmp_path, cache_dir):
@@ -143,3 +153,4 @@ def test_train_timeline_and_autotune_flags(tmp_path, cache_dir):
     config = json.loads((out / "run_config.json").read_text())
     assert config["horovod_env"]["HOROVOD_TIMELINE"] == str(timeline)
     assert config["horovod_env"]["HOROVOD_AUTOTUNE"] == "1"
+    assert config["gradient_groups"] == 1  # the CPU default: tiny-bert's 2.2 MB of gradients fit one 4 MiB bucket

@@ -6,6 +6,8 @@ import os
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from horovod_train.cli import main
 from horovod_train.config import HorovodArguments
@@ -95,11 +97,60 @@ def test_horovod_cpu_defaults_apply_only_where_unset(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize(
     ("groups", "cuda", "elastic", "expected"),
-    [(None, False, False, 1), (None, True, False, None), (None, False, True, None), (0, False, False, None),
-     (3, True, False, 3)],
+    [(None, True, False, None), (None, False, True, None), (0, False, False, None), (3, True, False, 3),
+     (2, False, False, 2)],
 )  # fmt: skip
-def test_gradient_groups_default_to_one_fused_all_reduce_on_cpu(groups, cuda, elastic, expected):
+def test_explicit_groups_gpus_and_elastic_runs_keep_horovods_groups(groups, cuda, elastic, expected):
     from horovod_train.engines.horovod import env as horovod_env
 
     args = HorovodArguments(horovod_groups=groups, elastic=elastic)
-    assert horovod_env.optimizer_groups(args, cuda=cuda) == expected
+    assert horovod_env.optimizer_groups(args, cuda, [torch.zeros(3)]) == expected
+
+
+def test_cpu_default_groups_are_buckets_of_the_models_gradients():
+    """On CPU the default is gradient buckets of CPU_GROUP_MB in backward order: tiny-bert's 2.2 MB make one
+    group (one fused all-reduce per step), bert-base's 329 MiB several, each sent once its gradients exist."""
+    from transformers import BertForSequenceClassification
+
+    from horovod_train.bench.common import bert_config
+    from horovod_train.engines.horovod import env as horovod_env
+
+    for name in ("tiny-bert", "bert-base-cased"):
+        with torch.device("meta"):
+            params = list(BertForSequenceClassification(bert_config(name)).parameters())
+        groups = horovod_env.optimizer_groups(HorovodArguments(), False, params)
+        assert [p for g in groups for p in g] == params[::-1]
+        assert len(groups) == 1 if name == "tiny-bert" else len(groups) > 1
+    assert horovod_env.optimizer_groups(HorovodArguments(horovod_group_mb=1e9), False, params) == [params[::-1]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.integers(1, 5000), max_size=40), cap=st.integers(1, 20000))
+def test_gradient_buckets_are_greedy_capped_runs_in_backward_order(sizes, cap):
+    """Every tensor once, in reverse order; a bucket exceeds the cap only as a lone tensor; each bucket is
+    full (the next tensor would not have fitted)."""
+    from horovod_train.engines.horovod.env import gradient_buckets
+
+    params = [torch.zeros(n) for n in sizes]
+    buckets = gradient_buckets(params, cap * 4)
+    assert [id(p) for b in buckets for p in b] == [id(p) for p in reversed(params)]
+    nbytes = [sum(p.numel() * 4 for p in b) for b in buckets]
+    assert all(n <= cap * 4 or len(b) == 1 for n, b in zip(nbytes, buckets, strict=True))
+    assert all(nbytes[i] + buckets[i + 1][0].numel() * 4 > cap * 4 for i in range(len(buckets) - 1))
+
+
+def test_bench_train_model_size_fills_only_what_the_command_line_leaves_out():
+    """--model_size bert-base is issue 23's job (8 examples per rank, every step logged, 16 steps) at the machine's
+    world size only; a value given on the command line wins."""
+    import argparse
+
+    from horovod_train.bench import train as bench_train
+
+    parser = argparse.ArgumentParser()
+    bench_train.add_arguments(parser)
+    config, world_sizes = bench_train.validate(parser.parse_args(["--model_size", "bert-base", "--max_steps", "4"]))
+    training = config.training
+    assert (training.max_steps, training.per_device_train_batch_size, training.logging_steps) == (4, 8, 1)
+    assert training.eval_strategy == "no" and config.data.max_seq_length == 128 and world_sizes == [2]
+    config, world_sizes = bench_train.validate(parser.parse_args([]))
+    assert config.training.max_steps == bench_train.DEFAULT_MAX_STEPS and world_sizes == [1, 2]

@@ -110,6 +110,7 @@ BAD: dict[str, list[str]] = {
     "autotune": ["x"],
     "autotune_log": ["{file}/a.csv", "{dir}"],
     "horovod_groups": ["-1"],
+    "horovod_group_mb": ["0", "-1", "nan", "inf"],
     "elastic": ["x"],
     "elastic_commit_steps": ["0"],
     "ddp_bucket_cap_mb": ["0", "-25"],
@@ -299,7 +300,7 @@ BENCH_BAD: dict[str, dict[str, list[str]]] = {
         "cycle_time_ms": ["-1", "inf"], "models": ["resnet"], "max_bytes": ["lots"], "repeats": ["0"],
         "bench_args": ["'unclosed"],
     },
-    "train": {"world_sizes": ["0", "-1"], "repeats": ["0"]},
+    "train": {"world_sizes": ["0", "-1"], "repeats": ["0"], "model_size": ["gpt2"]},
     "project": {
         "output_dir": ["{file}/out"], "model": ["gpt"], "per_device_train_batch_size": ["0"],
         "compute_ms": ["0", "nan", "inf"], "samples_per_second_1gpu": ["0", "-1", "nan"],

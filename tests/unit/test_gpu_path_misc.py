@@ -27,8 +27,9 @@ def test_predivide_factor_is_refused_with_explicit_groups(tmp_path, capsys):
 def test_predivide_factor_turns_off_the_cpu_default_of_one_group():
     """Horovod 0.28.1's grouped all-reduce passes no prescale/postscale factor: the default of one group
     on CPUs would silently drop the factor, so it all-reduces per tensor instead."""
-    assert horovod_env.optimizer_groups(HorovodArguments(), cuda=False) == 1
-    assert horovod_env.optimizer_groups(HorovodArguments(gradient_predivide_factor=2.0), cuda=False) is None
+    params = [torch.zeros(4), torch.zeros(2)]
+    assert horovod_env.optimizer_groups(HorovodArguments(), False, params) == [params[::-1]]
+    assert horovod_env.optimizer_groups(HorovodArguments(gradient_predivide_factor=2.0), False, params) is None
 
 
 def test_a_horovod_without_nccl_on_a_cuda_machine_is_warned_about():

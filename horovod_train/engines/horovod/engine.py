@@ -100,15 +100,18 @@ class HorovodEngine(Engine):
             self.check_adasum()
         if not options.elastic:  # elastic: TorchState.sync broadcasts them when the loop (re)starts
             hvd.broadcast_parameters(rank_dependent_state(model), root_rank=0)
+        # Trained parameters only: with LoRA the frozen weights have no gradient to all-reduce.
+        trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        groups = env.optimizer_groups(options, self.device.type == "cuda", [p for _, p in trained])
+        self.gradient_groups = groups if groups is None or isinstance(groups, int) else len(groups)
         optimizer = hvd.DistributedOptimizer(
             optimizer,
-            # Trained parameters only: with LoRA the frozen weights have no gradient to all-reduce.
-            named_parameters=[(n, p) for n, p in model.named_parameters() if p.requires_grad],
+            named_parameters=trained,
             compression=compression,
             backward_passes_per_step=self.training.gradient_accumulation_steps,
             op=op,
             gradient_predivide_factor=options.gradient_predivide_factor,
-            groups=env.optimizer_groups(options, cuda=self.device.type == "cuda"),
+            groups=groups,
         )
         # No hvd.broadcast_optimizer_state: the wrapper starts with empty state on every rank, where
         # Horovod would create it with a dummy step (Adam's step count becomes 1, weight decay is applied
@@ -122,8 +125,10 @@ class HorovodEngine(Engine):
                 "launch 1, 2, 4, 8, ... ranks or use --op average",
             )
         if not self.hvd.mpi_enabled():  # Horovod implements Adasum over MPI only (Gloo has none)
-            raise UsageError("--op adasum needs Horovod's MPI controller, not Gloo",
-                             "launch with mpirun or horovodrun --mpi, or use --op average")
+            raise UsageError(
+                "--op adasum needs Horovod's MPI controller, not Gloo",
+                "launch with mpirun or horovodrun --mpi, or use --op average",
+            )
 
     def clip_and_step(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float, scaler: Any = None
@@ -176,6 +181,8 @@ class HorovodEngine(Engine):
             "compression": self.options.compression,
             "op": self.options.op,
             "horovod_env": getattr(self, "horovod_env", {}),
+            # hvd.DistributedOptimizer's groups: a count of buckets (or of groups), or null (per tensor)
+            "gradient_groups": getattr(self, "gradient_groups", None),
         }
         if self.options.elastic:  # recorded in run_config.json: how a joining worker recognises its job
             described["launch_id"] = elastic.launch_id()

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from horovod_train.engines.horovod.options import HorovodArguments
 from horovod_train.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
 
 # Measured on the embedded job, 2 ranks on 2 cores (docs/performance.md). Only where unset. Under mpirun
 # (the MPI controller, Horovod's fastest on CPU: shared-memory transport), the ranks' MPI reads this at
@@ -26,6 +30,8 @@ POLL_INTERVAL_S = 1e-4
 # waiting forever: long enough for one-sided work (local rank 0 tokenizing, rank 0 writing a checkpoint
 # of several GB to a parallel file system) while the others wait.
 STALL_WARNING_S = "60"
+# The gradient buckets' cap on CPUs (--horovod_group_mb; issue 23, docs/performance.md).
+CPU_GROUP_MB = 4.0
 
 
 def apply(args: HorovodArguments, cuda: bool, timeout_s: int = 1800) -> dict[str, str]:
@@ -51,23 +57,47 @@ def apply(args: HorovodArguments, cuda: bool, timeout_s: int = 1800) -> dict[str
     return wanted
 
 
-def optimizer_groups(args: HorovodArguments, cuda: bool) -> int | None:
-    """hvd.DistributedOptimizer's ``groups``: --horovod_groups, else 1 on CPU (every gradient in one fused
-    all-reduce per step instead of one per cycle: ~13 per step for tiny-bert at 1 ms cycles) and None
-    (per tensor, overlapping the backward pass) on GPUs, in elastic runs and with
-    --gradient_predivide_factor (Horovod 0.28.1's grouped all-reduce drops it). 0 means None."""
+def optimizer_groups(
+    args: HorovodArguments, cuda: bool, parameters: Sequence[torch.Tensor] = ()
+) -> int | list[list[torch.Tensor]] | None:
+    """hvd.DistributedOptimizer's ``groups``: --horovod_groups (0 means None, per tensor), else on CPU the
+    trained parameters in buckets of --horovod_group_mb (default CPU_GROUP_MB), and None (per tensor,
+    overlapping the backward pass) on GPUs, in elastic runs and with --gradient_predivide_factor (Horovod
+    0.28.1's grouped all-reduce drops it).
+
+    A bucket is all-reduced, fused, as soon as its last gradient is ready, so a large model's all-reduce
+    overlaps the rest of the backward pass as DDP's buckets do, and a small model's gradients (tiny-bert's
+    2.2 MB) make one all-reduce per step instead of one per 1 ms cycle (docs/performance.md)."""
     if args.horovod_groups is not None:
         return args.horovod_groups or None
-    return None if cuda or args.elastic or args.gradient_predivide_factor != 1.0 else 1
+    if cuda or args.elastic or args.gradient_predivide_factor != 1.0:
+        return None
+    cap_mb = args.horovod_group_mb if args.horovod_group_mb is not None else CPU_GROUP_MB
+    return gradient_buckets(parameters, int(cap_mb * 2**20))
+
+
+def gradient_buckets(parameters: Sequence[torch.Tensor], cap_bytes: int) -> list[list[torch.Tensor]]:
+    """The parameters in reverse order (roughly the order backward produces their gradients), in consecutive
+    buckets of at most ``cap_bytes`` (a larger tensor alone in its own), as DDP forms its buckets."""
+    buckets: list[list[torch.Tensor]] = [[]]
+    size = 0
+    for p in reversed(list(parameters)):
+        nbytes = p.numel() * p.element_size()
+        if buckets[-1] and size + nbytes > cap_bytes:
+            buckets.append([])
+            size = 0
+        buckets[-1].append(p)
+        size += nbytes
+    return [b for b in buckets if b]
 
 
 def check_groups(args: HorovodArguments) -> None:
     """Horovod 0.28.1's grouped all-reduce passes no pre/postscale factors: with --horovod_groups the
     --gradient_predivide_factor would be silently ignored."""
-    if args.horovod_groups and args.gradient_predivide_factor != 1.0:
+    flag = "--horovod_groups" if args.horovod_groups else "--horovod_group_mb" if args.horovod_group_mb else None
+    if flag and args.gradient_predivide_factor != 1.0:
         raise UsageError(
-            "--gradient_predivide_factor has no effect with --horovod_groups (Horovod's grouped all-reduce "
-            "drops it)",
+            f"--gradient_predivide_factor has no effect with {flag} (Horovod's grouped all-reduce drops it)",
             "drop one of them (--horovod_groups 0 all-reduces per tensor and applies the factor)",
         )
 

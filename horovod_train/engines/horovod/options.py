@@ -31,7 +31,18 @@ class HorovodArguments:
     autotune: bool = field(default=False, metadata={"help": "Horovod autotuning (HOROVOD_AUTOTUNE=1)."})
     autotune_log: str | None = field(default=None, metadata={"help": "Horovod autotune log (HOROVOD_AUTOTUNE_LOG)."})
     horovod_groups: int | None = field(
-        default=None, metadata={"help": "hvd.DistributedOptimizer gradient groups (0: per tensor; default 1 on CPU)."}
+        default=None,
+        metadata={
+            "help": "hvd.DistributedOptimizer gradient groups (0: per tensor; default on CPU: "
+            "buckets of --horovod_group_mb)."
+        },  # fmt: skip
+    )
+    horovod_group_mb: float | None = field(
+        default=None,
+        metadata={
+            "help": "On CPU, group the gradients into buckets of at most this many MiB, in backward order, "
+            "each all-reduced once its gradients are ready (default 4)."
+        },  # fmt: skip
     )
     # Elastic Horovod (horovodrun --min-np/--max-np --host-discovery-script).
     elastic: bool = field(default=False, metadata={"help": "Survive workers leaving and joining (Horovod)."})
@@ -55,9 +66,10 @@ class HorovodArguments:
                              "drop --elastic or use horovod")  # fmt: skip
         if training.group_by_length:
             raise UsageError("--group_by_length does not work with --elastic", "drop one of the two flags")
-        if self.horovod_groups:  # a joining worker's grouped all-reduce never matches the running workers'
-            raise UsageError("--horovod_groups does not work with --elastic (a joining worker stalls)",
-                             "drop --horovod_groups (elastic runs all-reduce per tensor)")  # fmt: skip
+        if self.horovod_groups or self.horovod_group_mb:  # a joining worker's grouped all-reduce never matches
+            flag = "--horovod_groups" if self.horovod_groups else "--horovod_group_mb"  # the running workers'
+            raise UsageError(f"{flag} does not work with --elastic (a joining worker stalls)",
+                             f"drop {flag} (elastic runs all-reduce per tensor)")  # fmt: skip
         # Horovod's autotuner keeps its sample count per process and broadcasts new parameters from rank 0
         # when its count is due: a joining worker's fresh count never matches, rank 0 waits in a broadcast
         # the other never makes, and Gloo gives up after 30 s (the job shrinks back; docs/failures.md).
