@@ -92,9 +92,9 @@ def gradient_buckets(parameters: Sequence[torch.Tensor], cap_bytes: int) -> list
 
 
 def check_groups(args: HorovodArguments) -> None:
-    """Horovod 0.28.1's grouped all-reduce passes no pre/postscale factors: with --horovod_groups the
-    --gradient_predivide_factor would be silently ignored."""
-    flag = "--horovod_groups" if args.horovod_groups else "--horovod_group_mb" if args.horovod_group_mb else None
+    """Horovod 0.28.1's grouped all-reduce passes no pre/postscale factors: with --horovod_groups or
+    --horovod_group_mb the --gradient_predivide_factor would be silently ignored."""
+    flag = args.grouping_flag()
     if flag and args.gradient_predivide_factor != 1.0:
         raise UsageError(
             f"--gradient_predivide_factor has no effect with {flag} (Horovod's grouped all-reduce drops it)",

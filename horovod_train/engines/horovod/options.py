@@ -35,14 +35,14 @@ class HorovodArguments:
         metadata={
             "help": "hvd.DistributedOptimizer gradient groups (0: per tensor; default on CPU: "
             "buckets of --horovod_group_mb)."
-        },  # fmt: skip
+        },
     )
     horovod_group_mb: float | None = field(
         default=None,
         metadata={
             "help": "On CPU, group the gradients into buckets of at most this many MiB, in backward order, "
             "each all-reduced once its gradients are ready (default 4)."
-        },  # fmt: skip
+        },
     )
     # Elastic Horovod (horovodrun --min-np/--max-np --host-discovery-script).
     elastic: bool = field(default=False, metadata={"help": "Survive workers leaving and joining (Horovod)."})
@@ -55,6 +55,12 @@ class HorovodArguments:
         if self.autotune_log and not self.autotune:
             raise UsageError("--autotune_log without --autotune", "add --autotune or drop --autotune_log")
 
+    def grouping_flag(self) -> str | None:
+        """The flag that asked for gradient groups explicitly, if any."""
+        if self.horovod_groups:
+            return "--horovod_groups"
+        return "--horovod_group_mb" if self.horovod_group_mb else None
+
     def check_with(self, training: TrainingArguments) -> None:
         """The rules between these options and the training arguments."""
         if self.op == "adasum" and training.engine == "horovod":
@@ -66,8 +72,7 @@ class HorovodArguments:
                              "drop --elastic or use horovod")  # fmt: skip
         if training.group_by_length:
             raise UsageError("--group_by_length does not work with --elastic", "drop one of the two flags")
-        if self.horovod_groups or self.horovod_group_mb:  # a joining worker's grouped all-reduce never matches
-            flag = "--horovod_groups" if self.horovod_groups else "--horovod_group_mb"  # the running workers'
+        if flag := self.grouping_flag():  # a joining worker's grouped all-reduce never matches the running ones'
             raise UsageError(f"{flag} does not work with --elastic (a joining worker stalls)",
                              f"drop {flag} (elastic runs all-reduce per tensor)")  # fmt: skip
         # Horovod's autotuner keeps its sample count per process and broadcasts new parameters from rank 0
