@@ -22,7 +22,7 @@ import yaml
 from transformers.hf_argparser import string_to_bool
 
 from horovod_train.arguments import ArgumentParser, FieldType, add_dataclass_arguments, field_types, given
-from horovod_train.domains import EngineName, ScheduleName, Strategy, check_section, path_problem
+from horovod_train.domains import EngineName, OptimizerName, ScheduleName, Strategy, check_section, path_problem
 from horovod_train.engines.ddp_options import DDPArguments
 from horovod_train.engines.horovod.options import HorovodArguments
 from horovod_train.errors import UsageError
@@ -188,6 +188,10 @@ class TrainingArguments:
     engine: EngineName = field(default="horovod", metadata={"help": "Data-parallel engine."})
     per_device_train_batch_size: int = field(default=32, metadata={"help": "Examples per rank per micro-step."})
     per_device_eval_batch_size: int = field(default=64, metadata={"help": "Examples per rank per evaluation batch."})
+    optim: OptimizerName = field(
+        default="adamw_torch_fused",
+        metadata={"help": "AdamW's implementation: fused (one kernel per tensor; Transformers' default) or not."},
+    )
     learning_rate: float = field(default=5e-5, metadata={"help": "AdamW's peak learning rate (after warmup)."})
     weight_decay: float = field(
         default=0.0, metadata={"help": "AdamW's weight decay (not on biases and LayerNorm weights)."}

@@ -43,6 +43,8 @@ Check = Callable[[str, Any], None]  # (argument name, value) -> None, or raises 
 EngineName = Literal["ddp", "dp", "horovod", "single"]
 Strategy = Literal["epoch", "steps", "no"]
 ScheduleName = Literal["linear", "cosine", "constant", "constant_with_warmup"]
+# Transformers' names: its Trainer's default is the fused AdamW (one kernel per tensor, not one per operation).
+OptimizerName = Literal["adamw_torch_fused", "adamw_torch"]
 Compression = Literal["none", "fp16"]
 ReduceOp = Literal["average", "adasum"]
 DDPBackend = Literal["auto", "nccl", "gloo"]
@@ -294,6 +296,7 @@ DOMAINS: dict[str, Check] = {
     "num_train_epochs": Number(0.0, example="3"),
     "max_steps": count(-1, example="1000"),
     "lr_scheduler_type": one_of(ScheduleName),
+    "optim": one_of(OptimizerName),
     "warmup_ratio": Number(0.0, 1.0, example="0.1"),
     "warmup_steps": count(0, example="500"),
     "gradient_accumulation_steps": count(1, example="2"),

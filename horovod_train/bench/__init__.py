@@ -10,6 +10,7 @@ BENCHMARKS = {
     "allreduce": ("allreduce", "Horovod vs torch.distributed all-reduce (run it under a launcher)"),
     "allreduce-sweep": ("sweep", "launch `bench allreduce` per controller, fusion threshold and cycle time"),
     "train": ("train", "samples/s per engine and world size, scaling efficiency, Horovod/DDP ratio"),
+    "trace": ("trace", "where a step's time goes per engine: compute, all-reduce, copies, waiting (traced)"),
     "project": ("project", "predicted samples/s and scaling efficiency, 1 to 1024 GPUs (alpha-beta model)"),
     "memory": ("memory", "full fine-tuning vs gradient checkpointing vs LoRA: all-reduced bytes, speed, peak RSS"),
     "gpu": ("gpu", "BERT-base training throughput and MFU on one GPU: plain vs Horovod np=1"),

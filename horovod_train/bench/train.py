@@ -198,14 +198,20 @@ def main(namespace: argparse.Namespace) -> int:
         return run_all(namespace, config, runs, out)
 
 
-def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[launchers.Run], out: Path) -> int:
-    (out / "logs").mkdir()
-    batch = str(config.training.per_device_train_batch_size)
-    common_args = launchers.passthrough_args(namespace)
+def job_args(namespace: argparse.Namespace, out: Path) -> list[str]:
+    """Every run's training arguments; bert-base's model config is written into ``out``/configs."""
+    args = launchers.passthrough_args(namespace)
     if namespace.model_size == "bert-base" and namespace.config_name is None:
         config_dir = out / "configs" / "bert-base"
         common.bert_config("bert-base-cased").save_pretrained(config_dir)
-        common_args += ["--config_name", str(config_dir)]
+        args += ["--config_name", str(config_dir)]
+    return args
+
+
+def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[launchers.Run], out: Path) -> int:
+    (out / "logs").mkdir()
+    batch = str(config.training.per_device_train_batch_size)
+    common_args = job_args(namespace, out)
     raw = []
     for rep in range(namespace.repeats):
         for i, run in enumerate(runs, 1):

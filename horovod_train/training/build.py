@@ -153,7 +153,12 @@ def build_optimizer(args: TrainingArguments, engine: Engine, model: torch.nn.Mod
     ]
     lr = engine.effective_learning_rate(args.learning_rate)
     betas = (args.adam_beta1, args.adam_beta2)
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=args.adam_epsilon)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=args.adam_epsilon, fused=fused(args.optim))
+
+
+def fused(optim: str) -> bool | None:
+    """AdamW's ``fused`` for --optim (None: torch's choice, per-tensor operations on CPU)."""
+    return True if optim == "adamw_torch_fused" else None
 
 
 def build_train_set(tokenized: DatasetDict, audit_samples: bool) -> Dataset:

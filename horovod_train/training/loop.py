@@ -18,6 +18,7 @@ from horovod_train.metrics import Meter, audit_epoch
 from horovod_train.position import TrainingPosition
 from horovod_train.schedule import Schedule
 from horovod_train.stopping import StopSignals, TrainingStopped
+from horovod_train.training import phases
 from horovod_train.training.checkpointing import CheckpointSaver
 from horovod_train.training.console import Console
 from horovod_train.training.evaluation import Evaluator
@@ -98,16 +99,20 @@ class TrainingLoop:
         args, engine, model, optimizer = self.args, self.engine, self.parts.model, self.parts.optimizer
         accum = args.gradient_accumulation_steps
         examples = 0  # this rank's, in this step
-        for micro in range(accum):
-            batch = self.next_batch(batches, position)
-            examples += len(batch["labels"])
-            with engine.accumulation_context(model, is_last_micro_step=micro == accum - 1):
-                with self.precision.autocast():
-                    loss = engine.forward_loss(model, batch, args.label_smoothing_factor)
-                self.precision.backward(loss / accum)
-            self.meter.add(loss.detach(), batch, position.global_step + 1)  # no .item(): no host sync
-        engine.clip_and_step(model, optimizer, args.max_grad_norm, self.precision.scaler)
-        optimizer.zero_grad()
+        # The labelled ranges are what `bench trace` breaks a step into (free when no profiler runs).
+        with phases.span(phases.STEP):
+            for micro in range(accum):
+                batch = self.next_batch(batches, position)
+                examples += len(batch["labels"])
+                with engine.accumulation_context(model, is_last_micro_step=micro == accum - 1):
+                    with phases.span(phases.FORWARD), self.precision.autocast():
+                        loss = engine.forward_loss(model, batch, args.label_smoothing_factor)
+                    with phases.span(phases.BACKWARD):
+                        self.precision.backward(loss / accum)
+                self.meter.add(loss.detach(), batch, position.global_step + 1)  # no .item(): no host sync
+            with phases.span(phases.OPTIMIZER):
+                engine.clip_and_step(model, optimizer, args.max_grad_norm, self.precision.scaler)
+                optimizer.zero_grad()
         # What the batches held (an epoch's last may be partial); every rank's shard is padded to the same size.
         self.parts.train_loader.sampler.record_step(examples)
         position.advance(examples * engine.world_size)

@@ -50,7 +50,11 @@ def load_checkpoint(
 
 def restore_training_state(resumed: dict[str, Any], optimizer: torch.optim.Optimizer, precision: amp.Precision) -> None:
     # After wrapping: Horovod's DistributedOptimizer is a new optimizer with empty state.
+    # The groups' settings come back from the checkpoint; the implementation stays the one this run asked for.
+    implementation = [group.get("fused") for group in optimizer.param_groups]
     optimizer.load_state_dict(resumed["optimizer"])
+    for group, fused in zip(optimizer.param_groups, implementation, strict=True):
+        group["fused"] = fused
     precision.load_state_dict(resumed)
 
 

@@ -13,6 +13,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from horovod_train.bench.allreduce import COLUMNS as ALLREDUCE_COLUMNS
 from horovod_train.bench.gpu import COLUMNS as GPU_COLUMNS
+from horovod_train.bench.trace import COLUMNS as TRACE_COLUMNS
 from horovod_train.bench.train import COLUMNS as TRAIN_COLUMNS
 from horovod_train.engines.horovod.env import gradient_buckets
 
@@ -125,6 +126,43 @@ def test_bench_train_reports_scaling_and_the_horovod_ddp_ratio(tmp_path, cache_d
         model = AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(run_dir))
     groups = gradient_buckets(list(model.parameters()), 2**19)
     assert json.loads((run_dir / "all_results.json").read_text())["gradient_groups"] == len(groups) > 1
+
+
+@pytest.mark.slow
+def test_bench_trace_splits_each_engines_step_from_real_traces(tmp_path, cache_dir):
+    out = tmp_path / "trace"
+    cmd = [*BENCH, "trace", "--model_size", "demo", *TINY_JOB, "--engines", "horovod-gloo,ddp-gloo",
+           "--output_dir", str(out)]  # fmt: skip
+    proc = run(cmd, cache_dir, timeout=400)
+    assert_ok(proc)
+    with (out / "bench_trace.csv").open() as f:
+        assert csv.DictReader(f).fieldnames == TRACE_COLUMNS
+    report = json.loads((out / "bench_trace.json").read_text())
+    assert [r["name"] for r in report["rows"]] == ["single", "horovod-gloo", "ddp-gloo"]
+    single, horovod, ddp = report["rows"]
+    for r in report["rows"]:
+        assert r["steps"] == 6 - 2  # --skip_steps 2
+        assert r["samples_per_second"] > 0 and r["step"] > 0
+        assert r["forward"] > 0 and r["backward"] > 0 and r["optimizer"] > 0 and r["other"] >= 0
+        assert r["forward"] + r["backward"] + r["gradient_wait"] + r["optimizer"] <= r["step"]
+    # Only Horovod waits for its gradients before the optimizer (DDP inside backward).
+    assert horovod["gradient_wait"] > 0 and ddp["gradient_wait"] == 0 == single["gradient_wait"]
+    # Horovod's second run: rank 0's timeline splits the all-reduce, every part inside it.
+    assert horovod["timeline_samples_per_second"] > 0 and horovod["transfer"] > 0 and horovod["negotiate"] > 0
+    assert horovod["allreduce"] >= max(horovod[p] for p in ("transfer", "memcpy_in", "memcpy_out"))
+    for r in (single, ddp):
+        assert all(r[p] != r[p] for p in ("timeline_samples_per_second", "allreduce", "transfer"))  # NaN
+    for name, ranks in (
+        ("single-np1", 1),
+        ("horovod-gloo-np2", 2),
+        ("horovod-gloo-np2-timeline", 2),
+        ("ddp-gloo-np2", 2),
+    ):
+        assert {p.name for p in (out / f"{name}-trace").glob("*.json")} == {
+            *(f"rank{r}.steps.json" for r in range(ranks)),
+            *(["timeline.json"] if name.endswith("-timeline") else []),
+        }
+    assert "copy in" in proc.stdout
 
 
 def test_bench_gpu_runs_tiny_on_cpu(tmp_path, cache_dir):

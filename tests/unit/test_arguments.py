@@ -13,7 +13,16 @@ from horovod_train.cli import build_parser
 from horovod_train.config import SECTIONS, HorovodArguments, RunConfig, TrainingArguments, parse_run_config
 from horovod_train.errors import UsageError
 
-CHOICE_FIELDS = {"engine", "lr_scheduler_type", "eval_strategy", "save_strategy", "compression", "op", "ddp_backend"}
+CHOICE_FIELDS = {
+    "engine",
+    "lr_scheduler_type",
+    "optim",
+    "eval_strategy",
+    "save_strategy",
+    "compression",
+    "op",
+    "ddp_backend",
+}
 
 
 def _subparser(*path: str):

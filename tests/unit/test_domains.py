@@ -68,6 +68,7 @@ BAD: dict[str, list[str]] = {
     "num_train_epochs": ["-1", "nan", "inf"],
     "max_steps": ["-2", "1e3"],
     "lr_scheduler_type": ["exponential"],
+    "optim": ["adamw_hf", "sgd"],
     "warmup_ratio": ["-0.1", "1.5", "nan"],
     "warmup_steps": ["-1"],
     "gradient_accumulation_steps": ["0"],
@@ -288,6 +289,7 @@ def test_max_seq_length_is_capped_at_the_models_positions_with_a_warning():
 
 # ---- bench ------------------------------------------------------------------------------------------------------
 TRAIN_DESTS = set(FIELDS) | {"config", "debug", "engines", "help"}  # `bench train` takes train's arguments
+TAKES_TRAIN_ARGS = ("train", "trace")
 BENCH_BAD: dict[str, dict[str, list[str]]] = {
     "allreduce": {
         "output_dir": ["{file}/out", "{long}"], "min_bytes": ["0", "lots", "2B"], "max_bytes": ["1B", "-1MB"],
@@ -301,6 +303,7 @@ BENCH_BAD: dict[str, dict[str, list[str]]] = {
         "bench_args": ["'unclosed"],
     },
     "train": {"world_sizes": ["0", "-1"], "repeats": ["0"], "model_size": ["gpt2"]},
+    "trace": {"model_size": ["gpt2"], "skip_steps": ["-1", "10", "x"]},
     "project": {
         "output_dir": ["{file}/out"], "model": ["gpt"], "per_device_train_batch_size": ["0"],
         "compute_ms": ["0", "nan", "inf"], "samples_per_second_1gpu": ["0", "-1", "nan"],
@@ -340,7 +343,7 @@ def _bench_dests(name: str) -> set[str]:
 
 def test_every_bench_argument_has_out_of_domain_values():
     for name in BENCHMARKS:
-        dests = _bench_dests(name) - (TRAIN_DESTS if name == "train" else set())
+        dests = _bench_dests(name) - (TRAIN_DESTS if name in TAKES_TRAIN_ARGS else set())
         assert sorted(BENCH_BAD[name]) == sorted(dests), f"bench {name}: add the new arguments to BENCH_BAD"
 
 
@@ -356,7 +359,7 @@ def _bench_argv(name: str, dest: str, value: str, places: dict[str, str]) -> lis
 )
 def test_an_out_of_domain_bench_argument_is_refused(name, dest, value, places, tmp_path):
     argv = _bench_argv(name, dest, value, places)
-    if name == "train":
+    if name in TAKES_TRAIN_ARGS:
         argv += ["--output_dir", str(tmp_path / "out")]
     with pytest.raises(UsageError) as refused:
         args = build_parser().parse_args(argv)

@@ -8,11 +8,14 @@ import torch
 from support.jobs import SMALL_JOB
 from transformers import get_scheduler
 
+from horovod_train import amp
 from horovod_train.config import parse_run_config
 from horovod_train.engines.horovod.elastic import ElasticPolicy
 from horovod_train.engines.policy import RunPolicy
+from horovod_train.engines.single import SingleEngine
 from horovod_train.position import TrainingPosition
 from horovod_train.schedule import SCHEDULES, Schedule
+from horovod_train.training import build, resume
 
 
 def elastic_policy(train_examples: int, epochs: float, by_epochs: bool = True) -> ElasticPolicy:
@@ -66,3 +69,22 @@ def test_position_round_trips_through_a_checkpoint_record():
 def config(tmp_path, *args: str):
     return parse_run_config([*SMALL_JOB, "--engine", "single", "--synthetic_num_examples", "600",
                              "--output_dir", str(tmp_path / "run"), *args])  # fmt: skip
+
+
+@pytest.mark.parametrize(("optim", "fused"), [("adamw_torch_fused", True), ("adamw_torch", None)])
+def test_optim_picks_adamws_implementation_and_a_resume_keeps_it(optim, fused):
+    config = parse_run_config(["--optim", optim, "--engine", "single"])
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.LayerNorm(2))
+    optimizer = build.build_optimizer(config.training, SingleEngine(config), model)
+    assert [g["fused"] for g in optimizer.param_groups] == [fused, fused]
+    model(torch.randn(4, 3)).sum().backward()
+    optimizer.step()
+    # A checkpoint written by the other implementation: its state loads, this run's implementation stays.
+    other = build.fused("adamw_torch" if fused else "adamw_torch_fused")
+    saved = optimizer.state_dict()
+    for group in saved["param_groups"]:
+        group["fused"] = other
+    resume.restore_training_state({"optimizer": saved}, optimizer, amp.Precision("fp32", torch.device("cpu")))
+    assert [g["fused"] for g in optimizer.param_groups] == [fused, fused]
+    assert optimizer.state_dict()["state"].keys() == saved["state"].keys()
+    optimizer.step()

@@ -21,6 +21,7 @@ from horovod_train.engines.base import Engine
 from horovod_train.engines.horovod import elastic, env
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.errors import UsageError
+from horovod_train.training import phases
 
 
 class HorovodEngine(Engine):
@@ -133,13 +134,16 @@ class HorovodEngine(Engine):
     def clip_and_step(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float, scaler: Any = None
     ) -> None:
-        if self.device.type == "cpu":
-            env.wait_politely(self.hvd, optimizer)
-        if max_grad_norm <= 0 and scaler is None:
+        plain = max_grad_norm <= 0 and scaler is None
+        with phases.span(phases.GRADIENT_WAIT):
+            if self.device.type == "cpu":
+                env.wait_politely(self.hvd, optimizer)
+            if not plain:
+                # Unscale and clip the averaged gradient, not each rank's local one: wait for the all-reduce first.
+                optimizer.synchronize()
+        if plain:
             optimizer.step()
             return
-        # Unscale and clip the averaged gradient, not each rank's local one: wait for the all-reduce first.
-        optimizer.synchronize()
         amp.unscale(optimizer, scaler)
         if max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)

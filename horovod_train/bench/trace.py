@@ -1,0 +1,186 @@
+"""`horovod-train bench trace`: where one optimizer step's time goes, per engine, measured rather than estimated.
+
+Each run of `bench train` (the same job, launchers and world size) is run once more with every rank
+recording its step's parts (horovod_train/bench/traced.py: wall-clock spans, a few per step) and, for
+Horovod, with its timeline. Per step, medians over the steps after the first --skip_steps and over the ranks:
+
+  main thread    forward, backward (DDP's final wait for its buckets included), Horovod's gradient wait,
+                 the optimizer (clip, step, zero_grad), the rest;
+  Horovod        from rank 0's timeline, on its background thread: the union of its ALLREDUCE activities,
+                 split into the copy into the fusion buffer, the transfer (MPI_/GLOO_ALLREDUCE) and the
+                 copy out; and the negotiation (first rank ready to every rank ready).
+
+torch.profiler is not used: its per-operation cost slowed Horovod's ranks 1.7x and DDP's not at all on
+BERT-base (docs/performance.md), distorting the very comparison. The timeline costs Horovod a little.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from horovod_train import compare, launchers
+from horovod_train.bench import common, train
+from horovod_train.bench.traced import PARTS, union_ms
+from horovod_train.config import RunConfig
+from horovod_train.errors import UsageError
+from horovod_train.output_dir import claimed
+from horovod_train.tables import format_table
+
+MAIN_PARTS = ("step", *PARTS, "other")
+TIMELINE_PARTS = {
+    "allreduce": ("ALLREDUCE",),
+    "memcpy_in": ("MEMCPY_IN_FUSION_BUFFER",),
+    "transfer": ("MPI_ALLREDUCE", "GLOO_ALLREDUCE", "NCCL_ALLREDUCE"),
+    "memcpy_out": ("MEMCPY_OUT_FUSION_BUFFER",),
+    "negotiate": ("NEGOTIATE_ALLREDUCE",),
+}
+OWN_ALLREDUCES = ("allreduce.horovod_train.", "allreduce.noname.")
+COLUMNS = ["name", "launcher", "world_size", "steps", "samples_per_second", *MAIN_PARTS]
+COLUMNS += ["timeline_samples_per_second", *TIMELINE_PARTS]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    compare.add_arguments(parser)
+    parser.add_argument("--model_size", choices=list(train.SIZES), default="bert-base", help="bench train's job")
+    parser.add_argument("--skip_steps", type=int, default=2, help="first steps left out (start-up, lazy state)")
+
+
+def read_timeline(path: Path) -> list[dict[str, Any]]:
+    """Horovod writes its timeline as the job runs; a run cut short leaves the JSON list open."""
+    text = path.read_text().rstrip().rstrip(",")
+    return json.loads(text if text.endswith("]") else text + "]")
+
+
+def timeline_steps(events: list[dict[str, Any]], steps: int) -> list[dict[str, float]]:
+    """Per step, milliseconds of each Horovod activity (the union over tensors: fused ones share their times).
+    A gradient is all-reduced once per step, so the k-th activity of every gradient (a tensor all-reduced
+    exactly ``steps`` times, not one of the trainer's own) belongs to step k."""
+    spans: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    open_: dict[int, list[tuple[str, float]]] = {}
+    ours = set()  # the trainer's own all-reduces (metrics): named horovod_train.* or left unnamed
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == "process_name":
+            if e.get("args", {}).get("name", "").startswith(OWN_ALLREDUCES):
+                ours.add(e["pid"])
+        elif e.get("ph") == "B":
+            open_.setdefault(e["pid"], []).append((e["name"], e["ts"]))
+        elif e.get("ph") == "E" and open_.get(e["pid"]):
+            name, start = open_[e["pid"]].pop()
+            spans.setdefault((e["pid"], name), []).append((start, e["ts"]))
+    gradients = {
+        pid for (pid, name), found in spans.items() if name == "ALLREDUCE" and len(found) == steps and pid not in ours
+    }
+    rows = []
+    for k in range(steps):
+        row = {}
+        for part, names in TIMELINE_PARTS.items():
+            found = [spans[pid, n][k] for pid in gradients for n in names if len(spans.get((pid, n), ())) == steps]
+            row[part] = union_ms(found)
+        rows.append(row)
+    return rows
+
+
+def summarize(run: launchers.Run, trace_dir: Path, skip: int, samples_per_second: float) -> dict[str, Any]:
+    """Medians over ranks and measured steps of each part of the step (the timeline's parts: NaN, not yet read)."""
+    per_rank = [json.loads(p.read_text())["steps"] for p in sorted(trace_dir.glob("rank*.steps.json"))]
+    measured = [s for steps in per_rank for s in steps[skip:]]
+    row: dict[str, Any] = {"name": run.name, "launcher": run.launcher, "world_size": run.world_size}
+    row["steps"] = len(per_rank[0]) - skip if per_rank else 0
+    row["samples_per_second"] = samples_per_second
+    for part in MAIN_PARTS:
+        row[part] = common.median([s[part] for s in measured])
+    return row | {part: float("nan") for part in ("timeline_samples_per_second", *TIMELINE_PARTS)}
+
+
+def timeline_parts(trace_dir: Path, skip: int) -> dict[str, float]:
+    """Medians over the measured steps of rank 0's timeline activities."""
+    steps = len(json.loads((trace_dir / "rank0.steps.json").read_text())["steps"])
+    found = timeline_steps(read_timeline(trace_dir / "timeline.json"), steps)[skip:]
+    return {part: common.median([s[part] for s in found]) for part in TIMELINE_PARTS}
+
+
+def validate(namespace: argparse.Namespace) -> tuple[RunConfig, list[int]]:
+    """bench train's checks (one pass, at the machine's world size), and --skip_steps leaving steps to measure."""
+    namespace.repeats, namespace.world_sizes = 1, [launchers.machine_world_size()]
+    config, world_sizes = train.validate(namespace)
+    if namespace.skip_steps < 0 or namespace.skip_steps >= config.training.max_steps:
+        raise UsageError(
+            f"--skip_steps must be >= 0 and below --max_steps {config.training.max_steps} (got {namespace.skip_steps})",
+            "pass e.g. --skip_steps 2",
+        )
+    return config, world_sizes
+
+
+def main(namespace: argparse.Namespace) -> int:
+    config, world_sizes = validate(namespace)
+    runs = train.plan(world_sizes, namespace.engines)
+    names = [train.run_name(run) for run in runs]
+    names += [f"{train.run_name(run)}-timeline" for run in runs if run.engine == "horovod"]
+    outputs = ["logs", "configs", *names, *(f"{n}-trace" for n in names), "bench_trace.csv", "bench_trace.json"]
+    with claimed(config.training.output_dir, config.training.overwrite_output_dir, outputs) as out:
+        return run_all(namespace, config, runs, out)
+
+
+def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[launchers.Run], out: Path) -> int:
+    (out / "logs").mkdir()
+    common_args = train.job_args(namespace, out)
+    train_args = [*common_args, "--per_device_train_batch_size", str(config.training.per_device_train_batch_size)]
+    rows, failed, skip = [], [], namespace.skip_steps
+    for i, run in enumerate(runs, 1):
+        key = train.run_name(run)
+        # Horovod twice: its timeline slows the ranks (a writer thread on the same cores), so the step's parts
+        # come from a run without it and the all-reduce's parts from a second run with it.
+        for name in (key, f"{key}-timeline") if run.engine == "horovod" else (key,):
+            print(f"[{i}/{len(runs)}] {name}", end=" ", flush=True)
+            trace_dir = out / f"{name}-trace"
+            args = [*train_args, "--output_dir", str(out / name)]
+            if name.endswith("-timeline"):
+                args += ["--horovod_timeline", str(trace_dir / "timeline.json")]
+            outcome = launch_recorded(run, args, trace_dir, out / "logs" / f"{name}.log")
+            if not outcome["ok"]:
+                failed.append(name)
+                print(f"FAILED, see {outcome['log']}", flush=True)
+                break
+            print(f"{outcome['samples_per_second']:.1f} samples/s", flush=True)
+            if name == key:
+                rows.append(summarize(run, trace_dir, skip, outcome["samples_per_second"]))
+            else:
+                rows[-1] |= {
+                    **timeline_parts(trace_dir, skip),
+                    "timeline_samples_per_second": outcome["samples_per_second"],
+                }
+    common.write_rows(out, "bench_trace", COLUMNS, rows, train_args=common_args, skip_steps=skip)
+    print("\n".join(format_table(*table(rows))))
+    print(f"wrote {out}/: bench_trace.csv, bench_trace.json; per run <run>-trace/ (rank*.steps.json, timeline.json)")
+    return 1 if failed else 0
+
+
+def launch_recorded(run: launchers.Run, train_args: list[str], trace_dir: Path, log: Path) -> dict[str, Any]:
+    """``train`` under ``run``'s launcher, each rank recording its steps into ``trace_dir``; bench train's row."""
+    program = [sys.executable, "-m", "horovod_train.bench.traced", str(trace_dir), "train", "--engine", run.engine]
+    run_dir = Path(train_args[train_args.index("--output_dir") + 1])
+    return launchers.summarize(run, run_dir, launchers.execute(run.launch([*program, *train_args]), log), log)
+
+
+def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    header = ["run (ms per step)", "samples/s", "step", "forward", "backward", "grad wait", "optimizer", "other"]
+    header += ["with timeline: samples/s", "all-reduce", "copy in", "transfer", "copy out", "negotiate"]
+    body = [
+        [
+            f"{r['name']} np={r['world_size']}",
+            f"{r['samples_per_second']:.1f}",
+            *(ms(r[p]) for p in MAIN_PARTS),
+            ms(r["timeline_samples_per_second"], 1),
+            *(ms(r[p]) for p in TIMELINE_PARTS),
+        ]
+        for r in rows
+    ]
+    return header, body
+
+
+def ms(value: float, digits: int = 0) -> str:
+    return "-" if value != value else f"{value:.{digits}f}"  # NaN: no timeline

@@ -1,0 +1,77 @@
+"""One rank of `bench trace`: ``python -m horovod_train.bench.traced TRACE_DIR train ARGS...`` runs
+`horovod-train train ARGS...` with the step's parts recorded (horovod_train/training/phases.py: wall-clock
+spans on the main thread, a few per step) and writes this rank's per-step breakdown, in milliseconds, to
+``TRACE_DIR/rank<R>.steps.json``:
+  forward        the forward pass and the loss;
+  backward       the backward pass, with its gradient hooks and DDP's wait for its last buckets;
+  gradient_wait  Horovod's wait for its gradient all-reduces before the optimizer step;
+  optimizer      clip, step and zero_grad, the wait excluded;
+  other          the step's remainder (the next batch, the loss meter).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from horovod_train import distributed_env
+from horovod_train.training import phases
+
+PARTS = ("forward", "backward", "gradient_wait", "optimizer")
+
+
+def union_ms(intervals: list[tuple[float, float]]) -> float:
+    """Total length of the union of (start, end) intervals in microseconds, in milliseconds."""
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(intervals):
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total / 1000
+
+
+def clipped(intervals: list[tuple[float, float]], start: float, stop: float) -> list[tuple[float, float]]:
+    return [(max(a, start), min(b, stop)) for a, b in intervals if b > start and a < stop]
+
+
+def step_breakdown(spans: list[tuple[str, float, float]]) -> list[dict[str, float]]:
+    """Per optimizer step, milliseconds per part, from (name, start, end) spans in seconds."""
+    by_name: dict[str, list[tuple[float, float]]] = {}
+    for name, start, end in spans:
+        by_name.setdefault(name, []).append((start * 1e6, end * 1e6))
+    rows = []
+    for s, t in sorted(by_name.get(phases.STEP, [])):
+        part = {
+            name: union_ms(clipped(by_name.get(name, []), s, t))
+            for name in (phases.FORWARD, phases.BACKWARD, phases.OPTIMIZER, phases.GRADIENT_WAIT)
+        }
+        row = {
+            "step": (t - s) / 1000,
+            "forward": part[phases.FORWARD],
+            "backward": part[phases.BACKWARD],
+            "gradient_wait": part[phases.GRADIENT_WAIT],
+            "optimizer": part[phases.OPTIMIZER] - part[phases.GRADIENT_WAIT],
+        }
+        row["other"] = row["step"] - sum(row[k] for k in PARTS)
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    from horovod_train.cli import main as cli_main
+
+    trace_dir, train_argv = Path(argv[0]), argv[1:]
+    rank = distributed_env.detect(resolve_master=False).rank
+    spans = phases.record()
+    code = cli_main(train_argv)
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {"rank": rank, "steps": step_breakdown(spans)}
+    (trace_dir / f"rank{rank}.steps.json").write_text(json.dumps(result, indent=1) + "\n")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
