@@ -45,6 +45,8 @@ Strategy = Literal["epoch", "steps", "no"]
 ScheduleName = Literal["linear", "cosine", "constant", "constant_with_warmup"]
 # Transformers' names: its Trainer's default is the fused AdamW (one kernel per tensor, not one per operation).
 OptimizerName = Literal["adamw_torch_fused", "adamw_torch"]
+# torch.optim.AdamW's ``fused`` for each (None: torch's choice, per-tensor operations on CPU).
+ADAMW_FUSED: dict[str, bool | None] = {"adamw_torch_fused": True, "adamw_torch": None}
 Compression = Literal["none", "fp16"]
 ReduceOp = Literal["average", "adasum"]
 DDPBackend = Literal["auto", "nccl", "gloo"]

@@ -34,7 +34,6 @@ from horovod_train.config import DataArguments, RunConfig, TrainingArguments
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
 from horovod_train.tables import format_table
-from horovod_train.training.build import fused
 
 ENGINES = ("single", "horovod")
 # Dense (not 2:4 sparse) bf16 tensor-core peaks, TFLOP/s, from NVIDIA's data sheets; the first name that
@@ -212,8 +211,8 @@ class Contender:
         self.params = flop_parameters(model)
         if args.torch_compile:
             model.compile()
-        # train's default AdamW implementation
-        optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=fused(TrainingArguments.optim))
+        fused = domains.ADAMW_FUSED[TrainingArguments.optim]  # train's default AdamW implementation
+        optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=fused)
         self.model, self.optimizer = engine.wrap(model, optimizer)
         self.precision = Precision(precision, engine.device)
 

@@ -134,19 +134,20 @@ def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[launche
         key = train.run_name(run)
         # Horovod twice: its timeline slows the ranks (a writer thread on the same cores), so the step's parts
         # come from a run without it and the all-reduce's parts from a second run with it.
-        for name in (key, f"{key}-timeline") if run.engine == "horovod" else (key,):
+        for timeline in (False, True) if run.engine == "horovod" else (False,):
+            name = f"{key}-timeline" if timeline else key
             print(f"[{i}/{len(runs)}] {name}", end=" ", flush=True)
-            trace_dir = out / f"{name}-trace"
-            args = [*train_args, "--output_dir", str(out / name)]
-            if name.endswith("-timeline"):
+            run_dir, trace_dir = out / name, out / f"{name}-trace"
+            args = [*train_args, "--output_dir", str(run_dir)]
+            if timeline:
                 args += ["--horovod_timeline", str(trace_dir / "timeline.json")]
-            outcome = launch_recorded(run, args, trace_dir, out / "logs" / f"{name}.log")
+            outcome = launch_recorded(run, args, run_dir, trace_dir, out / "logs" / f"{name}.log")
             if not outcome["ok"]:
                 failed.append(name)
                 print(f"FAILED, see {outcome['log']}", flush=True)
                 break
             print(f"{outcome['samples_per_second']:.1f} samples/s", flush=True)
-            if name == key:
+            if not timeline:
                 rows.append(summarize(run, trace_dir, skip, outcome["samples_per_second"]))
             else:
                 rows[-1] |= {
@@ -159,10 +160,12 @@ def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[launche
     return 1 if failed else 0
 
 
-def launch_recorded(run: launchers.Run, train_args: list[str], trace_dir: Path, log: Path) -> dict[str, Any]:
-    """``train`` under ``run``'s launcher, each rank recording its steps into ``trace_dir``; bench train's row."""
+def launch_recorded(
+    run: launchers.Run, train_args: list[str], run_dir: Path, trace_dir: Path, log: Path
+) -> dict[str, Any]:
+    """``train`` (writing ``run_dir``) under ``run``'s launcher, each rank recording its steps into ``trace_dir``;
+    bench train's row."""
     program = [sys.executable, "-m", "horovod_train.bench.traced", str(trace_dir), "train", "--engine", run.engine]
-    run_dir = Path(train_args[train_args.index("--output_dir") + 1])
     return launchers.summarize(run, run_dir, launchers.execute(run.launch([*program, *train_args]), log), log)
 
 

@@ -15,6 +15,7 @@ from horovod_train import data as data_lib
 from horovod_train import lora
 from horovod_train import model as model_lib
 from horovod_train.config import RunConfig, TrainingArguments
+from horovod_train.domains import ADAMW_FUSED
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
 from horovod_train.metrics import SINGLE_LABEL
@@ -153,12 +154,7 @@ def build_optimizer(args: TrainingArguments, engine: Engine, model: torch.nn.Mod
     ]
     lr = engine.effective_learning_rate(args.learning_rate)
     betas = (args.adam_beta1, args.adam_beta2)
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=args.adam_epsilon, fused=fused(args.optim))
-
-
-def fused(optim: str) -> bool | None:
-    """AdamW's ``fused`` for --optim (None: torch's choice, per-tensor operations on CPU)."""
-    return True if optim == "adamw_torch_fused" else None
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=args.adam_epsilon, fused=ADAMW_FUSED[args.optim])
 
 
 def build_train_set(tokenized: DatasetDict, audit_samples: bool) -> Dataset:

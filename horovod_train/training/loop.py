@@ -99,7 +99,7 @@ class TrainingLoop:
         args, engine, model, optimizer = self.args, self.engine, self.parts.model, self.parts.optimizer
         accum = args.gradient_accumulation_steps
         examples = 0  # this rank's, in this step
-        # The labelled ranges are what `bench trace` breaks a step into (free when no profiler runs).
+        # The labelled ranges are what `bench trace` breaks a step into (profiler ranges: a few µs per step).
         with phases.span(phases.STEP):
             for micro in range(accum):
                 batch = self.next_batch(batches, position)

@@ -10,6 +10,7 @@ from transformers import get_scheduler
 
 from horovod_train import amp
 from horovod_train.config import parse_run_config
+from horovod_train.domains import ADAMW_FUSED
 from horovod_train.engines.horovod.elastic import ElasticPolicy
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.engines.single import SingleEngine
@@ -80,7 +81,7 @@ def test_optim_picks_adamws_implementation_and_a_resume_keeps_it(optim, fused):
     model(torch.randn(4, 3)).sum().backward()
     optimizer.step()
     # A checkpoint written by the other implementation: its state loads, this run's implementation stays.
-    other = build.fused("adamw_torch" if fused else "adamw_torch_fused")
+    other = ADAMW_FUSED["adamw_torch" if fused else "adamw_torch_fused"]
     saved = optimizer.state_dict()
     for group in saved["param_groups"]:
         group["fused"] = other
