@@ -20,15 +20,15 @@ demo: setup
 		--overwrite_output_dir
 
 # The whole suite: tests/unit (in-process), tests/integration (real ranks on this machine), tests/system
-# (Podman images, SLURM clusters, network namespaces, the NCCL build), after the system tools they drive.
-# The GPU image's test is not in it: `make test-gpu-image` (below).
+# (Podman images, the GPU image among them, SLURM clusters, network namespaces, the NCCL build), after the
+# system tools they drive.
 test: setup
 	@bash scripts/install_test_tools.sh
 	@$(VENV)/bin/ruff check horovod_train tests
-	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest --ignore=tests/system/test_gpu_image.py $(PYTEST_ARGS)
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
 
-# Opt-in (a cold build is longer than `make test`'s budget allows; docs/launch.md): builds the GPU image with
-# Podman here, no GPU and no registry needed, and checks it (tests/system/test_gpu_image.py).
+# The GPU image's tests alone (also in `make test`): builds it with Podman here, no GPU and no registry needed,
+# and checks it (tests/system/test_gpu_image.py; docs/launch.md).
 test-gpu-image: setup
 	@bash scripts/install_test_tools.sh
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/system/test_gpu_image.py $(PYTEST_ARGS)
