@@ -1,5 +1,6 @@
-"""docker/ checks that building and running the image (tests/system/test_docker_build.py, CPU variant, Podman) does not
-prove: hadolint, the GPU variant (CUDA base, NCCL, CUDA torch index: no CUDA base image can be fetched here),
+"""docker/ checks that building and running the images (tests/system/test_docker_build.py: CPU; test_gpu_image.py: GPU
+from the Debian base, both with Podman) does not prove: hadolint, the default GPU build's arguments (the CUDA base
+image and its torch index, which cannot be fetched here),
 no keys baked in, sshd refusing passwords, `make setup` running the image's scripts, and the Apptainer
 definition (no Apptainer here)."""
 
