@@ -25,6 +25,7 @@ demo: setup
 test: setup
 	@bash scripts/install_test_tools.sh
 	@$(VENV)/bin/ruff check horovod_train tests
+	@$(VENV)/bin/ruff format --check horovod_train tests
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
 
 # The GPU image's tests alone (also in `make test`): builds it with Podman here, no GPU and no registry needed,
@@ -35,6 +36,7 @@ test-gpu-image: setup
 
 test-fast: setup
 	@$(VENV)/bin/ruff check horovod_train tests
+	@$(VENV)/bin/ruff format --check horovod_train tests
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 bench: setup  # samples/s per engine and Horovod/DDP ratios: the demo job, then BERT-base's size (about 5 minutes)

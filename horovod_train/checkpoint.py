@@ -152,8 +152,13 @@ def _storage_groups(model: torch.nn.Module) -> list[list[str]]:
     """The state dict's names grouped by the tensor they name (tied weights: one tensor, several names)."""
     groups: dict[tuple, list[str]] = {}
     for name, tensor in model.state_dict().items():
-        view = (tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tensor.shape,
-                tensor.stride())
+        view = (
+            tensor.device,
+            tensor.untyped_storage().data_ptr(),
+            tensor.storage_offset(),
+            tensor.shape,
+            tensor.stride(),
+        )
         groups.setdefault(view, []).append(name)
     return list(groups.values())
 
@@ -233,27 +238,34 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
     try:
         manifest = json.loads((path / MANIFEST).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        raise UsageError(f"checkpoint {path} has no readable {MANIFEST} (incomplete or not a checkpoint)",
-                         "resume from an earlier checkpoint") from None
+        raise UsageError(
+            f"checkpoint {path} has no readable {MANIFEST} (incomplete or not a checkpoint)",
+            "resume from an earlier checkpoint",
+        ) from None
     # A manifest is {file name: SHA-256} covering at least the files a resume reads.
     entries = manifest if isinstance(manifest, dict) else {}
     missing = sorted({MODEL_FILE, STATE_FILE, TRAINER_FILE} - set(entries))
     if missing or not all(isinstance(k, str) and isinstance(v, str) and "/" not in k for k, v in entries.items()):
         shown = f"lists no {', '.join(missing)}" if missing else "is not a mapping of file names to SHA-256 digests"
-        raise UsageError(f"checkpoint {path} has a {MANIFEST} that {shown} (not written by this trainer)",
-                         "resume from an earlier checkpoint")
+        raise UsageError(
+            f"checkpoint {path} has a {MANIFEST} that {shown} (not written by this trainer)",
+            "resume from an earlier checkpoint",
+        )
     for name, digest in entries.items():
         file = path / name
         if not file.is_file() or sha256(file) != digest:
-            raise UsageError(f"checkpoint {path} is corrupted ({name} does not match its checksum)",
-                             "resume from an earlier checkpoint")
+            raise UsageError(
+                f"checkpoint {path} is corrupted ({name} does not match its checksum)",
+                "resume from an earlier checkpoint",
+            )
     try:
         state = json.loads((path / TRAINER_FILE).read_text())
     except (UnicodeDecodeError, json.JSONDecodeError):
         state = None
     if not isinstance(state, dict):
-        raise UsageError(f"checkpoint {path} has a {TRAINER_FILE} that is not a JSON object",
-                         "resume from an earlier checkpoint")
+        raise UsageError(
+            f"checkpoint {path} has a {TRAINER_FILE} that is not a JSON object", "resume from an earlier checkpoint"
+        )
     return state
 
 
@@ -278,8 +290,10 @@ def load_resumable(spec: str, output_dir: Path, warn: Callable[[str], None]) -> 
     if spec not in (AUTO, LATEST):
         path = Path(spec)
         if not path.is_dir():
-            raise UsageError(f"--resume_from_checkpoint {spec} does not exist",
-                             "pass a checkpoint-<step> directory, 'latest' or 'auto'")
+            raise UsageError(
+                f"--resume_from_checkpoint {spec} does not exist",
+                "pass a checkpoint-<step> directory, 'latest' or 'auto'",
+            )
         return path, load_checkpoint(path)
     skipped = []
     for path in reversed(list_checkpoints(output_dir)):
@@ -290,6 +304,8 @@ def load_resumable(spec: str, output_dir: Path, warn: Callable[[str], None]) -> 
             warn(f"warning: passing over {error.problem}")
     if spec == LATEST:
         found = f"none of {', '.join(skipped)} is valid" if skipped else "there is none"
-        raise UsageError(f"--resume_from_checkpoint latest: no valid checkpoint in {output_dir} ({found})",
-                         "pass an earlier checkpoint directory, or 'auto' to start fresh when there is none")
+        raise UsageError(
+            f"--resume_from_checkpoint latest: no valid checkpoint in {output_dir} ({found})",
+            "pass an earlier checkpoint directory, or 'auto' to start fresh when there is none",
+        )
     return None

@@ -273,14 +273,18 @@ def _check_label_texts(values: list, where: str) -> None:
     """String labels that mix integers and names ('0', '1', 'x': a CSV reads them all as text) are a mistake."""
     numeric = [isinstance(v, str) and v.strip().lstrip("-").isdigit() for v in values]
     present = [v is not None for v in values]
-    integers, names = sum(n for n, p in zip(numeric, present, strict=True) if p), sum(
-        not n for n, p in zip(numeric, present, strict=True) if p)
+    integers, names = (
+        sum(n for n, p in zip(numeric, present, strict=True) if p),
+        sum(not n for n, p in zip(numeric, present, strict=True) if p),
+    )
     if integers and names:
         rare = integers < names  # the rarer kind is the odd one out
         row = next(i for i, (n, p) in enumerate(zip(numeric, present, strict=True)) if p and n == rare)
         common = "label names" if rare else "integer labels"
-        raise UsageError(f"{where} row {row + 1} holds {values[row]!r} where its other rows hold {common}",
-                         "use either integer labels or label names in a label column, not both")
+        raise UsageError(
+            f"{where} row {row + 1} holds {values[row]!r} where its other rows hold {common}",
+            "use either integer labels or label names in a label column, not both",
+        )
 
 
 @dataclass(frozen=True)

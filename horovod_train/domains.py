@@ -166,8 +166,10 @@ def writable_below(name: str, value: str, target: Path) -> None:
     try:
         tempfile.TemporaryFile(dir=existing).close()
     except OSError as exc:
-        raise UsageError(f"--{name} {value}: cannot write in {existing} ({exc.strerror})",
-                         f"pass a --{name} in a directory you can write to") from None
+        raise UsageError(
+            f"--{name} {value}: cannot write in {existing} ({exc.strerror})",
+            f"pass a --{name} in a directory you can write to",
+        ) from None
 
 
 def writable_dir(name: str, value: Any) -> None:
@@ -192,8 +194,10 @@ def data_file(name: str, value: Any) -> None:
         return
     file = Path(value)
     if file.suffix.lower() not in DATA_SUFFIXES:
-        raise UsageError(f"--{name} {value} has unsupported extension {file.suffix.lower()!r}",
-                         "use .csv, .tsv, .json, .jsonl or .parquet")
+        raise UsageError(
+            f"--{name} {value} has unsupported extension {file.suffix.lower()!r}",
+            "use .csv, .tsv, .json, .jsonl or .parquet",
+        )
     if file.is_dir():
         raise UsageError(f"--{name} {value} is a directory", f"pass a {', '.join(DATA_SUFFIXES)} file")
     if not file.is_file():
@@ -204,8 +208,10 @@ def run_name(name: str, value: Any) -> None:
     """The trackers' name of the run: TensorBoard writes under <output_dir>/runs/<run_name>, so it must stay there."""
     path(name, value)
     if value is not None and (value.startswith(("/", "~")) or ".." in Path(value).parts):
-        raise UsageError(f"--run_name {value} would write outside --output_dir/runs",
-                         "pass a plain name (e.g. --run_name mnli-lr2e-5)")
+        raise UsageError(
+            f"--run_name {value} would write outside --output_dir/runs",
+            "pass a plain name (e.g. --run_name mnli-lr2e-5)",
+        )
 
 
 def checkpoint(name: str, value: Any) -> None:
@@ -223,8 +229,10 @@ def stop_signals(name: str, value: Any) -> None:
     for sig in signals:
         if sig.name in UNCATCHABLE | NOT_STOP_SIGNALS:
             why = "cannot be caught" if sig.name in UNCATCHABLE else "is not a stop request"
-            raise UsageError(f"--{name}: {sig.name} {why}",
-                             "pass signals a scheduler sends to stop a job, e.g. SIGTERM,SIGUSR1 (or none)")
+            raise UsageError(
+                f"--{name}: {sig.name} {why}",
+                "pass signals a scheduler sends to stop a job, e.g. SIGTERM,SIGUSR1 (or none)",
+            )
     if len(signals) != len(set(signals)):
         raise UsageError(f"--{name} {value} names a signal twice", "name each signal once")
 
@@ -408,6 +416,8 @@ def fit_max_seq_length(config: Any, warn: Callable[[str], None]) -> None:
         return
     limit, whose = min(limits)
     if config.data.max_seq_length > limit:
-        warn(f"warning: --max_seq_length {config.data.max_seq_length} is more than {whose} ({limit}): "
-             f"using --max_seq_length {limit}")
+        warn(
+            f"warning: --max_seq_length {config.data.max_seq_length} is more than {whose} ({limit}): "
+            f"using --max_seq_length {limit}"
+        )
         config.data.max_seq_length = limit

@@ -19,6 +19,7 @@ class DataArguments(Protocol):
     dataset_config_name: str | None
     validation_split_name: str | None
 
+
 HUB_DATASET = "nyu-mll/glue"
 HUB_ALIASES = (HUB_DATASET, "glue")  # whose configurations are the task names
 TASK_TO_KEYS: dict[str, tuple[str, str | None]] = {

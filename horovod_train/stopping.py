@@ -20,6 +20,7 @@ from typing import Any, Protocol
 class Collectives(Protocol):  # what this needs of an engine (config imports this module: no engine import)
     def all_reduce_sum_async(self, tensor: Any) -> Callable[[], Any]: ...
 
+
 STOPPED_EXIT_CODE = 75  # EX_TEMPFAIL (sysexits.h): stopped early, a checkpoint saved; run again to continue
 
 

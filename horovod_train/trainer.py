@@ -87,8 +87,10 @@ class Trainer:
                     lambda: resume.read_finished_results(self.output_dir, position.global_step)
                 )
             if self.finished_before is not None:
-                self.console.log(f"the run in {self.output_dir} had already finished at step {position.global_step}: "
-                                 f"nothing to train, {FINISHED_MARKER} left as it was")
+                self.console.log(
+                    f"the run in {self.output_dir} had already finished at step {position.global_step}: "
+                    f"nothing to train, {FINISHED_MARKER} left as it was"
+                )
                 return None
         # Every input has been validated: only now is anything written.
         if engine.is_main and not self.rank_zero.joining:

@@ -146,8 +146,10 @@ def resolve(args: argparse.Namespace) -> None:
         )
     positions = common.bert_config(args.model).max_position_embeddings
     if args.max_seq_length > positions:
-        raise UsageError(f"--max_seq_length {args.max_seq_length} is more than {args.model}'s {positions} positions",
-                         f"pass --max_seq_length {positions} or less")
+        raise UsageError(
+            f"--max_seq_length {args.max_seq_length} is more than {args.model}'s {positions} positions",
+            f"pass --max_seq_length {positions} or less",
+        )
     TrainingArguments(**{name: getattr(args, name) for name in TRAINING_FIELDS})  # train's domains (--seed ...)
 
 

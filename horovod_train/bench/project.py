@@ -422,8 +422,10 @@ def read_report(path: Path, flag: str = "compute_from") -> dict[str, Any]:
     try:
         report = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise UsageError(f"--{flag} {path} cannot be read as JSON ({str(exc).splitlines()[0][:120]})",
-                         "pass the .json file the benchmark wrote") from None
+        raise UsageError(
+            f"--{flag} {path} cannot be read as JSON ({str(exc).splitlines()[0][:120]})",
+            "pass the .json file the benchmark wrote",
+        ) from None
     if not isinstance(report, dict) or not isinstance(report.get("rows"), list):
         raise UsageError(f"--{flag} {path} is not a benchmark report (no rows)", "pass the .json file it wrote")
     return report

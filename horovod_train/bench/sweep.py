@@ -151,8 +151,9 @@ def validate(args: argparse.Namespace) -> None:
     try:
         args.bench_arg_list = shlex.split(args.bench_args)
     except ValueError as exc:
-        raise UsageError(f"--bench_args {args.bench_args!r} cannot be split ({exc})",
-                         "quote it as a shell would") from None
+        raise UsageError(
+            f"--bench_args {args.bench_args!r} cannot be split ({exc})", "quote it as a shell would"
+        ) from None
     extra = [*(["--max_bytes", args.max_bytes] if args.max_bytes else []), *args.bench_arg_list]
     allreduce.validate(build_parser().parse_args(["bench", "allreduce", "--models", *args.models, *extra]))
 

@@ -40,8 +40,10 @@ class DDPEngine(Engine):
         self.local_rank, self.local_world_size = env.local_rank, env.local_world_size
         options: dict[str, Any] = {}
         if self.options.ddp_backend == "nccl" and not torch.cuda.is_available():
-            raise UsageError("--ddp_backend nccl needs CUDA GPUs but this machine has none",
-                             "use --ddp_backend gloo (or auto) on CPUs")
+            raise UsageError(
+                "--ddp_backend nccl needs CUDA GPUs but this machine has none",
+                "use --ddp_backend gloo (or auto) on CPUs",
+            )
         if torch.cuda.is_available() and self.options.ddp_backend != "gloo":
             # By local rank (global ranks exceed a node's GPUs), or the task's only GPU.
             self.device, self.device_rule = distributed_env.pin_cuda_device(env.local_rank)

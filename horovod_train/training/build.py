@@ -44,8 +44,15 @@ def prepare_data(config: RunConfig, engine: Engine, cache_dir: Path, rank_zero: 
     cached = data_lib.tokenized_cache_path(raw, tokenizer, d.max_seq_length, cache_dir, d.pad_to_max_length)
 
     def tokenize(overwrite: bool = False) -> None:
-        data_lib.tokenize_to_disk(raw, tokenizer, d.max_seq_length, cached, d.pad_to_max_length, overwrite,
-                                  num_proc=d.preprocessing_num_workers)
+        data_lib.tokenize_to_disk(
+            raw,
+            tokenizer,
+            d.max_seq_length,
+            cached,
+            d.pad_to_max_length,
+            overwrite,
+            num_proc=d.preprocessing_num_workers,
+        )
 
     if d.overwrite_cache:  # rebuilt once, by rank 0, before any rank maps it (the cache may be shared by nodes)
         rank_zero.first(lambda: tokenize(overwrite=True))
@@ -85,8 +92,9 @@ def check_metric_for_best_model(metric: str | None, tokenized: DatasetDict, task
     names = ("loss", *task_shape(tokenized, task_name).metric_names())
     known = [f"{prefix}_{m}" for prefix in eval_prefixes(tokenized).values() for m in names]
     if metric not in known:
-        raise UsageError(f"--metric_for_best_model {metric} is not a metric of this run",
-                         f"use one of {', '.join(known)}")
+        raise UsageError(
+            f"--metric_for_best_model {metric} is not a metric of this run", f"use one of {', '.join(known)}"
+        )
 
 
 def build_model(config: RunConfig, tokenizer: Any, tokenized: DatasetDict) -> torch.nn.Module:

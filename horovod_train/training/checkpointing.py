@@ -39,7 +39,11 @@ class CheckpointSaver:
             }
             model, tokenizer = self.engine.unwrap(self.parts.model), self.parts.tokenizer
             self.parts.checkpoints.save(
-                model, position, self.parts.compatibility, self.config.to_dict(), training_state,
+                model,
+                position,
+                self.parts.compatibility,
+                self.config.to_dict(),
+                training_state,
                 write_loadable=lambda path: (model.config.save_pretrained(path), tokenizer.save_pretrained(path)),
             )
         self.last_saved_step = position.global_step

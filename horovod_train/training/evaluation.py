@@ -45,8 +45,13 @@ def example_losses(logits: torch.Tensor, labels: torch.Tensor, shape: TaskShape,
 
 @torch.no_grad()
 def gather_outputs(
-    engine: Engine, net: nn.Module, loader: DataLoader, precision: Precision, labelled: bool,
-    label_smoothing: float = 0.0, shape: TaskShape = CLASSIFICATION,
+    engine: Engine,
+    net: nn.Module,
+    loader: DataLoader,
+    precision: Precision,
+    labelled: bool,
+    label_smoothing: float = 0.0,
+    shape: TaskShape = CLASSIFICATION,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run ``net`` over this rank's shard and gather every rank's rows in rank order: (example index,
     prediction(s), label(s)) and each example's loss; unlabelled (prediction): (example index, prediction(s)).

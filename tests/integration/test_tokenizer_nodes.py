@@ -20,11 +20,9 @@ def test_nodes_with_their_own_caches_train_on_rank_0s_tokenizer(tmp_path, cache_
     program = ["-m", "horovod_train", "train", *args]
     cmd = torchrun_command(program, 1, nnodes=2, rdzv_endpoint=f"127.0.0.1:{port}", torchrun=str(BIN / "torchrun"))
     caches = [tmp_path / "node0-cache", tmp_path / "node1-cache"]
-    nodes = [
-        subprocess.Popen(cmd, cwd=REPO, env={**base_env(cache_dir), "HOROVOD_TRAIN_CACHE": str(cache)},
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
-        for cache in caches
-    ]
+    envs = [{**base_env(cache_dir), "HOROVOD_TRAIN_CACHE": str(cache)} for cache in caches]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+    nodes = [subprocess.Popen(cmd, cwd=REPO, env=env, **pipes) for env in envs]
     outputs = [node.communicate(timeout=300)[0] for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], "\n".join(o[-3000:] for o in outputs)
     assert read_results(out)["world_size"] == 2

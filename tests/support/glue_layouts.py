@@ -13,6 +13,7 @@ from horovod_train import glue, synthetic
 from support.data_files import write_glue_mnli
 
 TASKS = ("cola", "mnli", "mrpc", "qnli", "qqp", "rte", "sst2", "stsb", "wnli")
+STSB_PAIR_AND_SCORE = ["source1", "source2", "sentence1", "sentence2", "score"]
 HEADERS = {
     "mrpc": ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
     "qqp": ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
@@ -21,10 +22,10 @@ HEADERS = {
     "qnli": ["index", "question", "sentence", "label"],
     "rte": ["index", "sentence1", "sentence2", "label"],
     "wnli": ["index", "sentence1", "sentence2", "label"],
-    "stsb": ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2",
-             "score"],  # fmt: skip
+    "stsb": ["index", "genre", "filename", "year", "old_index", *STSB_PAIR_AND_SCORE],
 }
 BOM = "\ufeff"
+STSB_ORIGIN = ["main-captions", "MSRvid", "2012test"]  # genre, filename, year: as in GLUE's STS-B files
 
 
 def glue_rows(task: str, n: int, seed: int) -> list[dict]:
@@ -52,8 +53,7 @@ def _fields(task: str, i: int, row: dict) -> list[str]:
         "qnli": lambda: [str(i), *pair, names[label]],
         "rte": lambda: [str(i), *pair, names[label]],
         "wnli": lambda: [str(i), *pair, str(label)],
-        "stsb": lambda: [str(i), "main-captions", "MSRvid", "2012test", f"{i:04d}", "none", "none", *pair,
-                         f"{label:.3f}"],  # fmt: skip
+        "stsb": lambda: [str(i), *STSB_ORIGIN, f"{i:04d}", "none", "none", *pair, f"{label:.3f}"],
     }
     return by_task[task]()
 
