@@ -47,6 +47,7 @@ class StopSignals:
 
     def __init__(self, signals: list[signal.Signals]) -> None:
         self.received: str | None = None
+        self.agreed: str | None = None  # the signal the ranks stopped on, whichever rank received it
         self.previous = {sig: signal.signal(sig, self._record) for sig in signals}
         self.pending: Callable[[], Any] | None = None
 
@@ -73,6 +74,8 @@ class StopSignals:
             return None
         counts, self.pending = self.pending().tolist(), None
         received = [sig.name for sig, count in zip(self.previous, counts, strict=True) if count > 0]
+        if received:
+            self.agreed = received[0]
         return received[0] if received else None
 
     def forget(self) -> None:
@@ -81,7 +84,9 @@ class StopSignals:
 
     def close(self) -> None:
         """Give the signals back; after a stop, ignore them until the process exits: the batch shell
-        signals every rank, and a rank that already stopped with the others must not die of a late one
-        (SIGUSR1's default action ends the process and the launcher reports a failure)."""
+        signals every rank, and a rank that already stopped with the others (often on another rank's
+        signal, its own still on the way) must not die of a late one (SIGUSR1's default action ends the
+        process, its last lines unflushed, and the launcher reports a failure)."""
+        stopped = self.received or self.agreed
         for sig, handler in self.previous.items():
-            signal.signal(sig, signal.SIG_IGN if self.received else handler)
+            signal.signal(sig, signal.SIG_IGN if stopped else handler)

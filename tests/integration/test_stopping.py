@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from support.jobs import (
+    BIN,
     REPO,
     SMALL_JOB,
     assert_ok,
@@ -184,3 +185,23 @@ def test_a_late_stop_signal_after_stopping_is_ignored(received):
         assert proc.returncode == 0 and "survived" in proc.stdout, proc.stderr
     else:
         assert proc.returncode == -signal.SIGUSR1, (proc.returncode, proc.stdout, proc.stderr)
+
+
+AGREEMENT_PROBE = [str(BIN / "python"), str(REPO / "tests" / "probes" / "stop_agreement_probe.py")]
+
+
+@pytest.mark.parametrize("engine", ["horovod", "ddp"])
+def test_a_rank_stopped_by_another_ranks_signal_survives_its_own_late_one(engine, tmp_path, cache_dir):
+    """Two real ranks: rank 1 alone gets SIGUSR1, both agree on it through the engine's all-reduce and close
+    their watch; then each gets SIGUSR1 (on SLURM, the batch shell's forward reaches one node after the other).
+    Rank 0 never received its own before stopping, and must still survive it (it died of it, exit 138, its
+    "stopped by" line unflushed, in tests/system/test_launch_slurm_two_nodes.py)."""
+    if engine == "horovod":
+        cmd = [str(BIN / "horovodrun"), "-np", "2", "--gloo", *AGREEMENT_PROBE, "horovod", str(tmp_path)]
+    else:
+        cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "--no-python", *AGREEMENT_PROBE]
+        cmd += ["ddp", str(tmp_path)]
+    assert_ok(run(cmd, cache_dir, timeout=240))
+    reports = [json.loads((tmp_path / f"rank-{rank}.json").read_text()) for rank in range(2)]
+    assert [r["received"] for r in reports] == [None, "SIGUSR1"], reports
+    assert [r["agreed"] for r in reports] == ["SIGUSR1", "SIGUSR1"], reports
