@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.jobs import BIN, REPO, assert_ok, mpirun, run
+from support.jobs import BIN, REPO, assert_ok, probe_launch, run
 
 PROBE = [str(BIN / "python"), str(REPO / "tests" / "probes" / "broadcast_probe.py")]
 
@@ -18,13 +18,7 @@ GB = 10**9
 
 
 def launch(name: str, gib: float, out) -> list[str]:
-    args = [str(gib), str(out)]
-    if name == "horovod-gloo":
-        return [str(BIN / "horovodrun"), "-np", "2", "--gloo", *PROBE, "horovod", *args]
-    if name == "horovod-mpi":
-        cmd = mpirun(2)
-        return [*cmd[: cmd.index(str(BIN / "python"))], *PROBE, "horovod", *args]
-    return [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "--no-python", *PROBE, "ddp", *args]
+    return probe_launch(name, [*PROBE, "ddp" if name == "ddp" else "horovod", str(gib), str(out)])
 
 
 def run_probe(name: str, gib: float, out, cache_dir) -> list[dict]:

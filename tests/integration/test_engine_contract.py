@@ -8,26 +8,13 @@ import json
 
 import pytest
 from support.engine_contract import LAUNCHES
-from support.jobs import BIN, REPO, assert_ok, mpirun, run
+from support.jobs import BIN, REPO, assert_ok, probe_launch, run
 
 PROBE = [str(BIN / "python"), str(REPO / "tests" / "probes" / "engine_probe.py")]
 
 
 def launch(name: str, engine: str, out) -> list[str]:
-    probe = [*PROBE, engine, str(out)]
-    if name == "horovod-gloo":
-        return [str(BIN / "horovodrun"), "-np", "2", "--gloo", *probe]
-    if name == "horovod-mpi":
-        return [*mpirun_prefix(), *probe]
-    if name == "ddp":
-        return [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "--no-python", *probe]
-    return probe
-
-
-def mpirun_prefix() -> list[str]:
-    """conftest's mpirun command without its `python -m horovod_train train` tail."""
-    cmd = mpirun(2)
-    return cmd[: cmd.index(str(BIN / "python"))]
+    return probe_launch(name, [*PROBE, engine, str(out)])
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ from support.jobs import (
     base_env,
     horovodrun,
     mpirun,
+    probe_launch,
     read_results,
     run,
     torchrun,
@@ -196,12 +197,8 @@ def test_a_rank_stopped_by_another_ranks_signal_survives_its_own_late_one(engine
     their watch; then each gets SIGUSR1 (on SLURM, the batch shell's forward reaches one node after the other).
     Rank 0 never received its own before stopping, and must still survive it (it died of it, exit 138, its
     "stopped by" line unflushed, in tests/system/test_launch_slurm_two_nodes.py)."""
-    if engine == "horovod":
-        cmd = [str(BIN / "horovodrun"), "-np", "2", "--gloo", *AGREEMENT_PROBE, "horovod", str(tmp_path)]
-    else:
-        cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "--no-python", *AGREEMENT_PROBE]
-        cmd += ["ddp", str(tmp_path)]
-    assert_ok(run(cmd, cache_dir, timeout=240))
+    launcher = "horovod-gloo" if engine == "horovod" else "ddp"
+    assert_ok(run(probe_launch(launcher, [*AGREEMENT_PROBE, engine, str(tmp_path)]), cache_dir, timeout=240))
     reports = [json.loads((tmp_path / f"rank-{rank}.json").read_text()) for rank in range(2)]
     assert [r["received"] for r in reports] == [None, "SIGUSR1"], reports
     assert [r["agreed"] for r in reports] == ["SIGUSR1", "SIGUSR1"], reports

@@ -88,3 +88,16 @@ def assert_ok(proc: subprocess.CompletedProcess) -> None:
 def torchrun(np: int, *args: str) -> list[str]:
     """`torchrun --standalone`: a free rendezvous port, so concurrent jobs do not collide on 29500."""
     return launch_commands.torchrun_command(train_cmd(*args), np, torchrun=str(BIN / "torchrun"))
+
+
+def probe_launch(launcher: str, program: list[str]) -> list[str]:
+    """A program (a tests/probes script with its arguments) under 2 real ranks: `horovod-gloo` (horovodrun --gloo),
+    `horovod-mpi` (the tests' mpirun) or `ddp` (torchrun --standalone); any other name runs it as one process."""
+    if launcher == "horovod-gloo":
+        return [str(BIN / "horovodrun"), "-np", "2", "--gloo", *program]
+    if launcher == "horovod-mpi":
+        cmd = mpirun(2)
+        return [*cmd[: cmd.index(str(BIN / "python"))], *program]
+    if launcher == "ddp":
+        return [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "--no-python", *program]
+    return program
