@@ -251,6 +251,14 @@ def report_to(name: str, value: Any) -> None:
     check_report_to(value)
 
 
+def use_peft(name: str, value: Any) -> None:
+    boolean(name, value)
+    if value:
+        from horovod_train.lora import check_installed
+
+        check_installed()
+
+
 def task(name: str, value: Any) -> None:
     from horovod_train import glue
 
@@ -268,7 +276,7 @@ DOMAINS: dict[str, Check] = {
     "model_revision": text,
     "token": text,
     "trust_remote_code": boolean,
-    "use_peft": boolean,
+    "use_peft": use_peft,
     "lora_r": count(1, 4096, example="8"),
     "lora_alpha": count(1, example="16"),
     "lora_dropout": FRACTION,

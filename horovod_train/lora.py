@@ -4,6 +4,7 @@ parameters alone: the adapters and the head, a few percent of the model."""
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 
 from torch import nn
@@ -22,6 +23,16 @@ class LoraOptions:
     alpha: int = 16
     dropout: float = 0.05
     target_modules: tuple[str, ...] | None = None
+
+
+def check_installed() -> None:
+    """peft is an optional dependency (the `peft` extra): --use_peft without it is a usage error, not a traceback."""
+    # find_spec is None also for a package blocked with sys.modules["peft"] = None.
+    if importlib.util.find_spec("peft") is None:
+        raise UsageError(
+            "--use_peft needs the peft package (not installed)",
+            "pip install 'horovod-train[peft]' (or pip install peft), or drop --use_peft",
+        )
 
 
 def default_targets(model: nn.Module) -> list[str] | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from horovod_train.build_horovod import build, install
-from horovod_train.build_horovod.plan import Options, Plan, make_plan
+from horovod_train.build_horovod.plan import Options, Plan, make_plan, with_build_tools
 from horovod_train.build_horovod.target import running_target
 from horovod_train.console import write_line
 from horovod_train.errors import UsageError, exit_with
@@ -53,6 +53,8 @@ def main(args: argparse.Namespace) -> int:
     options = options_from(args)
     plan = make_plan(running_target(), options)
     step = next_step(plan, options)
+    if step.startswith("build"):
+        with_build_tools(plan)
     for line in plan.describe():
         write_line(f"[horovod] {line}")
     write_line(f"[horovod] next:       {step}")

@@ -27,9 +27,9 @@ class Options:
 class Plan:
     target: Target
     version: str
-    compiler: str
-    cmake: str
     mpi: bool
+    compiler: str | None = None  # with_build_tools finds them, for a build only: a cached wheel needs neither
+    cmake: str | None = None
     cuda_home: Path | None = None
     nvcc: str | None = None
     cuda_archs: str | None = None
@@ -63,8 +63,8 @@ class Plan:
             f"python:     {target.python}",
             f"torch:      {target.torch_version} ({f'CUDA {target.torch_cuda}' if target.torch_cuda else 'CPU build'})",
             f"horovod:    {self.version} (PyTorch, Gloo{', MPI' if self.mpi else ''}{', NCCL' if self.nccl else ''})",
-            f"compiler:   {self.compiler}",
-            f"cmake:      {self.cmake}",
+            f"compiler:   {self.compiler or 'not needed (no build)'}",
+            f"cmake:      {self.cmake or 'not needed (no build)'}",
             f"mpi:        {'yes (mpicxx found)' if self.mpi else 'no (Gloo controller only)'}",
         ]
         if target.torch_cuda:
@@ -88,16 +88,15 @@ def cache_root() -> Path:
 
 
 def make_plan(target: Target, options: Options) -> Plan:
-    """Every missing piece is reported here, as one UsageError, before anything is downloaded or built."""
+    """What to build and its cache key. Every missing piece is one UsageError before anything is downloaded or
+    built: here what the key depends on (MPI headers, the CUDA toolkit, NCCL), in with_build_tools what only a
+    build needs."""
     path = toolchain.search_path(target.bin_dir)
     plan = Plan(
         target=target,
         version=os.environ.get("HOROVOD_VERSION") or HOROVOD_VERSION,
-        compiler=toolchain.find_compiler(path),
-        cmake=toolchain.find_cmake(path),
         mpi=toolchain.find_mpi(path, options.mpi),
     )
-    toolchain.check_build_modules()
     if options.nccl and not target.torch_cuda:
         raise UsageError(
             f"--with-nccl, but torch {target.torch_version} is a CPU build", "install a CUDA torch, or drop --with-nccl"
@@ -108,4 +107,14 @@ def make_plan(target: Target, options: Options) -> Plan:
         plan.cuda_archs = gpu.cuda_archs(plan.nvcc, release, options.cuda_archs)
         plan.nccl_env, plan.nccl_source = gpu.find_nccl(target.prefix, plan.cuda_home, options.nccl,
                                                         link=not options.dry_run)  # fmt: skip
+    return plan
+
+
+def with_build_tools(plan: Plan) -> Plan:
+    """The compiler, cmake, setuptools and wheel a build needs, found, or one UsageError naming the first missing:
+    an environment installing a cached wheel (another venv with the same torch) needs none of them."""
+    path = toolchain.search_path(plan.target.bin_dir)
+    plan.compiler = toolchain.find_compiler(path)
+    plan.cmake = toolchain.find_cmake(path)
+    toolchain.check_build_modules()
     return plan

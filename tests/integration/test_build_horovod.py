@@ -53,7 +53,7 @@ def test_an_architecture_nvcc_lacks_is_one_line() -> None:
 
 def test_console_script_names_the_missing_compiler(tmp_path) -> None:
     """A PATH with no compiler: the installed console script says so before anything else."""
-    env = {**os.environ, "PATH": str(tmp_path), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PATH": str(tmp_path), "PYTHONPATH": str(REPO), "HOROVOD_WHEEL_CACHE": str(tmp_path)}
     env.pop("CXX", None)
     cmd = [str(Path(sys.executable).parent / "horovod-train"), "build-horovod"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)

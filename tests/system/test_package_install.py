@@ -5,8 +5,8 @@ how to build it), then `horovod-train build-horovod` builds Horovod there and th
 `horovodrun`. One version, written in pyproject.toml alone.
 
 build-horovod uses the machine's wheel cache (~/.cache/horovod-train/wheels, as `make setup` filled it), so it
-installs a cached wheel rather than compiling: the environment's test is pip installs, two build-horovod runs and
-the demo's 2 ranks."""
+installs a cached wheel rather than compiling, with no build tools in the environment (no wheel module, no pip
+cmake): the environment's test is pip installs, two build-horovod runs and the demo's 2 ranks."""
 
 from __future__ import annotations
 
@@ -142,6 +142,8 @@ def test_wheel_and_sdist_contents(built: dict[str, Path]) -> None:
     assert {"torch", "transformers", "datasets", "evaluate", "safetensors", "tokenizers"} <= runtime
     assert not any(name.lower() == "horovod" for name, _ in requires), "Horovod must be built, not pip-required"
     assert "horovod-train = horovod_train.cli:main" in entry_points
+    extras = set(re.findall(r"(?m)^Provides-Extra: (\S+)$", metadata))
+    assert {"mpi", "tensorboard", "wandb", "mlflow", "trackers", "peft", "dev"} <= extras, extras
     if importlib.util.find_spec("build"):
         (sdist,) = built["dist"].glob(f"horovod_train-{version}.tar.gz")
         with tarfile.open(sdist) as tar:
@@ -201,16 +203,18 @@ def test_wheel_next_to_an_existing_torch_then_build_horovod_and_the_demo(built: 
     assert "scripts/build_horovod.sh" in doctor and f"PYTHON={python}" in doctor
     assert "joined with engine single" in doctor
     assert f"horovod-train {project_version()} ({site / 'horovod_train'})" in doctor
+    use_peft_without_the_extra(venv)
 
-    # The build tools build-horovod asks for (it names them, one line, when they are missing).
-    run([str(python), "-m", "pip", "install", "-q", *BUILD_TOOLS], cwd=tmp, timeout=540, env=user_env(venv))
     cold = os.environ.get("HVT_BUILD_HOROVOD_COLD") == "1"
     wheel_cache = tmp / "empty-wheel-cache" if cold else cache_root()
-    plan = build_horovod(venv, wheel_cache, "--dry-run")
     key = f"horovod-0.28.1-torch2.13.0_cpu-cudacpu-cp3{sys.version_info[1]}"
-    assert f"cache key:  {key}" in plan and f"python:     {python}" in plan, plan
     cached = any((wheel_cache / key).glob("horovod-*.whl"))
+    if not cached:  # a build needs them (build-horovod names each, one line, when missing); a cached wheel does not
+        run([str(python), "-m", "pip", "install", "-q", *BUILD_TOOLS], cwd=tmp, timeout=540, env=user_env(venv))
+    plan = build_horovod(venv, wheel_cache, "--dry-run")
+    assert f"cache key:  {key}" in plan and f"python:     {python}" in plan, plan
     assert ("install the cached wheel" if cached else "build (no cached wheel)") in plan, plan
+    assert ("not needed (no build)" in plan) == cached, plan
     assert not list(site.glob("horovod")), "a dry run installed something"
 
     start = time.monotonic()
@@ -226,6 +230,19 @@ def test_wheel_next_to_an_existing_torch_then_build_horovod_and_the_demo(built: 
     horovod_file, torch_file = run([str(python), "-c", probe], cwd=tmp, env=user_env(venv)).stdout.split()
     assert Path(horovod_file).is_relative_to(site) and Path(torch_file).parent.parent == module
     demo_under_horovodrun(venv)
+
+
+def use_peft_without_the_extra(venv: Path) -> None:
+    """peft is the `peft` extra, not installed here: --use_peft is one line naming it, exit 2, nothing written."""
+    out = venv.parent / "lora-run"
+    cmd = [str(venv / "bin" / "horovod-train"), "train", "--use_peft", "--output_dir", str(out)]
+    proc = subprocess.run(cmd, cwd=venv.parent, env=user_env(venv), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stderr.strip().splitlines() == [
+        "error: --use_peft needs the peft package (not installed); "
+        "fix: pip install 'horovod-train[peft]' (or pip install peft), or drop --use_peft"
+    ], proc.stderr[-2000:]
+    assert not out.exists()
 
 
 def demo_under_horovodrun(venv: Path) -> None:

@@ -11,8 +11,8 @@ import pytest
 
 from horovod_train import cli
 from horovod_train.build_horovod import build, install
-from horovod_train.build_horovod.plan import Options, Plan, cache_root, make_plan
-from horovod_train.build_horovod.target import Target
+from horovod_train.build_horovod.plan import Options, Plan, cache_root, make_plan, with_build_tools
+from horovod_train.build_horovod.target import Target, running_target
 from horovod_train.errors import UsageError
 
 
@@ -36,7 +36,7 @@ def target_in(bin_dir: Path, torch_cuda: str | None = None) -> Target:
 
 @pytest.fixture
 def only_tools(tmp_path, monkeypatch):
-    """PATH made of the given tools alone; CXX and Horovod's variables unset."""
+    """PATH made of the given tools alone; CXX and Horovod's variables unset; an empty wheel cache."""
 
     def make(*names: str) -> Path:
         path = tool_dir(tmp_path / "path", *names)
@@ -45,6 +45,7 @@ def only_tools(tmp_path, monkeypatch):
 
     for name in ("CXX", "HOROVOD_WITHOUT_MPI", "HOROVOD_CUDA_HOME", "HOROVOD_BUILD_CUDA_CC_LIST"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOROVOD_WHEEL_CACHE", str(tmp_path / "wheel-cache"))
     return make
 
 
@@ -67,7 +68,7 @@ def test_no_compiler_names_the_package(only_tools, capsys) -> None:
 def test_no_cmake_names_pip_cmake(only_tools, tmp_path) -> None:
     only_tools("c++")
     with pytest.raises(UsageError) as error:
-        make_plan(target_in(tmp_path / "venv" / "bin"), Options(dry_run=True))
+        with_build_tools(make_plan(target_in(tmp_path / "venv" / "bin"), Options(dry_run=True)))
     assert "no cmake" in error.value.problem and "pip install 'cmake<5'" in error.value.fix
 
 
@@ -75,8 +76,23 @@ def test_cmake_next_to_the_python_is_enough(only_tools, tmp_path) -> None:
     """pip's cmake lives in the environment's bin/, which need not be on PATH (a venv not activated)."""
     only_tools("c++")
     venv_bin = tool_dir(tmp_path / "venv" / "bin", "cmake")
-    plan = make_plan(target_in(venv_bin), Options(dry_run=True))
+    plan = with_build_tools(make_plan(target_in(venv_bin), Options(dry_run=True)))
     assert plan.cmake == str(venv_bin / "cmake") and not plan.mpi
+
+
+def test_a_cached_wheel_installs_without_the_build_tools(only_tools, capsys, monkeypatch) -> None:
+    """Another environment with the same torch (a shared cache on a cluster): no compiler, cmake or wheel module
+    needed, the plan is to install the cached wheel; a build (--force) asks for them, one line."""
+    only_tools()
+    monkeypatch.setitem(sys.modules, "wheel", None)
+    plan = make_plan(running_target(), Options(dry_run=True))
+    plan.wheel_dir.mkdir(parents=True)
+    (plan.wheel_dir / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl").write_bytes(b"a wheel built earlier")
+    assert cli.main(["build-horovod", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"next:       install the cached wheel {plan.wheel_dir}" in out, out
+    assert "compiler:   not needed (no build)" in out and "cmake:      not needed (no build)" in out, out
+    assert "no C++ compiler" in usage_error(capsys, ["build-horovod", "--dry-run", "--force"])
 
 
 def test_mpirun_without_mpi_headers_names_libopenmpi_dev(only_tools, tmp_path) -> None:
@@ -134,7 +150,7 @@ def plan_for(torch_cuda: str | None, archs: str | None = None, nccl: bool = True
         "/env/bin/python", Path("/env"), "2.13.0+cu130" if torch_cuda else "2.13.0+cpu", torch_cuda, "cp311"
     )
     nccl_env = {"HOROVOD_NCCL_LIB": "/env/nccl-link"} if nccl and torch_cuda else {}
-    return Plan(target, "0.28.1", "c++", "cmake", mpi, cuda_archs=archs, nccl_env=nccl_env)
+    return Plan(target, "0.28.1", mpi, "c++", "cmake", cuda_archs=archs, nccl_env=nccl_env)
 
 
 def test_cache_key_per_torch_cuda_python_architectures() -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 import transformers
 
 from horovod_train import lora
+from horovod_train.config import parse_run_config
 from horovod_train.errors import UsageError
 
 ENCODER = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
@@ -67,3 +70,16 @@ def test_target_modules_that_do_not_exist_are_refused():
     with pytest.raises(UsageError, match="--lora_target_modules q_proj: no such linear layer") as refused:
         lora.wrap(model_of("bert"), lora.LoraOptions(target_modules=("q_proj",)))
     assert "query" in refused.value.fix
+
+
+def test_use_peft_without_peft_installed_is_a_one_line_error_at_parse_time(tmp_path, monkeypatch):
+    """peft is an extra (`pip install 'horovod-train[peft]'`): without it, --use_peft is refused while the
+    arguments are read, before any model is built or anything is written."""
+    monkeypatch.setitem(sys.modules, "peft", None)
+    out = tmp_path / "out"
+    with pytest.raises(UsageError) as error:
+        parse_run_config(["--use_peft", "--output_dir", str(out)])
+    assert error.value.problem == "--use_peft needs the peft package (not installed)"
+    assert "pip install 'horovod-train[peft]'" in error.value.fix
+    assert not out.exists()
+    assert parse_run_config(["--output_dir", str(out)]).model.use_peft is False  # only --use_peft needs it
