@@ -5,6 +5,7 @@ the key of the wheel that script built; and a missing tool is one line, exit 2, 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,19 @@ def dry_run(python: Path | str, env: dict[str, str] | None = None, *args: str) -
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.fixture(scope="module")
+def nccl_python() -> Path:
+    """The NCCL build's environment, made here if no test made it yet (tests run in any order; a cache hit after
+    tests/system/test_nccl_build.py or test_gpu_image.py, which build the same)."""
+    if shutil.which(os.environ.get("NVCC", "nvcc")) is None:
+        pytest.skip("needs nvcc (the CUDA 13 toolkit) for the NCCL build's environment; there is none")
+    script = REPO / "scripts" / "build_horovod_nccl.sh"
+    proc = subprocess.run(["bash", str(script)], cwd=REPO, capture_output=True, text=True, timeout=1700)
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert NCCL_PYTHON.is_file(), proc.stdout[-3000:]
+    return NCCL_PYTHON
+
+
 def test_dry_run_with_the_cpu_torch_writes_nothing(tmp_path) -> None:
     proc = dry_run(sys.executable, {"HOROVOD_WHEEL_CACHE": str(tmp_path / "wheels")})
     assert proc.returncode == 0, proc.stderr
@@ -33,21 +47,23 @@ def test_dry_run_with_the_cpu_torch_writes_nothing(tmp_path) -> None:
     assert not (tmp_path / "wheels").exists()
 
 
-@pytest.mark.skipif(not NCCL_PYTHON.is_file(), reason="no NCCL build environment (make nccl-build makes it)")
-def test_dry_run_in_the_nccl_environment_finds_cuda_torch_and_nccl() -> None:
-    proc = dry_run(NCCL_PYTHON, {"HOROVOD_NCCL_HOME": "", "HOROVOD_NCCL_LIB": ""})
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_dry_run_in_the_nccl_environment_finds_cuda_torch_and_nccl(nccl_python: Path) -> None:
+    proc = dry_run(nccl_python, {"HOROVOD_NCCL_HOME": "", "HOROVOD_NCCL_LIB": ""})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "torch:      2.13.0+cu130 (CUDA 13.0)" in out and "PyTorch, Gloo, MPI, NCCL" in out, out
     assert "nccl:       pip wheel (headers " in out and "HOROVOD_NCCL_LINK=SHARED" in out, out
-    assert f"HOROVOD_NCCL_LIB={NCCL_PYTHON.parent.parent / 'nccl-link'}" in out, out
+    assert f"HOROVOD_NCCL_LIB={nccl_python.parent.parent / 'nccl-link'}" in out, out
     # the key scripts/podman_build.sh and earlier builds used: the wheel built before stays a cache hit
     assert "cache key:  horovod-0.28.1-torch2.13.0_cu130-cuda13.0-cp311-sm75_80_86_89_90_100_120" in out, out
 
 
-@pytest.mark.skipif(not NCCL_PYTHON.is_file(), reason="no NCCL build environment (make nccl-build makes it)")
-def test_an_architecture_nvcc_lacks_is_one_line() -> None:
-    proc = dry_run(NCCL_PYTHON, {}, "--cuda-archs", "90,52")
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_an_architecture_nvcc_lacks_is_one_line(nccl_python: Path) -> None:
+    proc = dry_run(nccl_python, {}, "--cuda-archs", "90,52")
     assert_usage_error(proc, "CUDA architecture 52", "use some of:")
 
 
