@@ -5,15 +5,15 @@ the key of the wheel that script built; and a missing tool is one line, exit 2, 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from support.jobs import REPO
+from support.jobs import REPO, assert_ok
 from support.launch import assert_usage_error
+from support.nccl import have_nvcc, run_nccl_build
 
 NCCL_VENV = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "horovod-train"
 NCCL_PYTHON = NCCL_VENV / f"venv-nccl-2.13.0-cp3{sys.version_info[1]}" / "bin" / "python"
@@ -29,11 +29,10 @@ def dry_run(python: Path | str, env: dict[str, str] | None = None, *args: str) -
 def nccl_python() -> Path:
     """The NCCL build's environment, made here if no test made it yet (tests run in any order; a cache hit after
     tests/system/test_nccl_build.py or test_gpu_image.py, which build the same)."""
-    if shutil.which(os.environ.get("NVCC", "nvcc")) is None:
+    if not have_nvcc():
         pytest.skip("needs nvcc (the CUDA 13 toolkit) for the NCCL build's environment; there is none")
-    script = REPO / "scripts" / "build_horovod_nccl.sh"
-    proc = subprocess.run(["bash", str(script)], cwd=REPO, capture_output=True, text=True, timeout=1700)
-    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    proc = run_nccl_build()
+    assert_ok(proc)
     assert NCCL_PYTHON.is_file(), proc.stdout[-3000:]
     return NCCL_PYTHON
 

@@ -15,20 +15,19 @@ whatever the order, and is seeded into the build cache: compiling it inside the 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 
 import pytest
 from support.docker import PODMAN_BUILD, podman_env, podman_tools
-from support.jobs import BIN, REPO, assert_ok, read_results
+from support.jobs import BIN, assert_ok, read_results
 from support.launch import LAUNCH_JOB, ensure_commands
+from support.nccl import have_nvcc, run_nccl_build
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 IMAGE = "localhost/horovod-train"
 TAG = f"{IMAGE}:gpu"
-NCCL_BUILD = REPO / "scripts" / "build_horovod_nccl.sh"
 LISTED = ("[X] PyTorch", "[X] MPI", "[X] Gloo", "[X] NCCL")
 RANK_ENV = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 ENV: dict[str, str] = {}
@@ -48,9 +47,8 @@ def image() -> str:
         pytest.fail("building with podman needs root here: run `make test` as root")
     ensure_commands(podman_tools())
     ENV.update(podman_env(BIN / "python"))
-    if shutil.which(os.environ.get("NVCC", "nvcc")):  # else the build compiles Horovod itself (about 30 min)
-        wheel = subprocess.run(["bash", str(NCCL_BUILD)], cwd=REPO, capture_output=True, text=True, timeout=1700)
-        assert_ok(wheel)
+    if have_nvcc():  # else the build compiles Horovod itself (about 30 min)
+        assert_ok(run_nccl_build())
     start = time.monotonic()
     proc = subprocess.run([str(PODMAN_BUILD), "build", "--variant", "gpu", "--seed-horovod-wheel"], env=ENV,
                           capture_output=True, text=True, timeout=3300)  # fmt: skip

@@ -11,22 +11,15 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from support.jobs import REPO
+from support.nccl import have_nvcc, run_nccl_build
 
-SCRIPT = REPO / "scripts" / "build_horovod_nccl.sh"
 LISTED = ("[X] PyTorch", "[X] MPI", "[X] Gloo", "[X] NCCL")
-
-
-def run_script(env: dict[str, str] | None = None, timeout: float = 1700) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", str(SCRIPT)], cwd=REPO, env=env or dict(os.environ), capture_output=True, text=True, timeout=timeout
-    )
 
 
 def output(proc: subprocess.CompletedProcess) -> str:
@@ -36,9 +29,9 @@ def output(proc: subprocess.CompletedProcess) -> str:
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_horovod_builds_with_nccl_against_cuda_torch_without_a_gpu():
-    if shutil.which(os.environ.get("NVCC", "nvcc")) is None:
+    if not have_nvcc():
         pytest.skip("needs nvcc (the CUDA 13 toolkit) on PATH to compile Horovod's NCCL build; there is none")
-    proc = run_script()
+    proc = run_nccl_build()
     assert proc.returncode == 0, output(proc)
     for item in LISTED:
         assert item in proc.stdout, output(proc)
@@ -67,7 +60,7 @@ def test_horovod_builds_with_nccl_against_cuda_torch_without_a_gpu():
 
     # Everything is cached now: the same command again reuses the environment and the installed Horovod.
     start = time.monotonic()
-    again = run_script(timeout=600)
+    again = run_nccl_build(timeout=600)
     seconds = time.monotonic() - start
     assert again.returncode == 0, output(again)
     assert "[nccl-build] reusing" in again.stdout and "already installed" in again.stdout, output(again)
@@ -77,7 +70,7 @@ def test_horovod_builds_with_nccl_against_cuda_torch_without_a_gpu():
 
 def test_no_nvcc_is_one_line_and_exit_2():
     env = {**os.environ, "NVCC": "/nonexistent/cuda-13/bin/nvcc"}
-    proc = run_script(env, timeout=60)
+    proc = run_nccl_build(env, timeout=60)
     assert proc.returncode == 2, output(proc)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: no nvcc:") and "; fix: " in lines[0], output(proc)
