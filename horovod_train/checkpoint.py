@@ -130,8 +130,8 @@ class Checkpoints:
             manifest = {path.name: sha256(path) for path in sorted(tmp.iterdir()) if path.is_file()}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
             _fsync_files(tmp)
-        best = Path(position.best_model_checkpoint).name if position.best_model_checkpoint else None
-        self.rotate(keep_also=target.name, best=best)
+        best = position.best_model_checkpoint  # a path: another directory's, not for this rotation to spare
+        self.rotate(keep_also=target.name, best=best if best and "/" not in best else None)
         return target
 
     def rotate(self, keep_also: str, best: str | None = None) -> None:
@@ -283,17 +283,22 @@ def load_weights(path: Path) -> dict[str, torch.Tensor]:
     return load_file(path / MODEL_FILE)
 
 
+def named_checkpoint(spec: str) -> Path:
+    """The directory ``--resume_from_checkpoint`` names (not auto or latest), which must exist."""
+    path = Path(spec)
+    if not path.is_dir():
+        raise UsageError(
+            f"--resume_from_checkpoint {spec} does not exist", "pass a checkpoint-<step> directory, 'latest' or 'auto'"
+        )
+    return path
+
+
 def load_resumable(spec: str, output_dir: Path, warn: Callable[[str], None]) -> tuple[Path, Payload] | None:
     """The checkpoint ``--resume_from_checkpoint`` names: a directory, or the newest valid one in
     ``output_dir`` (``latest``: one must exist; ``auto``: None if there is none). Newer checkpoints that
     fail verification are reported through ``warn`` and passed over."""
     if spec not in (AUTO, LATEST):
-        path = Path(spec)
-        if not path.is_dir():
-            raise UsageError(
-                f"--resume_from_checkpoint {spec} does not exist",
-                "pass a checkpoint-<step> directory, 'latest' or 'auto'",
-            )
+        path = named_checkpoint(spec)
         return path, load_checkpoint(path)
     skipped = []
     for path in reversed(list_checkpoints(output_dir)):

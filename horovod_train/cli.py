@@ -67,16 +67,12 @@ def quiet_libraries() -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from horovod_train.engines import create_engine
-    from horovod_train.output_dir import check_output_dir
 
     config = parse_run_config(namespace=args)
     quiet_libraries()
     fit_max_seq_length(config, warn=warn_on_rank_0)
     engine = create_engine(config)
     training = config.training
-    if not engine.joins_running_job(training.output_dir):  # resuming continues the run already there
-        resuming = bool(training.resume_from_checkpoint)
-        check_output_dir(training.output_dir, training.overwrite_output_dir, resuming=resuming)
     stopped = None
     # The trainer (DDP's wrapped model and its reducer) must be gone before the engine shuts the process group
     # down: destroyed after it, it hung the process at exit. So it lives in train_once's frame, and a stop's

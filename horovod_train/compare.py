@@ -12,7 +12,7 @@ from horovod_train import launchers
 from horovod_train.config import RunConfig, add_run_arguments, parse_run_config
 from horovod_train.errors import UsageError
 from horovod_train.files import write_json_atomic
-from horovod_train.output_dir import claimed
+from horovod_train.run_directory import claimed
 from horovod_train.tables import format_table
 
 DEFAULT_OUTPUT_DIR = "runs/compare"

@@ -161,6 +161,11 @@ def writable_below(name: str, value: str, target: Path) -> None:
     """What the run will create at ``target`` can be created: its nearest existing ancestor is a directory we
     can write to (a real probe: root passes os.access on read-only mounts)."""
     existing = existing_ancestor(target)
+    if existing.is_symlink() and not existing.exists():
+        raise UsageError(
+            f"--{name} {value}: {existing} is a symbolic link to {os.readlink(existing)}, which does not exist",
+            "create the link's target, or pass another path",
+        )
     if not existing.is_dir():
         raise UsageError(f"--{name} {value} lies inside the file {existing}", "pass a path under a directory")
     try:
@@ -301,7 +306,7 @@ DOMAINS: dict[str, Check] = {
     "num_labels": count(1, example="3"),
     "preprocessing_num_workers": count(1, example="4"),
     # training
-    "output_dir": path,  # its own checks (a file, not writable, an earlier run): output_dir.check_output_dir
+    "output_dir": path,  # its own checks (a file, not writable, an earlier run): run_directory.RunDirectory.claim
     "overwrite_output_dir": boolean,
     "engine": engine,
     "per_device_train_batch_size": count(1, example="32"),

@@ -18,8 +18,8 @@ from horovod_train import data as data_lib
 from horovod_train.config import RunConfig
 from horovod_train.engines.base import Engine
 from horovod_train.files import write_json_atomic
-from horovod_train.output_dir import FINISHED_MARKER, OutputDirLock, record, recording, reset_output_dir
 from horovod_train.position import TrainingPosition
+from horovod_train.run_directory import FINISHED_MARKER, RUN_CONFIG, RunDirectory
 from horovod_train.stopping import StopSignals, parse_signals
 from horovod_train.trackers import Trackers
 from horovod_train.training import build, results, resume
@@ -43,7 +43,7 @@ class Trainer:
         if self.args.tf32 and engine.device.type == "cuda":
             amp.enable_tf32()
         self.console = Console(engine)  # rank 0's log lines; setup() starts the progress bar
-        self.lock = OutputDirLock(self.output_dir)  # rank 0 holds it from setup() on: one job per output directory
+        self.run_dir = RunDirectory(self.output_dir)  # rank 0 claims it first thing in setup(): one job per directory
         # What setup() sets, in its order:
         self.signals = StopSignals([])  # the --checkpoint_signals, watched from setup() on
         self.rank_zero = RankZero(engine)  # knows whether this worker joins a running job
@@ -65,7 +65,7 @@ class Trainer:
         finally:
             self.signals.close()
             self.trackers.close()
-            self.lock.release()
+            self.run_dir.release()
 
     # ---- setup -------------------------------------------------------------------------------
     def setup(self) -> TrainingLoop | None:
@@ -77,12 +77,14 @@ class Trainer:
         # A worker added to a running job: it gets the job's state when it joins (the others are training,
         # so its setup takes part in no collective, and it loads no checkpoint) and writes nothing.
         self.rank_zero = RankZero(engine, joining=engine.joins_running_job(args.output_dir))
-        self.rank_zero.first(self.lock.acquire)  # before anything reads or cleans the output directory
+        # Locked before it is judged (a second job hears "in use"), and judged before anything is read.
+        self.rank_zero.first(lambda: self.run_dir.claim(args.overwrite_output_dir, args.resume_from_checkpoint))
         self.parts, resumed = self.build_parts()
         position = build.start_position(resumed, self.parts.plan)
+        in_place = bool(resumed and resumed["in_place"])
         if resumed:
             resume.restore_training_state(resumed, self.parts.optimizer, self.precision)
-            if self.parts.policy.finished(position):
+            if in_place and self.parts.policy.finished(position):
                 self.finished_before = self.rank_zero.read_in_setup(
                     lambda: resume.read_finished_results(self.output_dir, position.global_step)
                 )
@@ -94,7 +96,7 @@ class Trainer:
                 return None
         # Every input has been validated: only now is anything written.
         if engine.is_main and not self.rank_zero.joining:
-            self.write_run_config(fresh=not resumed)
+            self.write_run_config(fresh=not in_place)
         if engine.is_main:
             self.trackers = self.start_trackers()
         self.console.log(self.run_line(self.parts))
@@ -120,8 +122,8 @@ class Trainer:
         train_loader = build.build_train_loader(train_set, tokenizer, args, engine)
         plan = build.plan_run(args, len(train_loader), engine.world_size)
         policy = engine.policy(model, optimizer, train_loader.sampler, len(train_set), self.precision.scaler)
-        lineage = resumed["trainer_state"].get("lineage", []) if resumed else []
-        checkpoints = ckpt.Checkpoints(self.output_dir, args.save_total_limit, lineage)
+        lineage = resumed["trainer_state"].get("lineage", []) if resumed else []  # [] for a checkpoint from elsewhere
+        checkpoints = ckpt.Checkpoints(self.run_dir.path, args.save_total_limit, lineage)
         parts = RunParts(
             tokenizer=tokenizer, tokenized=tokenized, compatibility=compatibility, model=model, optimizer=optimizer,
             train_set=train_set, train_loader=train_loader, plan=plan, policy=policy, checkpoints=checkpoints,
@@ -131,24 +133,22 @@ class Trainer:
     def load_checkpoint(self, model: nn.Module, compatibility: ckpt.Compatibility) -> dict[str, Any] | None:
         args = self.args
 
-        def read() -> ckpt.Payload | None:
+        def read() -> dict[str, Any] | None:
             return resume.read_checkpoint(
-                args.resume_from_checkpoint, self.output_dir, args.overwrite_output_dir, compatibility,
-                self.console.warn,
+                args.resume_from_checkpoint, self.run_dir, args.overwrite_output_dir, compatibility,
+                self.console.warn, best_needed=args.load_best_model_at_end,
             )  # fmt: skip
 
         return resume.load_checkpoint(model, self.rank_zero, self.console, self.output_dir, read)
 
     def write_run_config(self, fresh: bool) -> None:
-        if fresh:
-            reset_output_dir(self.args.output_dir)
-            record(self.output_dir, "run_config.json", "metrics.jsonl")
+        self.run_dir.begin(fresh)
         # This attempt's configuration, resumed or not: a worker added later recognises its job by it.
-        write_json_atomic(self.output_dir / "run_config.json", {**self.config.to_dict(), **self.engine.describe()})
+        write_json_atomic(self.run_dir.file(RUN_CONFIG), {**self.config.to_dict(), **self.engine.describe()})
 
     def start_trackers(self) -> Trackers:
         name = self.args.run_name or self.output_dir.resolve().name
-        with recording(self.output_dir):
+        with self.run_dir.recording():
             return Trackers.create(self.args.report_to, self.output_dir, name, self.config.to_dict())
 
     def run_line(self, parts: RunParts) -> str:
@@ -169,7 +169,7 @@ class Trainer:
             engine, self.args, parts, self.precision, position,
             signals=self.signals,
             console=self.console,
-            run_log=RunLog(engine, self.output_dir, self.trackers, self.console, parts.plan),
+            run_log=RunLog(engine, self.run_dir, self.trackers, self.console, parts.plan),
             evaluator=evaluator,
             saver=CheckpointSaver(engine, parts, self.config, self.precision),
         )  # fmt: skip
@@ -177,7 +177,7 @@ class Trainer:
     # ---- the end -----------------------------------------------------------------------------
     def load_best_model(self, loop: TrainingLoop) -> bool:
         """--load_best_model_at_end: True if the best checkpoint's weights were loaded."""
-        return load_best_weights(self.engine, loop.parts, loop.position, self.output_dir, self.rank_zero,
+        return load_best_weights(self.engine, loop.parts, loop.position, self.run_dir, self.rank_zero,
                                  self.console, self.args.metric_for_best_model)  # fmt: skip
 
     def finish(self, loop: TrainingLoop, evaluation: dict[str, Any], wall_time_s: float) -> dict[str, Any]:
@@ -192,7 +192,7 @@ class Trainer:
         found = results.gather_results(engine, model, parts.plan, position, evaluation, train_metrics, wall_time_s)
         predictions = loop.evaluator.predict() if self.args.do_predict else {}
         if engine.is_main:
-            state = results.trainer_state(self.args, self.output_dir, parts.plan, position)
-            results.write_outputs(self.output_dir, model, parts.tokenizer, predictions, position.log_history, found,
+            state = results.trainer_state(self.args, self.run_dir, parts.plan, position)
+            results.write_outputs(self.run_dir, model, parts.tokenizer, predictions, position.log_history, found,
                                   train_metrics, state)  # fmt: skip
         return found

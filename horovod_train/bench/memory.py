@@ -19,7 +19,7 @@ from typing import Any
 from horovod_train import domains, launchers
 from horovod_train.bench import common, fit
 from horovod_train.errors import UsageError
-from horovod_train.output_dir import claimed
+from horovod_train.run_directory import claimed
 from horovod_train.tables import format_table
 
 ARCHITECTURES: dict[str, Callable[[], Any]] = {

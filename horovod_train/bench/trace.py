@@ -27,7 +27,7 @@ from horovod_train.bench import common, train
 from horovod_train.bench.traced import PARTS, union_ms
 from horovod_train.config import RunConfig
 from horovod_train.errors import UsageError
-from horovod_train.output_dir import claimed
+from horovod_train.run_directory import claimed
 from horovod_train.tables import format_table
 
 MAIN_PARTS = ("step", *PARTS, "other")

@@ -19,7 +19,7 @@ from horovod_train import compare, launchers
 from horovod_train.bench import common
 from horovod_train.config import RunConfig, parse_run_config
 from horovod_train.errors import UsageError
-from horovod_train.output_dir import claimed
+from horovod_train.run_directory import claimed
 from horovod_train.tables import format_table
 
 DEFAULT_CONFIG = "demo"  # horovod_train/configs/demo.yaml, shipped in the package

@@ -4,7 +4,6 @@ best by --metric_for_best_model, and loading the best at the end."""
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 from horovod_train import amp, rng
@@ -12,6 +11,7 @@ from horovod_train import checkpoint as ckpt
 from horovod_train.config import RunConfig
 from horovod_train.engines.base import Engine
 from horovod_train.position import TrainingPosition
+from horovod_train.run_directory import RunDirectory
 from horovod_train.schedule import Schedule
 from horovod_train.training.console import Console
 from horovod_train.training.parts import RunParts
@@ -61,15 +61,17 @@ class CheckpointSaver:
 
 
 def load_best_weights(
-    engine: Engine, parts: RunParts, position: TrainingPosition, output_dir: Path, rank_zero: RankZero,
+    engine: Engine, parts: RunParts, position: TrainingPosition, run_dir: RunDirectory, rank_zero: RankZero,
     console: Console, metric: str | None,
 ) -> bool:  # fmt: skip
     """--load_best_model_at_end: rank 0 reads and verifies the best checkpoint's weights and every rank
     loads them. False: the final weights are the best ones (or nothing was ever compared)."""
     best = position.best_model_checkpoint
-    if best is None or Path(best).name == f"{ckpt.PREFIX}{position.global_step}":
+    if best is None:
         return False
-    path = output_dir / Path(best).name  # earlier versions stored an absolute path
+    path = run_dir.resolve(best)  # this run's own, or (resumed from elsewhere) the source run's
+    if path == run_dir.checkpoint(position.global_step):
+        return False
     weights = rank_zero.read_for_all(lambda: ckpt.load_weights(path))
     model = engine.unwrap(parts.model)
     model.load_state_dict(ckpt.with_shared_tensors(weights, model))

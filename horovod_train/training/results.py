@@ -3,7 +3,6 @@ writes (model, tokenizer, predictions, training curves, transformers' results fi
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,8 +13,8 @@ from horovod_train.config import TrainingArguments
 from horovod_train.engines.base import Engine
 from horovod_train.files import follow_umask
 from horovod_train.memory import peak_memory_mb
-from horovod_train.output_dir import recording
 from horovod_train.position import TrainingPosition
+from horovod_train.run_directory import RunDirectory
 from horovod_train.trackers import plot_training_curves
 from horovod_train.training.parts import RunPlan
 
@@ -57,7 +56,7 @@ def train_metrics(
     }
 
 
-def trainer_state(args: TrainingArguments, output_dir: Path, plan: RunPlan, position: TrainingPosition) -> dict:
+def trainer_state(args: TrainingArguments, run_dir: RunDirectory, plan: RunPlan, position: TrainingPosition) -> dict:
     best = position.best_model_checkpoint
     return {
         "global_step": position.global_step,
@@ -70,8 +69,8 @@ def trainer_state(args: TrainingArguments, output_dir: Path, plan: RunPlan, posi
         "train_batch_size": args.per_device_train_batch_size,
         "is_world_process_zero": True,
         "best_metric": position.best_metric,
-        # transformers' form: the output directory joined with the checkpoint's name
-        "best_model_checkpoint": best and str(output_dir / Path(best).name),
+        # transformers' form: a path (the output directory joined with the checkpoint's name, for its own)
+        "best_model_checkpoint": best and str(run_dir.resolve(best)),
         "log_history": position.log_history,
     }
 
@@ -82,11 +81,12 @@ ADAPTER_DIR = "adapter"
 
 
 def write_outputs(
-    output_dir: Path, model: torch.nn.Module, tokenizer: Any, predictions: dict[str, list[int]],
+    run_dir: RunDirectory, model: torch.nn.Module, tokenizer: Any, predictions: dict[str, list[int]],
     log_history: list[dict[str, Any]], results: dict[str, Any], train_metrics: dict[str, Any], state: dict,
 ) -> None:  # fmt: skip
     """Rank 0's files; all_results.json last: it marks a finished run."""
-    with recording(output_dir):
+    output_dir = run_dir.path
+    with run_dir.recording():
         if lora.is_peft(model):  # the adapter as peft saves it, and beside it the model it makes, for pipeline()
             model.save_pretrained(output_dir / ADAPTER_DIR)
             model = lora.merge_in_place(model)  # the model's last use

@@ -13,39 +13,62 @@ import torch
 from horovod_train import amp, rng
 from horovod_train import checkpoint as ckpt
 from horovod_train.engines.base import Engine
-from horovod_train.output_dir import FINISHED_MARKER, check_fresh_start
+from horovod_train.errors import UsageError
+from horovod_train.run_directory import FINISHED_MARKER, RunDirectory
 from horovod_train.training.console import Console
 from horovod_train.training.rank_zero import RankZero
 
 
 def read_checkpoint(
-    spec: str, output_dir: Path, overwrite: bool, compatibility: ckpt.Compatibility, warn: Callable[[str], None]
-) -> ckpt.Payload | None:
-    """Rank 0's read. None: ``auto`` found no valid checkpoint (and the run may start fresh)."""
-    ckpt.clean_stale(output_dir)  # what a crash left: temporaries, a replaced checkpoint set aside
-    found = ckpt.load_resumable(spec, output_dir, warn=warn)
+    spec: str, run_dir: RunDirectory, overwrite: bool, compatibility: ckpt.Compatibility, warn: Callable[[str], None],
+    best_needed: bool = False,
+) -> dict[str, Any] | None:  # fmt: skip
+    """Rank 0's read: the checkpoint's training state, its trainer state (as this run refers to checkpoints)
+    under ``trainer_state``, and whether the run continues in place. None: ``auto`` found no valid checkpoint
+    (and the run may start fresh)."""
+    found = ckpt.load_resumable(spec, run_dir.path, warn=warn)
     if found is None:
-        check_fresh_start(output_dir, overwrite)
+        run_dir.check_start_over(overwrite)
         return None
-    path, payload = found
-    compatibility.check(payload[2]["compatibility"], path, warn=warn)
-    return payload
+    path, (tensors, training_state, trainer_state) = found
+    compatibility.check(trainer_state["compatibility"], path, warn=warn)
+    in_place = run_dir.holds(path)
+    if not in_place:  # the other directory's checkpoints are not this run's to rotate
+        trainer_state["lineage"] = []
+    trainer_state["best_model_checkpoint"] = run_dir.adopt(trainer_state.get("best_model_checkpoint"), path)
+    if best_needed:
+        drop_unreadable_best(trainer_state, run_dir, warn)
+    return {**training_state, "tensors": tensors, "trainer_state": trainer_state, "in_place": in_place}
+
+
+def drop_unreadable_best(trainer_state: dict[str, Any], run_dir: RunDirectory, warn: Callable[[str], None]) -> None:
+    """--load_best_model_at_end: a best checkpoint that cannot be read now would fail the run at its end, after
+    all the training; it is forgotten instead, with a warning, and the best is tracked from this run's evaluations."""
+    best = trainer_state.get("best_model_checkpoint")
+    if best is None:
+        return
+    try:
+        ckpt.verify_checkpoint(run_dir.resolve(best))
+    except UsageError as error:
+        warn(f"warning: the best checkpoint so far cannot be loaded at the end ({error.problem}): tracking the best "
+             "model from this run's evaluations")  # fmt: skip
+        trainer_state["best_model_checkpoint"] = trainer_state["best_metric"] = None
 
 
 def load_checkpoint(
     model: torch.nn.Module, rank_zero: RankZero, console: Console, output_dir: Path, read: Callable[[], Any]
 ) -> dict[str, Any] | None:
     """Rank 0 reads (``read``) and broadcasts the checkpoint, every rank loads its weights into ``model``
-    and raises the same error. The training state, with the trainer state under ``trainer_state``; None:
-    no valid checkpoint, the run starts fresh."""
-    payload = rank_zero.read_for_all(read)
-    if payload is None:
+    and raises the same error. The training state, with the trainer state under ``trainer_state`` and
+    ``in_place`` (the checkpoint is the run directory's own); None: no valid checkpoint, the run starts fresh."""
+    resumed = rank_zero.read_for_all(read)
+    if resumed is None:
         console.log(f"no valid checkpoint in {output_dir}: starting fresh")
         return None
-    tensors, training_state, trainer_state = payload
+    tensors, trainer_state = resumed.pop("tensors"), resumed["trainer_state"]
     model.load_state_dict(ckpt.with_shared_tensors(tensors, model))
     console.log(f"resumed from step {trainer_state['global_step']} (epoch {trainer_state['epoch']})")
-    return {**training_state, "trainer_state": trainer_state}
+    return resumed
 
 
 def restore_training_state(resumed: dict[str, Any], optimizer: torch.optim.Optimizer, precision: amp.Precision) -> None:

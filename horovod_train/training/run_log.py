@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from horovod_train.engines.base import Engine
 from horovod_train.glue import METRIC_NAMES
 from horovod_train.position import TrainingPosition
+from horovod_train.run_directory import METRICS, RunDirectory
 from horovod_train.trackers import Trackers
 from horovod_train.training.console import Console
 from horovod_train.training.parts import RunPlan
@@ -18,10 +18,10 @@ METRIC_ENDINGS = tuple(f"_{name}" for name in METRIC_NAMES)
 
 
 class RunLog:
-    def __init__(self, engine: Engine, output_dir: Path, trackers: Trackers, console: Console, plan: RunPlan) -> None:
-        self.engine, self.output_dir, self.trackers, self.console, self.plan = (
-            engine, output_dir, trackers, console, plan,
-        )  # fmt: skip
+    def __init__(
+        self, engine: Engine, run_dir: RunDirectory, trackers: Trackers, console: Console, plan: RunPlan
+    ) -> None:
+        self.engine, self.run_dir, self.trackers, self.console, self.plan = engine, run_dir, trackers, console, plan
 
     def training(self, position: TrainingPosition, learning_rate: float, meter: dict[str, float]) -> None:
         """A --logging_steps record; ``meter``: the training meter reduced over ranks."""
@@ -35,7 +35,7 @@ class RunLog:
         position.log_history.append({k: record[k] for k in ("loss", "learning_rate", "epoch", "step")})
         self.trackers.log(record, position.global_step)
         if self.engine.is_main:
-            with (self.output_dir / "metrics.jsonl").open("a") as f:
+            with self.run_dir.file(METRICS).open("a") as f:
                 f.write(json.dumps(record) + "\n")
         if self.console.show_bar:
             self.console.bar.set_postfix(loss=f"{record['loss']:.4f}")

@@ -149,7 +149,8 @@ def test_incomplete_checkpoint_is_refused(tmp_path, cache_dir, trained):
     source = tmp_path / "source"
     shutil.copytree(trained, source)
     (source / "checkpoint-6" / ckpt.MANIFEST).unlink()
-    proc, untouched = resume(tmp_path, cache_dir, source, "--resume_from_checkpoint", str(source / "checkpoint-6"))
+    own = tmp_path / "resume" / "checkpoint-6"  # resume() resumes in a copy of source
+    proc, untouched = resume(tmp_path, cache_dir, source, "--resume_from_checkpoint", str(own))
     assert proc.returncode == 2 and "manifest.json" in proc.stderr and untouched
 
 

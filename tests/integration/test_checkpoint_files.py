@@ -10,7 +10,7 @@ from pathlib import Path
 from support.jobs import SMALL_JOB, assert_ok, run, train_cmd
 
 from horovod_train import checkpoint as ckpt
-from horovod_train.output_dir import record
+from horovod_train.run_directory import record
 
 
 def train(tmp_path: Path, cache_dir: Path, out: Path, *args: str):

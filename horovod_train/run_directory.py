@@ -1,0 +1,355 @@
+"""The run directory (``--output_dir``): the one owner of what a run may write, where, and when.
+
+Every path that writes under ``--output_dir`` goes through a ``RunDirectory``: the check before the run, the
+lock, the ledger, the reset, the names of its files and checkpoints, rotation's and the best checkpoint's view of
+which checkpoints are the run's own. The rules (docs/failures.md, "The run directory"):
+
+- **One job per directory.** Rank 0 holds an advisory ``flock`` on ``.horovod-train.lock`` for the whole run, with
+  its host and pid inside for the message a second job gets. The lock is taken before the directory is judged, so
+  a second job is told "in use by another job", not what the first one has written so far. The kernel drops it
+  when its holder exits, however it exits.
+- **The ledger** (``.horovod-train-outputs.json``): every top-level name this project wrote in the directory,
+  recorded before the file is written. ``--overwrite_output_dir`` removes those, the project's checkpoints and its
+  crash leftovers, and nothing else; a directory that holds anything else is refused instead.
+- **A run starts fresh or continues in place.** It continues in place when it resumes from a checkpoint inside the
+  directory (``auto``, ``latest``, or a ``checkpoint-<step>`` directly in it): nothing is removed, and rotation
+  deletes only checkpoints of the run's own lineage. Every other start is fresh (no resume, or a checkpoint from
+  elsewhere, which is input: read, never written, rotated or deleted): the directory must be empty or, with
+  ``--overwrite_output_dir``, hold only this project's outputs, which are removed once every input was checked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from horovod_train.checkpoint import AUTO, LATEST, MANIFEST, NAME, PREFIX, STALE, clean_stale, named_checkpoint
+from horovod_train.domains import writable_below
+from horovod_train.errors import UsageError
+from horovod_train.files import write_json_atomic
+
+LOCK_FILE = ".horovod-train.lock"
+LEDGER_FILE = ".horovod-train-outputs.json"
+FINISHED_MARKER = "all_results.json"  # written last by a run that finished
+RUN_CONFIG = "run_config.json"  # this attempt's configuration: an elastic worker recognises its job by it
+METRICS = "metrics.jsonl"
+TEMPORARY = re.compile(r"\.(?P<name>.+)\.[^.]+\.tmp")  # files.atomic_file's temporaries
+# The top-level names a run may write: its own files, save_pretrained's model and tokenizer files, the trackers'
+# directories. A file of another origin under one of these names would be replaced, so even a run that continues in
+# place refuses it (one under any other name, a SLURM log say, is left alone).
+RUN_OUTPUTS = re.compile(
+    r"""(all|train|eval)_results\.json|trainer_state\.json|run_config\.json|metrics\.jsonl|predict_results.*\.txt
+    |training_curves\.png|adapter|runs|wandb
+    |(generation_)?config\.json|model.*\.safetensors(\.index\.json)?|pytorch_model.*\.bin(\.index\.json)?
+    |tokenizer.*|special_tokens_map\.json|added_tokens\.json|vocab\..*|merges\.txt|.*\.model|chat_template\..*""",
+    re.VERBOSE,
+)
+
+
+def entries(path: Path) -> set[str]:
+    """The directory's top-level names, less the lock file (a killed holder leaves it behind)."""
+    return {p.name for p in path.iterdir()} - {LOCK_FILE} if path.is_dir() else set()
+
+
+def recorded(path: Path) -> set[str]:
+    try:
+        return set(json.loads((path / LEDGER_FILE).read_text())["entries"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def is_own(path: Path, name: str, ledger: set[str]) -> bool:
+    """Written by this project: in the ledger, a checkpoint with our manifest, or a leftover of our writes."""
+    if name in ledger or name == LEDGER_FILE or STALE.fullmatch(name):
+        return True
+    if NAME.fullmatch(name):
+        return (path / name / MANIFEST).is_file()
+    temporary = TEMPORARY.fullmatch(name)
+    return temporary is not None and temporary["name"] in ledger
+
+
+def foreign_entries(path: Path) -> list[str]:
+    """What this project did not write in ``path``, sorted."""
+    ledger = recorded(path)
+    return sorted(name for name in entries(path) if not is_own(path, name, ledger))
+
+
+def refuse_foreign(path: Path, flag: str) -> None:
+    foreign = foreign_entries(path)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise UsageError(
+            f"--output_dir {path} holds files this project did not write ({shown}), which {flag} would not remove",
+            "give the run a directory of its own (e.g. a new subdirectory), or move those files out",
+        )
+
+
+def record(path: Path, *names: str) -> None:
+    """Add ``names`` to the ledger (rank 0 only)."""
+    ledger = recorded(path)
+    if not set(names) <= ledger:
+        write_json_atomic(path / LEDGER_FILE, {"written_by": "horovod-train", "entries": sorted(ledger | set(names))})
+
+
+@contextlib.contextmanager
+def recording(path: Path) -> Iterator[None]:
+    """Record every top-level name the block creates in ``path`` (writers that choose their own file names:
+    save_pretrained, the trackers)."""
+    before = entries(path)
+    try:
+        yield
+    finally:
+        created = entries(path) - before - {LEDGER_FILE}
+        if created:
+            record(path, *created)
+
+
+def check_usable(path: Path) -> None:
+    """What any run needs of the path, whatever the directory holds."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--output_dir {path} is a file", "pass a directory path")
+    writable_below("output_dir", str(path), path)
+
+
+def refuse_clashes(path: Path) -> None:
+    """Files this project did not write under a name the run writes (a run that continues in place)."""
+    clashes = [name for name in foreign_entries(path) if RUN_OUTPUTS.fullmatch(name)]
+    if clashes:
+        raise UsageError(
+            f"--output_dir {path} holds {', '.join(clashes[:5])}, which this project did not write and the run would "
+            "replace",
+            "move those files out of the run's directory",
+        )
+
+
+def check_fresh(path: Path, overwrite: bool) -> None:
+    """A fresh run may use the directory: empty, or with --overwrite_output_dir only this project's outputs."""
+    if not entries(path):
+        return
+    if not overwrite:
+        raise UsageError(
+            f"--output_dir {path} already holds files of an earlier run",
+            "pass --overwrite_output_dir to replace them, or choose another --output_dir",
+        )
+    refuse_foreign(path, "--overwrite_output_dir")
+
+
+def reset(path: Path) -> None:
+    """Remove this project's outputs from the directory and its ledger (only called after every input was
+    validated, with the lock held). Anything else stays: the checks refused it earlier."""
+    path.mkdir(parents=True, exist_ok=True)
+    ledger = recorded(path)
+    for name in sorted(entries(path)):
+        if not is_own(path, name, ledger):
+            continue
+        child = path / name
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+class OutputDirLock:
+    """Rank 0's exclusive, advisory hold on an output directory for one run."""
+
+    def __init__(self, output_dir: Path) -> None:
+        self.output_dir = output_dir
+        self.path = output_dir / LOCK_FILE
+        self.fd: int | None = None
+        self.created: list[Path] = []  # directories made to hold the lock, removed again if the run wrote nothing
+
+    def acquire(self) -> None:
+        missing = self.output_dir
+        while not missing.exists():
+            self.created.insert(0, missing)
+            missing = missing.parent
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = self._open()
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                self.release()
+                raise UsageError(
+                    f"--output_dir {self.output_dir} is in use by another job ({self.holder()})",
+                    "wait for that job to end, or choose another --output_dir",
+                ) from None
+            # The holder unlinks the file when it releases: a lock on an unlinked file locks nothing.
+            if self._still_linked(fd):
+                break
+            os.close(fd)
+        self.fd = fd
+        holder = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        os.ftruncate(fd, 0)
+        os.write(fd, (json.dumps(holder) + "\n").encode())
+
+    def _open(self) -> int:
+        """The lock file, opened for writing. One left by a killed job of another user (not writable to us) is
+        stale if nobody holds it: it is replaced, which needs only the directory's write permission."""
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        except PermissionError:
+            pass
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:  # its holder released it meanwhile
+            return self._open()
+        except PermissionError:
+            fd = None
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return fd  # held: acquire() reports its holder
+            os.close(fd)
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        except PermissionError:
+            raise UsageError(
+                f"--output_dir {self.output_dir} has a lock file {LOCK_FILE} of another user that this user "
+                "can neither open nor replace",
+                f"remove {self.path} once no job of that user runs there, or choose another --output_dir",
+            ) from None
+        return self._open()
+
+    def _still_linked(self, fd: int) -> bool:
+        try:
+            return os.stat(self.path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            return False
+
+    def holder(self) -> str:
+        try:
+            found = json.loads(self.path.read_text())
+            return f"pid {found['pid']} on {found['host']}, since {found['since']}"
+        except (OSError, ValueError, KeyError, TypeError):
+            return "holder unknown"
+
+    def release(self) -> None:
+        if self.fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(self.fd)  # closing drops the flock
+            self.fd = None
+        for directory in reversed(self.created):
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # only if empty: the run wrote nothing there
+        self.created = []
+
+
+class RunDirectory:
+    """One training run's ``--output_dir``. Rank 0 calls ``claim`` first thing in setup, ``begin`` once every
+    input was checked, then writes only through ``file``, ``recording`` and ``checkpoint``."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.lock = OutputDirLock(self.path)
+        self.recorded: set[str] = set()  # names this process recorded in the ledger
+
+    # ---- where a checkpoint lies -------------------------------------------------------------
+    def holds(self, checkpoint: Path) -> bool:
+        """The checkpoint is one of this directory's own (a ``checkpoint-<step>`` directly in it)."""
+        return NAME.fullmatch(checkpoint.name) is not None and _same_dir(checkpoint.parent, self.path)
+
+    def continues(self, resume: str | None) -> bool:
+        """The run resumes in place: from the newest checkpoint here (auto, latest) or from one of its own."""
+        return resume in (AUTO, LATEST) or (resume is not None and self.holds(Path(resume)))
+
+    def checkpoint(self, step: int) -> Path:
+        return self.path / f"{PREFIX}{step}"
+
+    def resolve(self, reference: str) -> Path:
+        """A checkpoint a run state names: a bare name is this directory's own (it moves with the directory);
+        an absolute path is a checkpoint elsewhere that a fresh run resumed from (see ``adopt``)."""
+        path = Path(reference)
+        return path if path.is_absolute() and not _same_dir(path.parent, self.path) else self.path / path.name
+
+    def adopt(self, reference: str | None, source: Path) -> str | None:
+        """A checkpoint name from the state of ``source`` (the checkpoint resumed from), as this run refers to it."""
+        if reference is None:
+            return None
+        found = Path(reference)
+        origin = found if found.is_absolute() else source.parent / found.name
+        return found.name if self.holds(origin) else str(origin.absolute())
+
+    # ---- the run's life ----------------------------------------------------------------------
+    def claim(self, overwrite: bool, resume: str | None) -> None:
+        """Rank 0, before anything reads or writes the directory: usable, locked, and (for a fresh start)
+        empty or holding only what --overwrite_output_dir may remove. Refused: released, nothing written."""
+        check_usable(self.path)
+        if resume not in (None, AUTO, LATEST):
+            named_checkpoint(resume)  # a wrong path is the first thing to hear about
+        self.lock.acquire()
+        try:
+            if self.continues(resume):
+                refuse_clashes(self.path)
+                clean_stale(self.path)  # what a crash of this run left: temporaries, a checkpoint set aside
+            else:
+                check_fresh(self.path, overwrite)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def check_start_over(self, overwrite: bool) -> None:
+        """``auto`` found no valid checkpoint here: start over only where that loses nothing (an empty
+        directory, or an unfinished earlier attempt of this project) or with --overwrite_output_dir."""
+        if not self.path.is_dir():
+            return
+        refuse_foreign(self.path, "starting over")
+        if not overwrite and (self.path / FINISHED_MARKER).exists():
+            raise UsageError(
+                f"--output_dir {self.path} holds a finished run ({FINISHED_MARKER}) and no valid checkpoint to resume",
+                "pass --overwrite_output_dir to replace it, or choose another --output_dir",
+            )
+
+    def begin(self, fresh: bool) -> None:
+        """Every input was validated: a fresh run removes an earlier run's outputs (the checks allowed only
+        this project's); one that continues keeps everything."""
+        if fresh:
+            reset(self.path)
+            self.recorded.clear()
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def file(self, name: str) -> Path:
+        """The path of a top-level output, recorded in the ledger before it is written."""
+        if name not in self.recorded:
+            record(self.path, name)
+            self.recorded.add(name)
+        return self.path / name
+
+    def recording(self) -> contextlib.AbstractContextManager[None]:
+        return recording(self.path)
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return a.absolute() == b.absolute()
+
+
+@contextlib.contextmanager
+def claimed(output_dir: str, overwrite: bool, outputs: list[str]) -> Iterator[Path]:
+    """For a command that fills a directory itself (compare, bench train): checked, locked, emptied of an
+    earlier run's outputs, with the names it will write recorded up front (a killed run leaves them own)."""
+    run_dir = RunDirectory(output_dir)
+    run_dir.claim(overwrite, resume=None)
+    try:
+        run_dir.begin(fresh=True)
+        record(run_dir.path, *outputs)
+        yield run_dir.path
+    finally:
+        run_dir.release()

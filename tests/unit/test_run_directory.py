@@ -1,0 +1,255 @@
+"""The run directory's promises, trained in the test process (engine single, tiny-bert): one job per directory,
+nothing this project did not write is ever touched, a checkpoint from elsewhere is input (read, never written,
+rotated or deleted), every file a run writes is in its ledger, and the best checkpoint is the run's own or the
+one it resumed from."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from support.jobs import SMALL_JOB
+
+from horovod_train import checkpoint as ckpt
+from horovod_train import run_directory as outdir
+from horovod_train.cli import main
+from horovod_train.errors import UsageError
+
+pytestmark = pytest.mark.slow
+
+JOB = ["train", "--engine", "single", *SMALL_JOB, "--synthetic_num_examples", "300", "--save_strategy", "steps"]
+
+
+def train(out: Path, *args: str) -> int:
+    """The run's exit code (0, or 2 for bad input)."""
+    try:
+        return main([*JOB, "--output_dir", str(out), *args])
+    except SystemExit as exited:
+        return int(exited.code)
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    if not root.is_dir():
+        return {}
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, cache_dir) -> dict[str, Path]:
+    """Two finished runs of the same job: ``src`` (checkpoints 2, 4) to resume from, and ``other``, whose
+    copies stand for a directory that already holds a run. A learning rate of 1e-12 (an update below float32's
+    resolution) makes the two evaluations tie, so the best checkpoint is the first (a tie does not replace it)."""
+    os.environ["HOROVOD_TRAIN_CACHE"] = str(cache_dir)  # restored after each test by the root conftest
+    root = tmp_path_factory.mktemp("runs")
+    made = {}
+    for name in ("src", "other"):
+        args = ["--max_steps", "4", "--save_steps", "2", "--eval_strategy", "steps", "--eval_steps", "2"]
+        assert train(root / name, *args, "--metric_for_best_model", "eval_loss", "--learning_rate", "1e-12") == 0
+        made[name] = root / name
+    return made
+
+
+@pytest.fixture(autouse=True)
+def in_process(cache_dir, monkeypatch) -> None:
+    monkeypatch.setenv("HOROVOD_TRAIN_CACHE", str(cache_dir))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+HOLDS = ("missing", "empty", "finished run", "unfinished attempt")
+FOREIGN = {  # files of the user's beside what the directory holds
+    "none": {},
+    "unrelated": {"slurm-7.out": "step 1\n", "notes/thesis.tex": "\\chapter{Mine}\n"},
+    # under a name save_pretrained writes (for decoders; a finished run of tiny-bert's holds none, so it is the user's)
+    "clashing": {"generation_config.json": '{"mine": true}\n', "notes/thesis.tex": "\\chapter{Mine}\n"},
+}
+RESUMES = (None, "auto", "own checkpoint", "checkpoint elsewhere")
+
+
+def fill(out: Path, holds: str, foreign: str, other: Path) -> None:
+    """``out`` as an earlier run and the user left it."""
+    if holds != "missing" or foreign != "none":
+        out.mkdir(parents=True)
+    if holds == "finished run":
+        shutil.copytree(other, out, dirs_exist_ok=True)
+    if holds == "unfinished attempt":  # killed before its first checkpoint: the ledger, its config, a temporary
+        outdir.record(out, "run_config.json", "metrics.jsonl")
+        (out / "run_config.json").write_text("{}\n")
+        (out / "metrics.jsonl").write_text('{"step": 1}\n')
+        (out / ".checkpoint-2.x1y2.tmp").mkdir()
+    for name, text in FOREIGN[foreign].items():
+        (out / name).parent.mkdir(exist_ok=True)
+        (out / name).write_text(text)
+
+
+def allowed(holds: str, foreign: str, resume: str | None, overwrite: bool) -> bool:
+    """The rules of docs/failures.md ("The run directory"), written out independently of the code."""
+    if resume == "own checkpoint" or (resume == "auto" and holds == "finished run"):
+        return foreign != "clashing"  # continues in place: nothing removed, nothing of the user's replaced
+    if resume == "auto":  # no checkpoint: starts over what an unfinished attempt left
+        return foreign == "none"
+    empty = holds in ("missing", "empty") and foreign == "none"
+    return empty or (overwrite and foreign == "none")  # fresh: empty, or only this project's outputs to replace
+
+
+@settings(max_examples=10, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    holds=st.sampled_from(HOLDS),
+    foreign=st.sampled_from(sorted(FOREIGN)),
+    resume=st.sampled_from(RESUMES),
+    overwrite=st.booleans(),
+)
+@example(holds="empty", foreign="clashing", resume="checkpoint elsewhere", overwrite=False)  # a user's file replaced
+@example(holds="finished run", foreign="none", resume="checkpoint elsewhere", overwrite=False)  # other's checkpoints
+@example(holds="finished run", foreign="unrelated", resume="auto", overwrite=False)  # a requeue beside its SLURM log
+def test_a_run_keeps_every_promise_about_its_directory(tmp_path_factory, runs, holds, foreign, resume, overwrite):
+    if resume == "own checkpoint" and holds != "finished run":
+        resume = "auto"  # nothing of its own to name
+    out = tmp_path_factory.mktemp("out") / "run"
+    fill(out, holds, foreign, runs["other"])
+    flags = ["--overwrite_output_dir"] if overwrite else []
+    if resume is not None:
+        checkpoint = {"auto": "auto", "own checkpoint": str(out / "checkpoint-2")}.get(resume)
+        flags += ["--resume_from_checkpoint", checkpoint or str(runs["src"] / "checkpoint-2")]
+    before, source = snapshot(out), snapshot(runs["src"])
+    users = {name: before[name] for name in FOREIGN[foreign]}
+
+    code = train(out, "--max_steps", "6", "--save_steps", "2", "--save_total_limit", "1", *flags)
+
+    assert snapshot(runs["src"]) == source  # a checkpoint from elsewhere is input
+    after = snapshot(out)
+    assert {name: after.get(name) for name in users} == users  # nothing this project did not write is touched
+    assert code == (0 if allowed(holds, foreign, resume, overwrite) else 2), (holds, foreign, resume, overwrite)
+    if code == 2:
+        assert after == before  # refused: nothing written, nothing removed
+        return
+    assert json.loads((out / "all_results.json").read_text())["global_step"] == 6
+    # Everything the run wrote is in its ledger: only the user's files are foreign.
+    assert outdir.foreign_entries(out) == sorted({name.split("/")[0] for name in users})
+    kept = [p.name for p in ckpt.list_checkpoints(out)]
+    lineage = json.loads((out / kept[-1] / ckpt.TRAINER_FILE).read_text())["lineage"]
+    assert kept[-1] == "checkpoint-6" and set(kept) <= set(lineage)
+
+
+def test_resumed_from_elsewhere_the_best_is_the_source_runs_and_is_loaded_at_the_end(tmp_path, runs, capsys):
+    """The best checkpoint of the run resumed from lives in its own directory: loaded from there (a name inside
+    the new directory found nothing, or another run's checkpoint of that name)."""
+    src = tmp_path / "src"
+    shutil.copytree(runs["src"], src)
+    assert json.loads((src / "checkpoint-4" / ckpt.TRAINER_FILE).read_text())["best_model_checkpoint"] == "checkpoint-2"
+    args = ["--max_steps", "6", "--save_steps", "2", "--eval_strategy", "steps", "--eval_steps", "2",
+            "--metric_for_best_model", "eval_loss", "--load_best_model_at_end",
+            "--resume_from_checkpoint", str(src / "checkpoint-4")]  # fmt: skip
+    out = tmp_path / "new"
+    capsys.readouterr()
+    assert train(out, *args) == 0
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["best_model_checkpoint"] in (str(src / "checkpoint-2"), str(out / "checkpoint-6"))
+    if state["best_model_checkpoint"] == str(src / "checkpoint-2"):
+        assert f"loaded the best model: {src / 'checkpoint-2'}" in capsys.readouterr().out
+    # The source's best deleted: forgotten at the start with a warning, not a failure after all the training.
+    shutil.rmtree(src / "checkpoint-2")
+    capsys.readouterr()
+    assert train(tmp_path / "newer", *args) == 0
+    assert "warning: the best checkpoint so far cannot be loaded at the end" in capsys.readouterr().err
+    state = json.loads((tmp_path / "newer" / "trainer_state.json").read_text())
+    assert state["best_model_checkpoint"] == str(tmp_path / "newer" / "checkpoint-6")
+    assert (tmp_path / "newer" / "model.safetensors").is_file()
+
+
+def test_a_second_job_hears_in_use_before_what_the_first_wrote(tmp_path, capsys):
+    """The lock is taken before the directory is judged: the second job, with no flags, is not told that the
+    directory "already holds files of an earlier run"."""
+    out = tmp_path / "busy"
+    first = outdir.OutputDirLock(out)
+    first.acquire()
+    (out / "run_config.json").write_text("{}\n")  # what the first job has written so far
+    try:
+        capsys.readouterr()
+        assert train(out, "--max_steps", "2", "--save_steps", "2") == 2
+        assert f"is in use by another job (pid {os.getpid()} on " in capsys.readouterr().err
+    finally:
+        first.release()
+
+
+def test_a_dangling_symlink_output_dir_is_named_as_such(tmp_path):
+    link = tmp_path / "runs"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(UsageError, match="is a symbolic link to .*gone, which does not exist"):
+        outdir.RunDirectory(link).claim(overwrite=False, resume=None)
+
+
+def test_the_lock_is_exclusive_and_leaves_no_directory_behind(tmp_path):
+    target = tmp_path / "a" / "b"
+    first, second = outdir.OutputDirLock(target), outdir.OutputDirLock(target)
+    first.acquire()
+    with pytest.raises(UsageError, match=f"in use by another job \\(pid {os.getpid()} on "):
+        second.acquire()
+    assert target.is_dir()  # the refused one must not remove what the holder uses
+    first.release()
+    assert not (tmp_path / "a").exists()  # made only to hold the lock, and the run wrote nothing
+    second.acquire()
+    second.release()
+
+
+def acquire_as_another_user(directory: Path) -> tuple[int, str]:
+    """Acquire the lock on ``directory`` in a forked child running as nobody: (exit code, error line)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no exec, so it needs no access to this interpreter's files
+        code = 1
+        try:
+            os.close(read)
+            os.setgid(65534)
+            os.setuid(65534)
+            outdir.OutputDirLock(directory).acquire()
+            code = 0 if (directory / outdir.LOCK_FILE).stat().st_uid == 65534 else 3
+        except UsageError as error:
+            os.write(write, str(error).encode())
+            code = 2
+        except BaseException as error:  # noqa: BLE001 - reported to the parent
+            os.write(write, repr(error).encode())
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        message = pipe.read()
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as two users")
+@pytest.mark.parametrize("mode", [0o644, 0o600])
+def test_a_stale_lock_file_of_another_user_is_replaced(mode):
+    """A job of another user killed in a shared directory left its lock file, which this user cannot open for
+    writing: it was a PermissionError traceback. Nobody holds it, so it is replaced."""
+    shared = Path(tempfile.mkdtemp(prefix="hvt-shared-"))  # pytest's tmp_path is root's alone
+    try:
+        shared.chmod(0o777)
+        (shared / outdir.LOCK_FILE).write_text('{"host": "n1", "pid": 1, "since": "then"}\n')
+        os.chown(shared / outdir.LOCK_FILE, 12345, 12345)
+        (shared / outdir.LOCK_FILE).chmod(mode)
+        assert acquire_as_another_user(shared) == (0, "")
+        # Held by a running job of another user: "in use", not a traceback.
+        holder = outdir.OutputDirLock(shared)
+        holder.acquire()
+        try:
+            os.chown(shared / outdir.LOCK_FILE, 12345, 12345)
+            (shared / outdir.LOCK_FILE).chmod(0o644)
+            code, message = acquire_as_another_user(shared)
+            assert code == 2 and f"is in use by another job (pid {os.getpid()} on " in message, message
+        finally:
+            holder.release()
+        # In a sticky directory (/tmp's kind) another user's unreadable lock file can be neither opened nor replaced.
+        shared.chmod(0o1777)
+        (shared / outdir.LOCK_FILE).write_text("")
+        os.chown(shared / outdir.LOCK_FILE, 12345, 12345)
+        (shared / outdir.LOCK_FILE).chmod(0o600)
+        code, message = acquire_as_another_user(shared)
+        assert code == 2 and "can neither open nor replace" in message, message
+    finally:
+        shutil.rmtree(shared)
