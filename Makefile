@@ -22,11 +22,9 @@ demo: setup
 # The whole suite: tests/unit (in-process), tests/integration (real ranks on this machine), tests/system
 # (Podman images, the GPU image among them, SLURM clusters, network namespaces, the NCCL build), after the
 # system tools they drive.
-test: setup
-	@bash scripts/install_test_tools.sh
-	@$(VENV)/bin/ruff check horovod_train tests
-	@$(VENV)/bin/ruff format --check horovod_train tests
-	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
+# scripts/test.sh runs setup, the test tools, lint and pytest, then prints where the time went.
+test:
+	@VENV="$(abspath $(VENV))" PYTEST_ARGS="$(PYTEST_ARGS)" bash scripts/test.sh all
 
 # The GPU image's tests alone (also in `make test`): builds it with Podman here, no GPU and no registry needed,
 # and checks it (tests/system/test_gpu_image.py; docs/launch.md).
@@ -34,10 +32,8 @@ test-gpu-image: setup
 	@bash scripts/install_test_tools.sh
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/system/test_gpu_image.py $(PYTEST_ARGS)
 
-test-fast: setup
-	@$(VENV)/bin/ruff check horovod_train tests
-	@$(VENV)/bin/ruff format --check horovod_train tests
-	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/unit $(PYTEST_ARGS)
+test-fast:
+	@VENV="$(abspath $(VENV))" PYTEST_ARGS="$(PYTEST_ARGS)" bash scripts/test.sh fast
 
 bench: setup  # samples/s per engine and Horovod/DDP ratios: the demo job, then BERT-base's size (about 5 minutes)
 	@$(PY) -m horovod_train bench train --repeats 3 --output_dir runs/bench/train --overwrite_output_dir

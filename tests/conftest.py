@@ -15,6 +15,8 @@ from support.checkpoints import trained  # noqa: F401
 from support.host_syncs import offline_cache  # noqa: F401
 from support.model_runs import half_models  # noqa: F401
 
+pytest_plugins = ["support.clock"]  # where the suite's time goes: a table at the end of every run
+
 
 @pytest.fixture(autouse=True)
 def restore_the_environment() -> Iterator[None]:
