@@ -7,11 +7,12 @@ from __future__ import annotations
 import csv
 import hashlib
 import itertools
+import json
 import math
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Sequence, Sized
+from collections.abc import Callable, Sequence, Sized
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +61,11 @@ def _read_file(path: str, flag: str, cache_dir: Path, task_name: str | None = No
     dataset = _build(file, names, cache_dir)
     if dataset is None:
         dataset = _read_into_memory(file, flag, names)
+    if len(dataset) == 0:  # a header alone, or [] (an empty test split would predict nothing)
+        raise UsageError(
+            f"{flag} {path} has no examples",
+            "add examples to it, or drop --test_file" if flag == "--test_file" else "add examples to it",
+        )
     if suffix == ".tsv":
         _check_one_row_per_line(file, len(dataset), flag, header=names is None)
     return glue_files.without_bom(dataset)
@@ -187,13 +193,17 @@ def _sources(args: DataArguments, seed: int, cache_dir: str | None) -> tuple[Dat
     return train, evals, tests
 
 
-def _from_glue_columns(dataset: Dataset, args: DataArguments) -> tuple[Dataset, str, str]:
+def _from_glue_columns(
+    dataset: Dataset, args: DataArguments, text: list[str] | None = None
+) -> tuple[Dataset, str, str]:
     """GLUE's distributed .tsv layouts (glue_files: MRPC's ``#1 String``, QQP's ``is_duplicate``, STS-B's
     ``score``, MNLI's ``gold_label``, ...) under run_glue's column names, unless the columns are named by flags;
-    also returns the label column and the name it has in the user's data."""
+    also returns the label column and the name it has in the user's data. Given the run's ``text`` columns
+    (the train data's), a split is read in a layout only where that gives it those columns: a test file of
+    sentence1, sentence2 beside a train file of sentence1, sentence2, label keeps its columns."""
     named = args.text_column_names or args.label_column_name != LABEL_COLUMN
     layout = None if named else glue_files.layout_of(dataset.column_names, args.task_name)
-    if layout is None:
+    if layout is None or (text is not None and not set(text) <= set(layout.values())):
         return dataset, args.label_column_name, args.label_column_name
     dataset, source = glue_files.to_task_columns(dataset, layout)
     return dataset, LABEL_COLUMN, source
@@ -229,7 +239,7 @@ def _column_fix(missing: str, label: str, args: DataArguments) -> str:
 def _select_columns(dataset: Dataset, name: str, text: list[str], args: DataArguments, labelled: bool):
     """The text columns and ``label`` (the label column renamed; -1 when a test split has none), and the
     label's source column."""
-    dataset, label, source = _from_glue_columns(dataset, args)
+    dataset, label, source = _from_glue_columns(dataset, args, text)
     required = [*text, label] if labelled else text
     missing = next((column for column in required if column not in dataset.column_names), None)
     if missing is not None:
@@ -242,7 +252,8 @@ def _select_columns(dataset: Dataset, name: str, text: list[str], args: DataArgu
     if label not in dataset.column_names:
         return dataset.select_columns(text).add_column(LABEL_COLUMN, [-1] * len(dataset)), source
     dataset = dataset.select_columns([*text, label])
-    return (dataset.rename_column(label, LABEL_COLUMN) if label != LABEL_COLUMN else dataset), source
+    dataset = dataset.rename_column(label, LABEL_COLUMN) if label != LABEL_COLUMN else dataset
+    return _labels_as_written(dataset, f"{origin(name, args)} column {source}", args), source
 
 
 def origin(name: str, args: DataArguments) -> str:
@@ -269,22 +280,74 @@ def _check_texts(dataset: Dataset, where: str, text: list[str], labelled: bool) 
         )
 
 
-def _check_label_texts(values: list, where: str) -> None:
-    """String labels that mix integers and names ('0', '1', 'x': a CSV reads them all as text) are a mistake."""
-    numeric = [isinstance(v, str) and v.strip().lstrip("-").isdigit() for v in values]
-    present = [v is not None for v in values]
-    integers, names = (
-        sum(n for n, p in zip(numeric, present, strict=True) if p),
-        sum(not n for n, p in zip(numeric, present, strict=True) if p),
-    )
-    if integers and names:
-        rare = integers < names  # the rarer kind is the odd one out
-        row = next(i for i, (n, p) in enumerate(zip(numeric, present, strict=True)) if p and n == rare)
-        common = "label names" if rare else "integer labels"
+# What labels written as text hold (a CSV reads a column as text where one cell is not a number), for messages
+LABEL_TEXT_KINDS = {"number": "numbers", "name": "label names", "list": "lists of labels"}
+LABEL_TEXT_FIXES = {
+    "number": "use either numbers or label names in a label column, not both (no label: an empty cell in test "
+    "data; drop such examples from training data)",
+    "name": "use either numbers or label names in a label column, not both",
+    "list": 'write every label cell as a JSON list, e.g. ["sports", "politics"] ([] for none)',
+}
+
+
+def _label_text_kind(value: object) -> str | None:
+    """What a label written as text is: a JSON list ('["tech"]': a CSV cannot hold lists), a finite number
+    ('3.8', '2'), else a label name; None for a missing one."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    try:
+        parsed = json.loads(text) if text.startswith("[") else float(text)
+    except ValueError:
+        return "name"
+    if isinstance(parsed, list):
+        return "list"
+    return "number" if isinstance(parsed, float) and math.isfinite(parsed) else "name"
+
+
+def _check_label_texts(values: list, where: str) -> set[str]:
+    """Labels written as text are all numbers, all names or all lists; a mix ('0', '1', 'x'; '3.8', 'n/a') is
+    a mistake: the first row of the rarer kind is named. Returns the kinds found."""
+    kinds = [_label_text_kind(v) for v in values]
+    counts = Counter(kind for kind in kinds if kind is not None)
+    if len(counts) > 1:
+        (common, _), *_, (rare, _) = counts.most_common()
+        row = kinds.index(rare)
         raise UsageError(
-            f"{where} row {row + 1} holds {values[row]!r} where its other rows hold {common}",
-            "use either integer labels or label names in a label column, not both",
+            f"{where} row {row + 1} holds {values[row]!r} where its other rows hold {LABEL_TEXT_KINDS[common]}",
+            LABEL_TEXT_FIXES[common],
         )
+    return set(counts)
+
+
+def _regression_by_flags(args: DataArguments) -> bool:
+    return args.task_name in glue.REGRESSION_TASKS or args.num_labels == 1
+
+
+def _labels_as_written(dataset: Dataset, where: str, args: DataArguments) -> Dataset:
+    """A label column of text checked to hold one kind of label (_check_label_texts), its JSON lists read as
+    lists (multi-label, as a JSON file's lists). A regression by flags reads each label as a number itself."""
+    if not _is_string(dataset.features[LABEL_COLUMN]) or _regression_by_flags(args):
+        return dataset
+    values = list(dataset[LABEL_COLUMN])
+    if "list" not in _check_label_texts(values, where):
+        return dataset
+    lists = [None if v is None else json.loads(v) for v in values]
+    return _replace_labels(dataset, lists, List(Value(_list_label_type(lists, values, where))))
+
+
+def _list_label_type(lists: list[list | None], values: list, where: str) -> str:
+    """The type of the labels in lists read from text: all names or all integer ids, as in a JSON file."""
+    labels = [label for cell in lists for label in cell or ()]
+    first = type(labels[0]) if labels else str
+    if first in (str, int) and all(type(label) is first for label in labels):
+        return "string" if first is str else "int64"
+    row = next(i for i, cell in enumerate(lists) if any(type(x) is not first or first not in (str, int)
+                                                        for x in cell or ()))  # fmt: skip
+    raise UsageError(
+        f"{where} row {row + 1} holds {values[row]!r}: a list's labels must all be names or all integer ids",
+        'write every list\'s labels as names (["sports"]) or as integer ids ([0]), the same in every row',
+    )
 
 
 @dataclass(frozen=True)
@@ -312,22 +375,32 @@ def _nli_names(labels: set[str]) -> bool:
 
 
 def _is_regression(train: Dataset, args: DataArguments) -> bool:
-    """--task_name stsb, --num_labels 1, or a float label column with a value that is not a whole number."""
-    if args.task_name in glue.REGRESSION_TASKS or args.num_labels == 1:
+    """--task_name stsb, --num_labels 1, or numeric labels of which one is not a whole number: floats, or
+    numbers written as text (JSON strings such as "3.8")."""
+    if _regression_by_flags(args):
         return True
-    if not _is_float(train.features[LABEL_COLUMN]):
+    feature = train.features[LABEL_COLUMN]
+    values = [v for v in train.unique(LABEL_COLUMN) if v is not None]
+    if _is_string(feature) and all(_label_text_kind(v) == "number" for v in values):
+        values = [float(v) for v in values]
+    elif not _is_float(feature):
         return False
-    return any(v is not None and math.isfinite(v) and not v.is_integer() for v in train.unique(LABEL_COLUMN))
+    return any(math.isfinite(v) and not v.is_integer() for v in values)
 
 
 def _multi_label_names(train: Dataset, source: str, args: DataArguments) -> LabelNames:
     """A list of labels per example: the ClassLabel's names; for names, the sorted distinct names (as
     run_classification.py); for integers, --num_labels or the largest id + 1."""
     inner = train.features[LABEL_COLUMN].feature
-    if isinstance(inner, ClassLabel):
-        return LabelNames(tuple(inner.names), f"the ClassLabel names of {source}", MULTI_LABEL)
     cells = [cell for cell in train[LABEL_COLUMN] if isinstance(cell, list)]
     values = {v for cell in cells for v in cell if v is not None}
+    if not values:
+        raise UsageError(
+            f"train data column {source} holds lists of labels, all empty: no example has a label",
+            'give each example the labels it has, e.g. ["sports", "politics"] ([] only for one that has none)',
+        )
+    if isinstance(inner, ClassLabel):
+        return LabelNames(tuple(inner.names), f"the ClassLabel names of {source}", MULTI_LABEL)
     if _is_string(inner):
         return LabelNames(tuple(sorted(values)), "the train data's distinct labels", MULTI_LABEL)
     ids = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
@@ -565,6 +638,15 @@ def problem_type(ds: DatasetDict) -> str:
     return SINGLE_LABEL if isinstance(feature, ClassLabel) else REGRESSION
 
 
+def task_line(ds: DatasetDict) -> str:
+    """What the labels made of the run (inferred from their values unless flags say), for rank 0's log."""
+    kind, names = problem_type(ds), label_names(ds)
+    if kind == REGRESSION:
+        return "task: regression (one number per example)"
+    shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+    return f"task: {kind} over {len(names)} labels ({shown})"
+
+
 def content_digest(*parts: object) -> str:
     """A digest of datasets (by their Arrow content) and plain values, the same on every rank. A dataset is
     hashed a batch of rows at a time, so that a split larger than memory is not copied into it."""
@@ -585,11 +667,12 @@ def content_digest(*parts: object) -> str:
 def tokenized_cache_path(
     raw: DatasetDict, tokenizer: PreTrainedTokenizerBase, max_seq_length: int, cache_dir: Path, pad: bool = False
 ) -> Path:
-    vocab = sorted(tokenizer.get_vocab().items())
+    """The tokenized splits' cache entry, keyed by everything their ids depend on: each split's content (its
+    text columns, in order, and labels), the label names, the tokenizer (tokenizer_digest), the length and,
+    padded to it in the cache, the pad id, type id and side."""
     splits = [part for name in raw for part in (name, raw[name])]
-    # Padded to max length in the cache: the pad id and side are in the data too.
-    length = (max_seq_length, "padded", tokenizer.pad_token_id, tokenizer.padding_side) if pad else max_seq_length
-    digest = content_digest(*splits, label_names(raw), vocab, type(tokenizer).__name__, length)
+    padding = (tokenizer.pad_token_id, tokenizer.pad_token_type_id, tokenizer.padding_side) if pad else None
+    digest = content_digest(*splits, label_names(raw), tokenizer_digest(tokenizer), max_seq_length, padding)
     return cache_dir / "tokenized" / digest
 
 
@@ -609,11 +692,7 @@ def tokenize_to_disk(
     if target.is_dir() and not overwrite:
         return
     columns = text_columns(raw)
-    padding = "max_length" if pad else False
-
-    def encode(batch: dict) -> dict:
-        return tokenizer(*(batch[c] for c in columns), padding=padding, truncation=True, max_length=max_seq_length)
-
+    encode = encoder(tokenizer, columns, max_seq_length, pad)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.", suffix=".map") as work:
         files = {name: str(Path(work) / f"{name}.arrow") for name in raw}
@@ -622,6 +701,18 @@ def tokenize_to_disk(
         encoded = encoded.rename_column(LABEL_COLUMN, "labels")
         with atomic_directory(target, replace=overwrite) as tmp:
             encoded.save_to_disk(str(tmp))
+
+
+def encoder(
+    tokenizer: PreTrainedTokenizerBase, columns: list[str], max_seq_length: int, pad: bool
+) -> Callable[[dict], dict]:
+    """A batch of examples' tokenizer outputs (input_ids, ...), as the tokenized data holds them."""
+    padding = "max_length" if pad else False
+
+    def encode(batch: dict) -> dict:
+        return tokenizer(*(batch[c] for c in columns), padding=padding, truncation=True, max_length=max_seq_length)
+
+    return encode
 
 
 def load_tokenized(path: Path) -> DatasetDict:
@@ -794,9 +885,49 @@ def collator(dataset: Dataset, tokenizer: PreTrainedTokenizerBase):
     return DataCollatorWithPadding(tokenizer)
 
 
+# A tokenizer's init settings that do not change its ids: where it was loaded from (its files' content is
+# keyed instead), decoding and chat options, model_max_length (a run truncates at --max_seq_length), and the
+# added tokens as loaded (the tokenizer's own, added since too, are keyed instead).
+NOT_ENCODING = frozenset({
+    "name_or_path", "is_local", "local_files_only", "_commit_hash", "cache_dir", "revision", "token",
+    "trust_remote_code", "model_max_length", "clean_up_tokenization_spaces", "spaces_between_special_tokens",
+    "chat_template", "processor_class", "auto_map", "device_map", "added_tokens_decoder",
+})  # fmt: skip
+
+
 def tokenizer_digest(tokenizer: PreTrainedTokenizerBase) -> str:
-    """Identifies a tokenizer's ids: two tokenizers of one size trained on other texts differ here."""
-    return content_digest(type(tokenizer).__name__, sorted(tokenizer.get_vocab().items()))
+    """Identifies the ids a tokenizer gives (the tokenized data's cache key, a checkpoint's tokenizer check):
+    its class, vocabulary, normalizer, pre-tokenizer, post-processor, added and special tokens, settings
+    (do_lower_case, ...), truncation side and outputs; not where it was loaded from."""
+    tokens = sorted((i, repr(token)) for i, token in tokenizer.added_tokens_decoder.items())
+    return content_digest(
+        type(tokenizer).__name__, sorted(tokenizer.get_vocab().items()), _backend_state(tokenizer), tokens,
+        sorted(tokenizer.special_tokens_map.items()), _encoding_settings(tokenizer), tokenizer.truncation_side,
+        list(tokenizer.model_input_names),
+    )  # fmt: skip
+
+
+def _backend_state(tokenizer: PreTrainedTokenizerBase) -> str | None:
+    """A Rust-backed tokenizer's tokenizer.json (normalizer, pre-tokenizer, model, post-processor, added tokens),
+    less the truncation and padding that transformers sets at each call from the call's own arguments."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    state = json.loads(backend.to_str())
+    state.pop("truncation", None)
+    state.pop("padding", None)
+    return json.dumps(state, sort_keys=True)
+
+
+def _encoding_settings(tokenizer: PreTrainedTokenizerBase) -> list[tuple[str, str]]:
+    """The tokenizer's init settings (do_lower_case, strip_accents, add_prefix_space, special tokens, ...)
+    but its file paths and NOT_ENCODING."""
+    files = set(getattr(tokenizer, "vocab_files_names", {}))
+    return sorted(
+        (name, repr(value))
+        for name, value in tokenizer.init_kwargs.items()
+        if name not in NOT_ENCODING and name not in files and not name.endswith(("_file", "_files"))
+    )
 
 
 def dataset_digest(dataset: Dataset) -> str:

@@ -99,6 +99,7 @@ class Trainer:
             self.write_run_config(fresh=not in_place)
         if engine.is_main:
             self.trackers = self.start_trackers()
+        self.console.log(data_lib.task_line(self.parts.tokenized))
         self.console.log(self.run_line(self.parts))
         if resumed:
             resume.restore_rng(resumed, engine)

@@ -47,6 +47,19 @@ CASES = {
         "outside 0..3",
     ),
     "empty dataset": lambda tmp: (["--train_file", csv_file(tmp, good_frame().head(0))], "no examples"),
+    "test file of a header alone": lambda tmp: (
+        [
+            "--train_file",
+            csv_file(tmp, good_frame()),
+            "--test_file",
+            str(_write(tmp / "t.csv", "premise,hypothesis\n")),
+        ],
+        f"--test_file {tmp / 't.csv'} has no examples",
+    ),
+    "n/a among number labels": lambda tmp: (
+        ["--train_file", csv_file(tmp, good_frame().assign(label=[*(f"{i / 8:.3f}" for i in range(39)), "n/a"]))],
+        "row 40 holds 'n/a' where its other rows hold numbers",
+    ),
     "batch size 0": lambda tmp: (["--per_device_train_batch_size", "0"], "must be > 0"),
     "malformed yaml": lambda tmp: (["--config", str(_write(tmp / "c.yaml", "learning_rate: [1e-4\n"))], "malformed"),
     "output dir inside a file": lambda tmp: (["--output_dir", str(_write(tmp / "f", "x") / "out")], "inside the file"),

@@ -3,6 +3,8 @@ starts; and the loop obeying whatever policy its engine supplies."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from support.jobs import SMALL_JOB
@@ -70,3 +72,15 @@ def test_entering_the_loop_drops_gradients_left_by_a_cut_short_step(tmp_path, of
             p.grad = torch.ones_like(p)
         loop.enter(loop.position)
         assert all(p.grad is None or not p.grad.any() for p in loop.parts.model.parameters())
+
+
+def test_the_run_says_in_one_line_what_its_labels_made_of_it(tmp_path, offline_cache, capsys):
+    """Numbers written as JSON strings ("3.8") are a regression, and the run says so (rank 0, one line)."""
+    rows = [{"text": f"example {i} moves the lamp", "label": f"{i % 9 / 2:.1f}"} for i in range(80)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    run_config = config(tmp_path, "--train_file", str(tmp_path / "train.jsonl"), "--max_steps", "1")
+    engine = SingleEngine(run_config)
+    with engine.running():
+        Trainer(run_config, engine).setup()
+    lines = capsys.readouterr().out.splitlines()
+    assert [line for line in lines if line.startswith("task: ")] == ["task: regression (one number per example)"]

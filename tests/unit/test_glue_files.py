@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -9,7 +12,7 @@ import pytest
 from datasets import DatasetDict
 from support.glue_layouts import TASKS, write_glue_task
 
-from horovod_train import data, glue, synthetic
+from horovod_train import data, glue, glue_files, synthetic
 from horovod_train.config import DataArguments
 from horovod_train.data import load_raw_datasets, load_tokenized, tokenize_to_disk
 from horovod_train.errors import UsageError
@@ -101,3 +104,56 @@ def test_parallel_tokenizing_writes_the_same_data_as_one_process(tmp_path):
     for name in ("train", "validation"):
         files = [sorted((tmp_path / f"tokenized-{n}" / name).glob("*.arrow")) for n in (1, 3)]
         assert [f.read_bytes() for f in files[0]] == [f.read_bytes() for f in files[1]]
+
+
+# ---- test files without labels (issue 34): any layout the train file is read in ----------------------------
+def without_labels(train: Path, test: Path, label: str) -> None:
+    """``train`` (a file with a header) without its label columns (MNLI's label1..5 too), as ``test``."""
+    rows = [line.split("\t") for line in train.read_text(encoding="utf-8").splitlines()]
+    keep = [i for i, name in enumerate(rows[0]) if name.removeprefix(glue_files.BOM) != label
+            and not re.fullmatch(r"label\d", name)]  # fmt: skip
+    test.write_text("".join("\t".join(row[i] for i in keep) + "\n" for row in rows), encoding="utf-8")
+
+
+def check_test_split(raw: DatasetDict, expected: list[dict]) -> None:
+    columns = data.text_columns(raw)
+    assert raw["test"].column_names == [*columns, "label"]
+    assert [{c: row[c] for c in columns} for row in raw["test"]] == [{c: row[c] for c in columns} for row in expected]
+    assert all(label == -1 or math.isnan(label) for label in raw["test"]["label"])
+
+
+@pytest.mark.parametrize("columns", data.AUTO_TEXT_COLUMNS)
+def test_a_labelless_test_file_in_the_train_files_columns_loads(tmp_path, columns):
+    """sentence1/sentence2 was refused: the test file alone looked like MNLI's layout and became premise/hypothesis."""
+    rows = [{"premise": r["premise"], "hypothesis": r["hypothesis"], "label": r["label"]}
+            for r in synthetic.generate(40, seed=0)]  # fmt: skip
+    texts = [{c: row[("premise", "hypothesis")[i]] for i, c in enumerate(columns)} for row in rows]
+    pd.DataFrame([{**t, "label": row["label"]} for t, row in zip(texts, rows, strict=True)]).to_csv(
+        tmp_path / "train.csv", index=False)  # fmt: skip
+    pd.DataFrame(texts[:7]).to_csv(tmp_path / "test.csv", index=False)
+    args = DataArguments(train_file=str(tmp_path / "train.csv"), test_file=str(tmp_path / "test.csv"))
+    raw = load_raw_datasets(args, seed=0)
+    assert data.text_columns(raw) == list(columns)
+    check_test_split(raw, texts[:7])
+
+
+@pytest.mark.parametrize("task", [task for task in TASKS if task != "cola"])  # CoLA's test.tsv: its own test above
+def test_a_glue_test_file_without_labels_loads_beside_its_train_file(tmp_path, task):
+    train_rows = write_glue_task(task, tmp_path / "train.tsv", 30, seed=1)
+    label = next((s for s, t in glue_files.LAYOUTS.get(task, {}).items() if t == "label"), "label")
+    without_labels(tmp_path / "train.tsv", tmp_path / "test.tsv", label)
+    args = DataArguments(task_name=task, train_file=str(tmp_path / "train.tsv"), test_file=str(tmp_path / "test.tsv"))
+    check_test_split(load_raw_datasets(args, seed=0), train_rows)
+
+
+@pytest.mark.parametrize(("suffix", "header"), [(".csv", "premise,hypothesis\n"), (".tsv", "premise\thypothesis\n"),
+                                                (".json", "[]\n"), (".jsonl", "")])  # fmt: skip
+def test_a_test_file_of_a_header_alone_is_one_line_naming_it(tmp_path, suffix, header):
+    """It ended in an IndexError."""
+    pd.DataFrame(synthetic.generate(30, seed=0)).to_csv(tmp_path / "train.csv", index=False)
+    test = tmp_path / f"test{suffix}"
+    test.write_text(header)
+    args = DataArguments(train_file=str(tmp_path / "train.csv"), test_file=str(test))
+    with pytest.raises(UsageError) as refused:
+        load_raw_datasets(args, seed=0)
+    assert str(refused.value) == f"--test_file {test} has no examples; fix: add examples to it, or drop --test_file"

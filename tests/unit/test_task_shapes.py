@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,7 +18,7 @@ from support.task_data import TOPICS, write_multi_label_jsonl, write_regression_
 
 from horovod_train import outputs
 from horovod_train.config import DataArguments, parse_run_config
-from horovod_train.data import collator, label_names, load_raw_datasets, problem_type
+from horovod_train.data import collator, label_names, load_raw_datasets, problem_type, task_line
 from horovod_train.errors import UsageError
 from horovod_train.metrics import MULTI_LABEL, REGRESSION, SINGLE_LABEL, TaskShape, exact_metrics
 from horovod_train.model import TINY_BERT, build_model, load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
@@ -141,6 +142,116 @@ def test_lists_of_integer_labels_take_num_labels(tmp_path):
     (tmp_path / "train.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
     raw = load_raw_datasets(DataArguments(train_file=str(tmp_path / "train.jsonl"), num_labels=5), seed=0)
     assert problem_type(raw) == MULTI_LABEL and label_names(raw) == [f"LABEL_{i}" for i in range(5)]
+
+
+# ---- labels written as text (issue 34): the task is inferred from their values, or refused with the row ----
+def texts_and(labels: list) -> list[dict]:
+    return [{"text": f"example {i} moves the lamp", "label": label} for i, label in enumerate(labels)]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> str:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+def test_numbers_written_as_json_strings_make_a_regression(tmp_path):
+    scores = write_regression_csv(tmp_path / "scores.csv", 60, seed=0)
+    rows = texts_and([str(score) for score in scores])  # "3.8": 47 distinct strings, once 47 classes
+    raw = load_raw_datasets(DataArguments(train_file=write_jsonl(tmp_path / "train.jsonl", rows)), seed=0)
+    assert problem_type(raw) == REGRESSION and label_names(raw) == ["LABEL_0"]
+    assert raw["train"].features["label"] == Value("float32")
+    loaded = sorted([*raw["train"]["label"], *raw["validation"]["label"]])
+    assert loaded == sorted(np.array(scores, dtype=np.float32).tolist())
+    assert task_line(raw) == "task: regression (one number per example)"
+
+
+@pytest.mark.parametrize("odd", ["n/a", "NaN", "high", "-"])
+def test_a_number_column_with_a_cell_that_is_not_a_number_is_refused_with_its_row(tmp_path, odd):
+    """A CSV reads the whole column as text then: it trained a classifier of each distinct text."""
+    write_regression_csv(tmp_path / "train.csv", 60, seed=0)
+    frame = pd.read_csv(tmp_path / "train.csv").astype({"label": object})
+    frame.loc[7, "label"] = odd
+    frame.to_csv(tmp_path / "train.csv", index=False)
+    with pytest.raises(UsageError) as refused:
+        load_raw_datasets(DataArguments(train_file=str(tmp_path / "train.csv")), seed=0)
+    message = str(refused.value)
+    assert f"train.csv) column label row 8 holds {odd!r} where its other rows hold numbers" in message, message
+    assert "fix: use either numbers or label names" in message and "\n" not in message
+
+
+def test_a_regression_test_file_may_leave_labels_empty_but_not_write_n_a(tmp_path):
+    write_regression_csv(tmp_path / "train.csv", 60, seed=0)
+    test = pd.DataFrame({"sentence1": ["a b", "c d", "e f"], "sentence2": ["x", "y", "z"], "label": [2.5, None, 1.0]})
+    test.to_csv(tmp_path / "test.csv", index=False)
+    args = DataArguments(train_file=str(tmp_path / "train.csv"), test_file=str(tmp_path / "test.csv"))
+    labels = load_raw_datasets(args, seed=0)["test"]["label"]
+    assert labels[0] == 2.5 and math.isnan(labels[1]) and labels[2] == 1.0
+    test.astype({"label": object}).fillna("n/a").to_csv(tmp_path / "test.csv", index=False)
+    with pytest.raises(UsageError, match=r"test data \(.*test\.csv\) column label row 2 holds 'n/a'"):
+        load_raw_datasets(args, seed=0)
+
+
+def test_a_csv_column_of_json_lists_is_multi_label_as_its_jsonl(tmp_path):
+    write_multi_label_jsonl(tmp_path / "train.jsonl", 60, seed=0)
+    frame = pd.read_json(tmp_path / "train.jsonl", lines=True)
+    frame.assign(label=frame["label"].map(json.dumps)).to_csv(tmp_path / "train.csv", index=False)  # ["people"]
+    from_csv = load_raw_datasets(DataArguments(train_file=str(tmp_path / "train.csv")), seed=0)
+    from_jsonl = load_raw_datasets(DataArguments(train_file=str(tmp_path / "train.jsonl")), seed=0)
+    assert problem_type(from_csv) == MULTI_LABEL and label_names(from_csv) == sorted(TOPICS)
+    for split in ("train", "validation"):
+        assert from_csv[split].features["label"] == from_jsonl[split].features["label"]
+        assert from_csv[split].to_list() == from_jsonl[split].to_list()
+    assert task_line(from_csv) == "task: multi_label_classification over 3 labels (people, places, things)"
+
+
+def test_csv_lists_of_integer_ids_take_num_labels(tmp_path):
+    rows = [{"text": f"text {i}", "label": json.dumps([i % 3] + ([3] if i % 2 else []))} for i in range(20)]
+    pd.DataFrame(rows).to_csv(tmp_path / "train.csv", index=False)
+    raw = load_raw_datasets(DataArguments(train_file=str(tmp_path / "train.csv"), num_labels=5), seed=0)
+    assert problem_type(raw) == MULTI_LABEL and label_names(raw) == [f"LABEL_{i}" for i in range(5)]
+    ids = sorted(map(sorted, [*raw["train"]["label"], *raw["validation"]["label"]]))
+    assert ids == sorted(sorted({i % 3} | ({3} if i % 2 else set())) for i in range(20))
+
+
+@pytest.mark.parametrize(
+    ("cells", "row", "expected"),
+    [
+        (
+            ['["tech"]', '["art", "tech"]', "tech", "[]"] * 5,
+            3,
+            "holds 'tech' where its other rows hold lists of labels",
+        ),
+        (['["tech"]', '["art", 1]', '["art"]'] * 5, 2, "a list's labels must all be names or all integer ids"),
+    ],
+)
+def test_a_csv_label_column_of_lists_and_other_cells_is_refused_with_its_row(tmp_path, cells, row, expected):
+    pd.DataFrame({"text": [f"t {i}" for i in range(len(cells))], "label": cells}).to_csv(
+        tmp_path / "t.csv", index=False
+    )
+    with pytest.raises(UsageError) as refused:
+        load_raw_datasets(DataArguments(train_file=str(tmp_path / "t.csv")), seed=0)
+    assert f"row {row} holds" in str(refused.value) and expected in str(refused.value), str(refused.value)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_multi_label_data_whose_lists_are_all_empty_is_refused(tmp_path, suffix):
+    frame = pd.DataFrame(texts_and([[] for _ in range(20)]))
+    path = tmp_path / f"train{suffix}"
+    if suffix == ".csv":
+        frame.assign(label="[]").to_csv(path, index=False)
+    else:
+        write_jsonl(path, frame.to_dict("records"))
+    for extra in ({}, {"num_labels": 3}):
+        with pytest.raises(UsageError) as refused:
+            load_raw_datasets(DataArguments(train_file=str(path), **extra), seed=0)
+        message = str(refused.value)
+        assert "holds lists of labels, all empty: no example has a label; fix: give each example" in message
+
+
+def test_the_task_line_names_a_classification_and_its_labels(tmp_path):
+    rows = texts_and(["positive", "negative", "neutral"] * 7)
+    raw = load_raw_datasets(DataArguments(train_file=write_jsonl(tmp_path / "train.jsonl", rows)), seed=0)
+    assert task_line(raw) == "task: single_label_classification over 3 labels (negative, neutral, positive)"
 
 
 @pytest.fixture(scope="module")
