@@ -196,6 +196,9 @@ BAD_VALUES = [
     ({**BASE, "IMAGE": "img:1 --privileged"}, "IMAGE="),
     ({**BASE, "WORKERS": "0"}, "WORKERS=0 is out of range"),
     ({**BASE, "WORKERS": "two"}, "WORKERS='two' is not a valid value"),
+    # digits of other scripts: int() reads them, Kubernetes would not
+    ({**BASE, "WORKERS": "\uff12"}, "WORKERS='\uff12' is not a valid value"),
+    ({**BASE, "MEMORY_PER_WORKER": "\u0661\u0666Gi"}, "MEMORY_PER_WORKER='\u0661\u0666Gi' is not a valid value"),
     ({**BASE, "GRACE_SECONDS": "5"}, "GRACE_SECONDS=5 is out of range"),
     ({**BASE, "GPUS_PER_WORKER": "4", "PROCS_PER_WORKER": "2"}, "leave PROCS_PER_WORKER out"),
     ({**BASE, "TRAIN_ARGS": "--output_dir /elsewhere"}, "TRAIN_ARGS sets --output_dir"),
