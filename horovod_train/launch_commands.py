@@ -238,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
         srun.add_argument(count, type=_positive)
     srun.add_argument("--overlap", action="store_true")
     variables = kinds.add_parser("rank-variables", help="print rank variable names, '|'-separated (a regex)")
-    variables.add_argument("which", choices=("signalled", "torchrun-worker"))
+    variables.add_argument("which", choices=("signalled",))
     return parser
 
 
@@ -266,8 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     args = build_parser().parse_args(argv[:split])
     if args.kind == "rank-variables":
-        names = signalled_rank_variables() if args.which == "signalled" else list(TORCHRUN_WORKER_VARIABLES)
-        print("|".join(names))
+        print("|".join(signalled_rank_variables()))
         return 0
     try:
         command = command_from(args, argv[split + 1 :])
