@@ -49,15 +49,23 @@ def next_step(plan: Plan, options: Options) -> str:
     return f"install the cached wheel {wheel}" if wheel else "build (no cached wheel), then install"
 
 
+def print_plan(plan: Plan, step: str) -> None:
+    for line in plan.describe():
+        write_line(f"[horovod] {line}")
+    write_line(f"[horovod] next:       {step}")
+
+
 def main(args: argparse.Namespace) -> int:
     options = options_from(args)
     plan = make_plan(running_target(), options)
     step = next_step(plan, options)
     if step.startswith("build"):
-        with_build_tools(plan)
-    for line in plan.describe():
-        write_line(f"[horovod] {line}")
-    write_line(f"[horovod] next:       {step}")
+        try:
+            with_build_tools(plan)
+        except UsageError:
+            print_plan(plan, step)  # the plan with what is missing marked (a dry run shows it), then the one error
+            raise
+    print_plan(plan, step)
     if options.dry_run:
         return 0
     if step.startswith("nothing"):

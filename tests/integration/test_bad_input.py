@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from support.jobs import run, train_cmd
+from support.jobs import BIN, REPO, base_env, run, train_cmd
 
 from horovod_train import synthetic
+from horovod_train.launch_commands import RANK_VARIABLES
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -256,3 +259,28 @@ def test_earlier_run_is_not_overwritten_without_the_flag(tmp_path, cache_dir):
 def test_debug_shows_the_traceback(tmp_path, cache_dir):
     proc = run(train_cmd("--engine", "nope", "--output_dir", str(tmp_path / "o"), "--debug"), cache_dir)
     assert proc.returncode != 0 and "Traceback" in proc.stderr and "unknown engine" in proc.stderr
+
+
+# Open MPI's rank variables of a 2-rank job (rank, local rank, size, local size), left in a shell without mpirun.
+STALE_OPEN_MPI = dict(zip(RANK_VARIABLES["mpirun"], ("0", "0", "2", "2"), strict=True))
+
+
+@pytest.mark.parametrize("command", ["doctor", "train"])
+def test_stale_open_mpi_variables_without_mpirun_are_one_line(command, tmp_path, cache_dir):
+    """MPI starts a world of one there while the variables promise two ranks: the DDP process group waited for the
+    second until --ddp_timeout (30 min). One line naming the variables instead, at once."""
+    args = ["--engine", "ddp", "--output_dir", str(tmp_path / "out")] if command == "train" else []
+    before = snapshot(tmp_path)
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(BIN / "python"), "-m", "horovod_train", command, *args],
+        cwd=REPO,
+        env={**base_env(cache_dir), **STALE_OPEN_MPI},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert_refused(proc, f"{RANK_VARIABLES['mpirun'][2]}=2 but MPI started 1 process(es)")
+    assert all(name in proc.stderr for name in STALE_OPEN_MPI) and "or launch with mpirun" in proc.stderr
+    assert time.monotonic() - started < 120
+    assert snapshot(tmp_path) == before

@@ -1,7 +1,10 @@
 """Which processes launch/slurm/common.sh's warning-signal forwarder signals, on real processes whose command
 lines and environments are those of ranks and launchers (tests/probes/signal_probe.py stands in for each). Under
 MpiDefault=pmix or pmi2 srun gives every task PMIX_RANK/PMI_RANK, launchers included: torchrun's agent, which
-SIGUSR1 kills while its workers checkpoint, must not get it. tests/system/test_launch_slurm.py runs the real jobs."""
+SIGUSR1 kills while its workers checkpoint, must not get it, nor a rank still starting (no handler yet: SIGUSR1
+would kill it). The command line does not decide: the console script's ranks hold no `horovod_train`, and a word
+such as a worker's `--output_dir=/runs/torchrun` does not make a rank torchrun's agent.
+tests/system/test_launch_slurm.py runs the real jobs."""
 
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ from support.jobs import REPO
 
 PROBE = Path(__file__).parents[1] / "probes" / "signal_probe.py"
 WORKER = ["LOCAL_RANK=0", "RANK=0", "TORCHELASTIC_RUN_ID=hvt"]  # what torchrun adds for its workers
+WORD = "--output_dir=/runs/torchrun"  # one more word of every probe's command line (no horovod_train in any)
+STARTING = "import time; time.sleep(120)"  # a rank before its run installed the checkpoint signals' handler
 
 
 def test_the_warning_signal_reaches_ranks_and_never_a_launcher(tmp_path) -> None:
@@ -38,8 +43,11 @@ def test_the_warning_signal_reaches_ranks_and_never_a_launcher(tmp_path) -> None
         for name, (script, env, child) in processes.items():
             full_env = {**os.environ, **env, "HVT_PROBE": str(PROBE)}
             marker = str(tmp_path / name)
-            argv = [sys.executable, str(script), marker, "horovod_train", *child]
+            argv = [sys.executable, str(script), marker, WORD, *child]
             pids.append(subprocess.Popen(argv, env=full_env).pid)
+        starting = subprocess.Popen([sys.executable, "-c", STARTING, "horovod_train", WORD],
+                                    env={**os.environ, "SLURM_JOB_ID": job, "PMIX_RANK": "4"})  # fmt: skip
+        pids.append(starting.pid)
         ready = [tmp_path / f"{name}{'.child' if child else ''}.ready" for name, (_, _, child) in processes.items()]
         deadline = time.monotonic() + 60
         while not all(path.exists() for path in ready) and time.monotonic() < deadline:
@@ -57,6 +65,7 @@ def test_the_warning_signal_reaches_ranks_and_never_a_launcher(tmp_path) -> None
             signalled,
             proc.stdout,
         )
+        assert starting.poll() is None, f"a rank without a SIGUSR1 handler got it (exit {starting.returncode})"
     finally:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):

@@ -65,6 +65,37 @@ def test_no_compiler_names_the_package(only_tools, capsys) -> None:
     assert "no C++ compiler" in line and "apt-get install g++" in line
 
 
+def test_a_dry_run_without_the_compiler_prints_the_plan_marking_it(only_tools, capsys) -> None:
+    """--dry-run --force with no compiler: the whole plan (the cache key too) with its compiler line saying what is
+    missing and how to get it, then the one error line a real run gives (exit 2: the build would fail now)."""
+    only_tools("cmake")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["build-horovod", "--dry-run", "--force"])
+    out, err = capsys.readouterr()
+    assert exited.value.code == 2
+    key = make_plan(running_target(), Options(dry_run=True)).key
+    missing = "no C++ compiler: c++, g++ or clang++ is not on PATH"
+    assert f"compiler:   MISSING: {missing} (fix: apt-get install g++" in out, out
+    assert f"cache key:  {key}" in out and "next:       build (--force)" in out, out
+    (line,) = err.splitlines()
+    assert line.startswith(f"error: {missing}; fix: "), line
+
+
+def test_cxx_with_flags_is_found_by_its_first_word(only_tools, tmp_path, monkeypatch) -> None:
+    """CXX is a command line (CMake reads flags from it too): 'g++ -O2' is g++ on PATH, its flags kept for the build."""
+    path = only_tools("g++", "cmake")
+    monkeypatch.setattr(toolchain, "check_build_modules", lambda: None)  # setuptools and wheel: not what this checks
+    target = target_in(tmp_path / "venv" / "bin")
+    monkeypatch.setenv("CXX", "g++ -O2")
+    plan = with_build_tools(make_plan(target, Options(dry_run=True)))
+    assert plan.compiler == f"{path / 'g++'} -O2"
+    assert build.build_env(plan, Options())["CXX"] == plan.compiler
+    monkeypatch.setenv("CXX", "g++-404 -O2")
+    with pytest.raises(UsageError) as error:
+        with_build_tools(make_plan(target, Options(dry_run=True)))
+    assert "g++-404 (CXX=g++-404 -O2) is not on PATH" in error.value.problem and "unset CXX" in error.value.fix
+
+
 def test_no_cmake_names_pip_cmake(only_tools, tmp_path) -> None:
     only_tools("c++")
     with pytest.raises(UsageError) as error:
