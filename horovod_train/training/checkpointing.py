@@ -72,6 +72,6 @@ def load_best_weights(
     path = output_dir / Path(best).name  # earlier versions stored an absolute path
     weights = rank_zero.read_for_all(lambda: ckpt.load_weights(path))
     model = engine.unwrap(parts.model)
-    model.load_state_dict(ckpt.with_shared_tensors(weights, model))
+    model.load_state_dict(ckpt.model_state(weights, model))
     console.log(f"loaded the best model: {path} ({metric} {position.best_metric:.4f})")
     return True
