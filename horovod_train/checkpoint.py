@@ -17,7 +17,7 @@ A checkpoint is a directory ``checkpoint-<step>`` holding
 - ``manifest.json``: the SHA-256 of every other file (those in ``adapter/`` by their relative path).
 
 It is written to a temporary directory, every file fsynced, then renamed into place (the parent fsynced
-too), so a crash mid-write leaves the previous checkpoint valid; a truncated or altered
+too), so a crash mid-write, or a full disk, leaves the previous checkpoint valid; a truncated or altered
 file fails the manifest check and is reported, never half-loaded. A checkpoint of the same step is replaced
 only once its successor is complete, and rotation removes only older checkpoints of the run's own lineage
 (the checkpoints it, and the runs it resumed from, wrote), never the one just written.
@@ -25,11 +25,12 @@ only once its successor is complete, and rotation removes only older checkpoints
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -40,7 +41,7 @@ from safetensors.torch import load_file, save_file
 from horovod_train import lora
 from horovod_train.digest import sha256
 from horovod_train.errors import UsageError
-from horovod_train.files import atomic_directory, fsync_directory
+from horovod_train.files import atomic_directory, disk_full, fsync_directory, full_disk_problem
 from horovod_train.position import TrainingPosition
 
 PREFIX = "checkpoint-"
@@ -137,7 +138,8 @@ class Checkpoints:
         training_state: dict[str, Any],
         write_loadable: Callable[[Path], None] | None = None,
     ) -> Path:
-        """``write_loadable`` adds what ``from_pretrained`` needs besides the weights (config, tokenizer)."""
+        """``write_loadable`` adds what ``from_pretrained`` needs besides the weights (config, tokenizer). A full
+        disk is a UsageError; the checkpoints already there are left as they were."""
         target = self.output_dir / f"{PREFIX}{position.global_step}"
         self.lineage = [name for name in self.lineage if name != target.name] + [target.name]
         trainer_state = {
@@ -147,7 +149,7 @@ class Checkpoints:
             "save_sequence": newest_sequence(self.output_dir) + 1,
             "lineage": self.lineage,
         }
-        with atomic_directory(target, replace=True) as tmp:
+        with refusing_a_full_disk(self.output_dir, target), atomic_directory(target, replace=True) as tmp:
             write_files(tmp, model, training_state, trainer_state, write_loadable)
         best = Path(position.best_model_checkpoint).name if position.best_model_checkpoint else None
         self.rotate(keep_also=target.name, best=best)
@@ -176,13 +178,30 @@ def write_files(
 ) -> None:
     """A checkpoint's files, the manifest last, every one fsynced."""
     write_model(model, directory)
-    torch.save(training_state, directory / STATE_FILE)
+    with (directory / STATE_FILE).open("wb") as f:  # a file object: its OSError stays the cause of torch's error
+        torch.save(training_state, f)
     (directory / TRAINER_FILE).write_text(json.dumps(trainer_state, indent=2, sort_keys=True) + "\n")
     if write_loadable is not None:
         write_loadable(directory)
     manifest = {name: sha256(directory / name) for name in _relative_files(directory)}
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     _fsync_tree(directory)
+
+
+@contextlib.contextmanager
+def refusing_a_full_disk(output_dir: Path, target: Path) -> Iterator[None]:
+    """A full disk while ``target`` is written is a UsageError naming the filesystem (the temporary directory
+    is gone by then, the checkpoints already there are as they were); any other error passes."""
+    try:
+        yield
+    except Exception as error:
+        if not disk_full(error):
+            raise
+        raise UsageError(
+            f"{full_disk_problem(error, output_dir)}: {target.name} was not written (the earlier checkpoints are "
+            "intact)",
+            "free space there and resume with --resume_from_checkpoint auto, or point --output_dir elsewhere",
+        ) from error
 
 
 def write_model(model: torch.nn.Module, directory: Path) -> None:
