@@ -70,7 +70,7 @@ class Compatibility:
     vocab_size: int
     architecture: str
     global_batch: int | None  # None: any (an elastic run re-shards by examples seen)
-    tokenizer: str | None = None  # digest of the tokenizer's class and vocabulary (token -> id)
+    tokenizer: str | None = None  # data.tokenizer_digest: what fixes the ids it gives
     label_names: list[str] | None = None
     train_data: str | None = None  # digest of the tokenized training set
     seed: int | None = None
@@ -88,7 +88,10 @@ class Compatibility:
 
     def check(self, saved: dict[str, Any], path: Path, warn: Callable[[str], None] | None = None) -> None:
         checked = [f.name for f in fields(self) if getattr(self, f.name) is not None]
-        unrecorded = [name for name in checked if name in self.ADDED_LATER and name not in saved]
+        unrecorded = [
+            name for name in checked
+            if (name in self.ADDED_LATER and name not in saved) or _digest_form(saved.get(name), getattr(self, name))
+        ]  # fmt: skip
         # use_peft first: the architecture of a LoRA checkpoint is peft's wrapper, and the flag is the fix.
         for name in sorted(checked, key=lambda name: name != "use_peft"):
             ours = getattr(self, name)
@@ -99,6 +102,13 @@ class Compatibility:
                 )
         if unrecorded and warn is not None:
             warn(f"warning: checkpoint {path} predates the checks of {', '.join(unrecorded)}: resuming without them")
+
+
+def _digest_form(saved: Any, ours: Any) -> bool:
+    """A digest recorded in an earlier form (``<form>:<hex>``; the form names what it covers): a checkpoint of
+    before issue 34 knows its tokenizer by class and vocabulary alone, which cannot be compared with today's."""
+    form = ours.split(":", 1)[0] if isinstance(ours, str) and ":" in ours else None
+    return form is not None and not (isinstance(saved, str) and saved.startswith(form + ":"))
 
 
 MISMATCH_FIX = (
