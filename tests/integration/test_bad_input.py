@@ -13,6 +13,7 @@ from support.jobs import BIN, REPO, base_env, run, train_cmd
 
 from horovod_train import synthetic
 from horovod_train.launch_commands import RANK_VARIABLES
+from horovod_train.run_directory import record
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -246,13 +247,20 @@ def test_bad_launch_input_is_refused_before_launching(case, tmp_path, cache_dir)
 
 
 def test_earlier_run_is_not_overwritten_without_the_flag(tmp_path, cache_dir):
+    """Files of no ledger (another tool's run): named, not sent to --overwrite_output_dir, which would refuse
+    them too; a run of this project's (its ledger) is sent there."""
     out = tmp_path / "out"
     out.mkdir()
     (out / "eval_results.json").write_text('{"accuracy": 0.9}\n')
     (out / "model.safetensors").write_bytes(b"weights of an earlier run")
     before = snapshot(out)
     proc = run(train_cmd("--engine", "single", "--output_dir", str(out)), cache_dir, timeout=120)
-    assert_refused(proc, "already holds files of an earlier run")
+    assert_refused(proc, "holds files this project did not write (eval_results.json, model.safetensors)")
+    assert snapshot(out) == before
+    record(out, "eval_results.json", "model.safetensors")
+    before = snapshot(out)
+    proc = run(train_cmd("--engine", "single", "--output_dir", str(out)), cache_dir, timeout=120)
+    assert_refused(proc, "already holds files of an earlier run; fix: pass --overwrite_output_dir")
     assert snapshot(out) == before
 
 
