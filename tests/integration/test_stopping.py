@@ -58,9 +58,9 @@ def logged_step(out: Path) -> int:
     return json.loads(lines[-1])["step"] if lines else 0
 
 
-def start(launcher: str, out: Path, cache_dir: Path) -> subprocess.Popen:
+def start(launcher: str, out: Path, cache_dir: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
-        launch(launcher, *JOB, "--output_dir", str(out)),
+        launch(launcher, *JOB, *extra, "--output_dir", str(out)),
         cwd=REPO,
         env=base_env(cache_dir),
         stdout=subprocess.PIPE,
@@ -146,13 +146,10 @@ def test_sigkill_while_stopping_leaves_valid_checkpoints_and_auto_resumes_from_t
     only complete checkpoints are left (the one being written is a temporary directory until it is whole), and
     `auto` resumes from the newest of them (periodic ones, --save_steps, when the stop checkpoint was cut off) and
     ends with the parameters of an uninterrupted run."""
-    job_args = [*JOB, "--save_steps", "10"]
+    periodic = ["--save_steps", "10"]
     reference, out = tmp_path / "reference", tmp_path / "run"
-    assert_ok(run(launch("horovodrun", *job_args, "--output_dir", str(reference)), cache_dir))
-    job = subprocess.Popen(
-        launch("horovodrun", *job_args, "--output_dir", str(out)), cwd=REPO, env=base_env(cache_dir),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )  # fmt: skip
+    assert_ok(run(launch("horovodrun", *JOB, *periodic, "--output_dir", str(reference)), cache_dir))
+    job = start("horovodrun", out, cache_dir, *periodic)
 
     def deliver() -> None:
         signalled_at = logged_step(out)
@@ -173,7 +170,7 @@ def test_sigkill_while_stopping_leaves_valid_checkpoints_and_auto_resumes_from_t
     cut_off = sorted(p.name for p in out.glob(".checkpoint-*"))
     print(f"SIGKILL at logged step {before}: newest complete checkpoint-{newest}, cut off: {cut_off or 'none'}")
 
-    resumed = run(launch("horovodrun", *job_args, "--output_dir", str(out), "--resume_from_checkpoint", "auto"),
+    resumed = run(launch("horovodrun", *JOB, *periodic, "--output_dir", str(out), "--resume_from_checkpoint", "auto"),
                   cache_dir)  # fmt: skip
     assert_ok(resumed)
     assert f"resumed from step {newest}" in resumed.stdout, resumed.stdout[-3000:]
