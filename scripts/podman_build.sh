@@ -112,7 +112,7 @@ step_base() {
     need podman podman
     mkdir -p "$STATE"
     exec 8>"$STATE/base.lock" # another run making the base image at the same time: wait for it, then use its image
-    flock 8
+    flock -n 8 || { echo "[podman] waiting for another run to make $BASE" && flock 8; }
     if podman image exists "$BASE"; then
         echo "[podman] base image $BASE already there"
         exec 8>&-
