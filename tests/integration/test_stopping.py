@@ -152,13 +152,20 @@ def test_sigkill_while_stopping_leaves_valid_checkpoints_and_auto_resumes_from_t
     job = start("horovodrun", out, cache_dir, *periodic)
 
     def deliver() -> None:
+        # SIGKILL to every process of the job, as SLURM's to a step: horovodrun starts each rank in a process group
+        # of its own, which a SIGKILL to horovodrun's group does not reach (the ranks then finished the checkpoint).
+        ranks = [
+            wait_for(lambda r=r: find_rank_process(out, RANK_VARIABLE["horovodrun"], r), 30, "a rank") for r in (0, 1)
+        ]
+        groups = [*(os.getpgid(pid) for pid in ranks), job.pid]
         signalled_at = logged_step(out)
         os.killpg(job.pid, signal.SIGTERM)
-        # Polled every millisecond: writing tiny-bert's checkpoint takes a few.
+        # Polled every millisecond: writing tiny-bert's checkpoint takes tens.
         what = f"a checkpoint after step {signalled_at} (the stop checkpoint)"
         wait_for(lambda: started_a_checkpoint_after(out, signalled_at) or job.poll() is not None, 60, what, 0.001)
         os.killpg(job.pid, signal.SIGTERM)
-        os.killpg(job.pid, signal.SIGKILL)
+        for group in groups:
+            os.killpg(group, signal.SIGKILL)
 
     output, before, _, code = signal_and_wait(job, deliver, out)
     assert code == -signal.SIGKILL, f"the job ended with {code} before SIGKILL reached it:\n{output[-3000:]}"
