@@ -71,12 +71,13 @@ def main(args: argparse.Namespace) -> int:
     if step.startswith("nothing"):
         install.check_build(plan)
         return 0
-    wheel = None if options.force else install.cached_wheel(plan)
-    if wheel is None:
-        build.build_wheel(plan, options)
-        wheel = install.cached_wheel(plan)
-    assert wheel is not None, plan.wheel_dir
-    install.install_wheel(plan, wheel)
+    with build.cache_lock(plan):
+        wheel = None if options.force else install.cached_wheel(plan)
+        if wheel is None:
+            build.build_wheel(plan, options)
+            wheel = install.cached_wheel(plan)
+        assert wheel is not None, plan.wheel_dir
+        install.install_wheel(plan, wheel)
     install.check_build(plan)
     write_line(f"[horovod] {plan.version} installed for {plan.target.python}")
     return 0

@@ -116,6 +116,9 @@ hvt_slurm_run() {
         wait "$HVT_LAUNCHER_PID" && status=0 || status=$?
         kill -0 "$HVT_LAUNCHER_PID" 2>/dev/null || break
     done
+    # A launcher that ended while the trap ran was reaped then, and the loop kept wait's 128+signal: bash keeps a
+    # reaped child's status, so this wait gives the launcher's own (a finished run was requeued).
+    wait "$HVT_LAUNCHER_PID" && status=0 || status=$?
     trap - USR1
     # A run that finished (exit 0) while the signal was being handled, e.g. in its final evaluation, is done.
     if [ -n "$HVT_STOP_SIGNAL" ] && [ "$status" -eq 0 ]; then

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from support.jobs import BIN, REPO, SMALL_JOB, base_env, train_cmd
+from support.launch import free_port
 
 from horovod_train import checkpoint as ckpt
 
@@ -257,10 +258,13 @@ def pod(command: list[str], out: Path, cache_dir: Path) -> subprocess.Popen[str]
         "--resume_from_checkpoint",
         "auto",
     ]
+    # What the operator gives torchrun (PET_MASTER_PORT): a free port, not torchrun's 29500 that another job on this
+    # machine may hold.
+    env = {**base_env(cache_dir), "PET_MASTER_PORT": str(free_port())}
     return subprocess.Popen(
         full,
         cwd=REPO,
-        env=base_env(cache_dir),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

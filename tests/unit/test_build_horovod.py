@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -239,6 +241,33 @@ def test_a_cached_wheel_that_changed_is_refused(tmp_path) -> None:
     cached.write_bytes(b"something else")
     with pytest.raises(UsageError, match="does not match the SHA256SUMS"):
         install.verify_digest(cached)
+
+
+def test_a_build_of_the_same_key_running_elsewhere_is_waited_for_and_its_wheel_installed(tmp_path, monkeypatch, capsys):
+    """Two checkouts' `make setup` at once on a new machine: the second waits while the first builds, then installs
+    the first's wheel; it used to build too, both writing the same cache files."""
+    monkeypatch.setenv("HOROVOD_WHEEL_CACHE", str(tmp_path / "wheel-cache"))
+    monkeypatch.setattr(install, "already_installed", lambda plan: False)
+    built, installed = [], []
+    monkeypatch.setattr(build, "build_wheel", lambda plan, options: built.append(plan.key))  # never reached
+    monkeypatch.setattr(install, "install_wheel", lambda plan, wheel: installed.append(wheel))
+    monkeypatch.setattr(install, "check_build", lambda plan: None)
+    plan = make_plan(running_target(), Options())
+    with build.cache_lock(plan):  # the other checkout's build, in progress
+        second = threading.Thread(target=cli.main, args=(["build-horovod"],))
+        second.start()
+        said, deadline = "", time.monotonic() + 60  # until it waits for this build, or (unlocked) ended, having
+        while "waiting for another build-horovod" not in said and second.is_alive():  # found nothing cached
+            assert time.monotonic() < deadline, said
+            said += capsys.readouterr().out
+            time.sleep(0.05)
+        wheel = tmp_path / "built" / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+        wheel.parent.mkdir()
+        wheel.write_bytes(b"the wheel the other build made")
+        build.store_wheel(wheel, plan.wheel_dir)
+    second.join(timeout=60)
+    assert not second.is_alive() and built == [], built
+    assert installed == [plan.wheel_dir / wheel.name], installed
 
 
 def package_imports(module: str) -> tuple[set[str], set[str]]:
