@@ -13,11 +13,34 @@ from pathlib import Path
 import pytest
 
 # Fixtures that test modules of several tiers use, defined beside their helpers.
+from support import builds
 from support.checkpoints import trained  # noqa: F401
 from support.host_syncs import offline_cache  # noqa: F401
 from support.model_runs import half_models  # noqa: F401
 
 pytest_plugins = ["support.clock"]  # where the suite's time goes: a table at the end of every run
+
+
+def needed_builds(item: pytest.Item) -> set[str]:
+    return {name for marker in item.iter_markers("builds") for name in marker.args}
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that wait for a background build (support/builds.py) go last, in their random order, so that the
+    build runs beside every other test instead of holding the session up."""
+    items[:] = sorted(items, key=lambda item: bool(needed_builds(item)))  # a stable sort keeps the order
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not session.config.option.collectonly:
+        builds.start(set().union(*map(needed_builds, session.items)))
+
+
+def pytest_sessionfinish() -> None:
+    builds.stop_all()  # a build still running (the session ended early) dies with it
+
+
 HYPOTHESIS_HOME = pytest.StashKey[Path]()
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import builds
 from support.jobs import REPO, assert_ok
 from support.launch import assert_usage_error
-from support.nccl import have_nvcc, run_nccl_build
+from support.nccl import have_nvcc
 
 # The running interpreter's tag: the NCCL environment is made from the same python3 (scripts/build_horovod_nccl.sh).
 PY_TAG = f"cp{sys.version_info[0]}{sys.version_info[1]}"
@@ -33,7 +34,8 @@ def nccl_python() -> Path:
     tests/system/test_nccl_build.py or test_gpu_image.py, which build the same)."""
     if not have_nvcc():
         pytest.skip("needs nvcc (the CUDA 13 toolkit) for the NCCL build's environment; there is none")
-    proc = run_nccl_build()
+    proc = builds.result("nccl")  # begun when the session started
+    assert proc is not None
     assert_ok(proc)
     assert NCCL_PYTHON.is_file(), proc.stdout[-3000:]
     return NCCL_PYTHON
@@ -50,6 +52,7 @@ def test_dry_run_with_the_cpu_torch_writes_nothing(tmp_path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
+@pytest.mark.builds("nccl")
 def test_dry_run_in_the_nccl_environment_finds_cuda_torch_and_nccl(nccl_python: Path) -> None:
     proc = dry_run(nccl_python, {"HOROVOD_NCCL_HOME": "", "HOROVOD_NCCL_LIB": ""})
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -63,6 +66,7 @@ def test_dry_run_in_the_nccl_environment_finds_cuda_torch_and_nccl(nccl_python: 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
+@pytest.mark.builds("nccl")
 def test_an_architecture_nvcc_lacks_is_one_line(nccl_python: Path) -> None:
     proc = dry_run(nccl_python, {}, "--cuda-archs", "90,52")
     assert_usage_error(proc, "CUDA architecture 52", "use some of:")

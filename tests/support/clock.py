@@ -59,6 +59,8 @@ class Clock:
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         found = self.summary()
+        if not found["tests"]:  # --collect-only, or nothing selected
+            return
         if os.environ.get("HVT_CLOCK_FILE"):
             Path(os.environ["HVT_CLOCK_FILE"]).write_text(json.dumps(found, indent=1) + "\n")
         write = terminalreporter.write_line

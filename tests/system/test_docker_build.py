@@ -20,23 +20,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import builds
 from support.docker import podman_tools, untag_session_image
 from support.jobs import BIN, REPO, assert_ok, read_results
 from support.launch import LAUNCH_JOB, effective_command, ensure_commands, rank_map
 from support.machine import SESSION
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.builds("cpu-image")]
 
 SCRIPT = REPO / "scripts" / "podman_build.sh"
 # This session's own image name and containers: another test run on the machine builds, tags and removes its own.
-IMAGE = f"localhost/horovod-train-test-{SESSION}"
+IMAGE = builds.IMAGE
 TAG = f"{IMAGE}:cpu"
 PREFIX = f"hvttest-{SESSION}"
 SSH_PORT = 2222
 HOSTS = "nodea:1,nodeb:1"
 # The ranks' environment (podman exec -e); the launchers forward it to the rank on the other container.
 RANK_ENV = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-TIMES: dict[str, float] = {}
 # podman's environment: CONTAINERS_CONF is the file scripts/podman_build.sh writes (runc, accepted ulimits).
 PODMAN_ENV: dict[str, str] = {}
 
@@ -58,12 +58,10 @@ def image() -> Iterator[str]:
     conf = script("conf", timeout=60)
     assert_ok(conf)
     PODMAN_ENV.update(os.environ, CONTAINERS_CONF=conf.stdout.strip().splitlines()[-1])
-    start = time.monotonic()
     try:
-        proc = script("build", "--seed-horovod-wheel", timeout=1500)  # tags :cpu and :VERSION-cpu
-        TIMES["build"] = time.monotonic() - start
-        assert_ok(proc)
-        print(f"\n[podman build: {TIMES['build']:.1f} s]")
+        proc = builds.result("cpu-image")  # `build --seed-horovod-wheel`, begun when the session started
+        assert proc is not None, "the CPU image's build could not start (see support/builds.py)"
+        assert_ok(proc)  # tags :cpu and :VERSION-cpu
         yield TAG
     finally:
         untag_session_image(IMAGE, PODMAN_ENV)

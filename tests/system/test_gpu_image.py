@@ -16,19 +16,18 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 
 import pytest
-from support.docker import PODMAN_BUILD, podman_env, podman_tools, untag_session_image
+from support import builds
+from support.docker import podman_env, podman_tools, untag_session_image
 from support.jobs import BIN, assert_ok, read_results
 from support.launch import LAUNCH_JOB, ensure_commands
-from support.machine import SESSION
-from support.nccl import have_nvcc, run_nccl_build
+from support.nccl import have_nvcc
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600), pytest.mark.builds("gpu-image")]
 
-IMAGE = f"localhost/horovod-train-test-{SESSION}"  # this session's own name: another test run tags its own
+IMAGE = builds.IMAGE  # this session's own name: another test run tags its own
 TAG = f"{IMAGE}:gpu"
 LISTED = ("[X] PyTorch", "[X] MPI", "[X] Gloo", "[X] NCCL")
 RANK_ENV = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -49,18 +48,17 @@ def image() -> Iterator[str]:
         pytest.fail("building with podman needs root here: run `make test` as root")
     ensure_commands(podman_tools())
     ENV.update(podman_env(BIN / "python"), HVT_IMAGE=IMAGE)
-    if have_nvcc():  # else the build compiles Horovod itself (about 30 min)
-        assert_ok(run_nccl_build())
-    start = time.monotonic()
     try:
-        proc = subprocess.run([str(PODMAN_BUILD), "build", "--variant", "gpu", "--seed-horovod-wheel"], env=ENV,
-                              capture_output=True, text=True, timeout=3300)  # fmt: skip
+        # `build --variant gpu --seed-horovod-wheel`, begun when the session started, after the NCCL build (where
+        # there is no nvcc, the image compiles Horovod itself: about 30 min)
+        if have_nvcc():
+            assert_ok(builds.result("nccl"))
+        proc = builds.result("gpu-image")
+        assert proc is not None, "the GPU image's build could not start (see support/builds.py)"
         assert_ok(proc)
         size = subprocess.run(["podman", "image", "inspect", "--format", "{{.Size}}", TAG], env=ENV,
                               capture_output=True, text=True, timeout=60)  # fmt: skip
-        print(
-            f"\n[podman build --variant gpu: {time.monotonic() - start:.1f} s, image {int(size.stdout) / 1e9:.2f} GB]"
-        )
+        print(f"\n[podman build --variant gpu: image {int(size.stdout) / 1e9:.2f} GB]")
         yield TAG
     finally:
         untag_session_image(IMAGE, ENV)

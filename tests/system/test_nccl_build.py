@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import builds
 from support.jobs import REPO
 from support.nccl import have_nvcc, run_nccl_build
 
@@ -28,11 +29,12 @@ def output(proc: subprocess.CompletedProcess) -> str:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
+@pytest.mark.builds("nccl")
 def test_horovod_builds_with_nccl_against_cuda_torch_without_a_gpu():
     if not have_nvcc():
         pytest.skip("needs nvcc (the CUDA 13 toolkit) on PATH to compile Horovod's NCCL build; there is none")
-    proc = run_nccl_build()
-    assert proc.returncode == 0, output(proc)
+    proc = builds.result("nccl")  # begun when the session started
+    assert proc is not None and proc.returncode == 0, output(proc)
     for item in LISTED:
         assert item in proc.stdout, output(proc)
     found = re.search(r"^\[nccl-build\] python: (\S+)$", proc.stdout, re.MULTILINE)

@@ -1,0 +1,121 @@
+"""The suite's long builds, started as soon as the session knows it needs them and run in the background beside the
+other tests (issue 40): the NCCL build's environment, then the GPU image that seeds its wheel, and the CPU image. Much
+of their time is downloads, layer copies and commits, which the tests' CPU work fills.
+
+A test module asks for one with ``pytestmark = pytest.mark.builds("gpu-image")``: its tests are moved to the end of
+the session (in their random order), the build starts when collection ends, and the module's fixture calls
+``result(name)``, which waits for it. A build that fails fails the tests that need it, with its log. Each build
+runs in a process group of its own, killed when the session ends. Where a precondition is missing (not root, no
+podman, no nvcc), nothing starts in the background and the fixture's own checks skip or fail as before.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from support.docker import PODMAN_BUILD, podman_env, podman_tools
+from support.jobs import BIN, REPO
+from support.machine import SESSION
+from support.nccl import SCRIPT as NCCL_SCRIPT
+from support.nccl import have_nvcc
+
+IMAGE = f"localhost/horovod-train-test-{SESSION}"  # this session's images (:cpu, :gpu): another run tags its own
+
+
+@dataclass
+class Build:
+    name: str
+    after: str | None  # a build whose output this one uses (the GPU image seeds the NCCL build's wheel)
+    timeout: float
+    done: threading.Event = field(default_factory=threading.Event)
+    result: subprocess.CompletedProcess | None = None
+    seconds: float = 0.0
+    process: subprocess.Popen | None = None
+    thread: threading.Thread | None = None
+
+    def command(self) -> tuple[list[str], dict[str, str]] | None:
+        """The command and its environment, or None where it cannot run here (the fixture says why)."""
+        if self.name == "nccl":
+            return (["bash", str(NCCL_SCRIPT)], dict(os.environ)) if have_nvcc() else None
+        if os.geteuid() != 0 or not all(shutil.which(tool) for tool in podman_tools()):
+            return None
+        env = {**podman_env(BIN / "python"), "HVT_IMAGE": IMAGE}
+        variant = ["--variant", "gpu"] if self.name == "gpu-image" else []
+        return [str(PODMAN_BUILD), "build", *variant, "--seed-horovod-wheel"], env
+
+
+BUILDS = {
+    "nccl": Build("nccl", after=None, timeout=1700),
+    "gpu-image": Build("gpu-image", after="nccl", timeout=3300),
+    "cpu-image": Build("cpu-image", after=None, timeout=1500),
+}
+LOG_DIR = Path(tempfile.mkdtemp(prefix=f"hvt-builds-{SESSION}-"))
+
+
+def _run(build: Build) -> None:
+    try:
+        if build.after is not None:
+            BUILDS[build.after].done.wait()
+        found = build.command()
+        if found is None:
+            return
+        argv, env = found
+        log = LOG_DIR / f"{build.name}.log"
+        start = time.monotonic()
+        with log.open("w") as out:
+            build.process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                             start_new_session=True)  # fmt: skip
+            try:
+                code = build.process.wait(timeout=build.timeout)
+            except subprocess.TimeoutExpired:
+                stop(build)
+                code = -signal.SIGKILL
+        build.seconds = time.monotonic() - start
+        build.result = subprocess.CompletedProcess(argv, code, log.read_text(errors="replace"), "")
+    finally:
+        build.done.set()
+
+
+def start(names: set[str]) -> None:
+    """Start ``names`` and what they need, each once."""
+    wanted = set(names)
+    for name in names:
+        after = BUILDS[name].after
+        while after is not None:
+            wanted.add(after)
+            after = BUILDS[after].after
+    for name in sorted(wanted):
+        build = BUILDS[name]
+        if build.thread is None:
+            build.thread = threading.Thread(target=_run, args=(build,), name=f"build-{name}", daemon=True)
+            build.thread.start()
+
+
+def result(name: str) -> subprocess.CompletedProcess | None:
+    """The build's result once it ended (started now if the session did not start it); None: it cannot run here."""
+    start({name})
+    build = BUILDS[name]
+    build.done.wait()
+    if build.result is not None:
+        print(f"\n[{name}: {build.seconds:.1f} s in the background]")
+    return build.result
+
+
+def stop(build: Build) -> None:
+    if build.process is not None and build.process.poll() is None:
+        os.killpg(build.process.pid, signal.SIGKILL)
+        build.process.wait()
+
+
+def stop_all() -> None:
+    for build in BUILDS.values():
+        stop(build)
+    shutil.rmtree(LOG_DIR, ignore_errors=True)
