@@ -21,7 +21,14 @@ from typing import Any
 import yaml
 from transformers.hf_argparser import string_to_bool
 
-from horovod_train.arguments import ArgumentParser, FieldType, add_dataclass_arguments, field_types, given
+from horovod_train.arguments import (
+    ArgumentParser,
+    FieldType,
+    add_dataclass_arguments,
+    field_types,
+    given,
+    unknown_names_fix,
+)
 from horovod_train.domains import EngineName, OptimizerName, ScheduleName, Strategy, check_section, path_problem
 from horovod_train.engines.ddp_options import DDPArguments
 from horovod_train.engines.horovod.options import HorovodArguments
@@ -45,7 +52,9 @@ class ModelArguments:
             "architecture to random-init (e.g. a bert-base-cased config.json's directory)."
         },
     )
-    tokenizer_name: str | None = field(default=None, metadata={"help": "Defaults to model_name_or_path."})
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "Tokenizer name or directory (default: model_name_or_path)."}
+    )
     cache_dir: str | None = field(
         default=None, metadata={"help": "Where tokenized data and trained tokenizers are cached."}
     )
@@ -439,10 +448,9 @@ def load_config_file(spec: str) -> dict[str, Any]:
         )
     unknown = sorted(set(data) - set(FIELD_TYPES))
     if unknown:
-        raise UsageError(
-            f"unknown key(s) in {spec}: {', '.join(unknown)}",
-            "use argument names from `horovod-train train --help`",
-        )
+        given = [(name, None if data[name] is None else str(data[name])) for name in unknown]
+        fix = unknown_names_fix(given, [f"--{name}" for name in FIELD_TYPES], "horovod-train train")
+        raise UsageError(f"unknown key(s) in {spec}: {', '.join(unknown)}", fix)
     return {name: _coerce(name, value) for name, value in data.items()}
 
 
