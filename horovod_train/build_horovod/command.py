@@ -53,15 +53,15 @@ def main(args: argparse.Namespace) -> int:
     options = options_from(args)
     plan = make_plan(running_target(), options)
     step = next_step(plan, options)
+    if step.startswith("nothing") and not options.dry_run:
+        write_line(install.installed_line(plan))  # already_installed checked what --check-build would
+        return 0
     if step.startswith("build"):
         with_build_tools(plan)
     for line in plan.describe():
         write_line(f"[horovod] {line}")
     write_line(f"[horovod] next:       {step}")
     if options.dry_run:
-        return 0
-    if step.startswith("nothing"):
-        install.check_build(plan)
         return 0
     wheel = None if options.force else install.cached_wheel(plan)
     if wheel is None:
