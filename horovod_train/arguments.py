@@ -33,7 +33,7 @@ TRUE_VALUES, FALSE_VALUES = ("yes", "true", "t", "y", "1"), ("no", "false", "f",
 
 
 # A help text that describes its default itself ("(default: the task's)"), where the field's value would mislead.
-SAYS_ITS_DEFAULT = re.compile(r"\bdefault:", re.IGNORECASE)
+SAYS_ITS_DEFAULT = re.compile(r"\(default: ")
 
 
 class _ExplicitNone:

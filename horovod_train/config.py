@@ -79,8 +79,8 @@ class ModelArguments:
     lora_target_modules: str | None = field(
         default=None,
         metadata={
-            "help": "Comma-separated linear layers to adapt (with --use_peft); default: peft's for the architecture "
-            "(query,value for BERT; q_proj,v_proj for Llama/Qwen2/Mistral)."
+            "help": "Comma-separated linear layers to adapt with --use_peft (default: peft's for the architecture: "
+            "query,value for BERT; q_proj,v_proj for Llama/Qwen2/Mistral)."
         },
     )
     trust_remote_code: bool = field(
@@ -132,8 +132,8 @@ class DataArguments:
     validation_split_name: str | None = field(
         default=None,
         metadata={
-            "help": "The one split of a hub or save_to_disk dataset to validate on (e.g. validation_matched; "
-            "default: a task's or a directory's validation splits, else a part of train held out)."
+            "help": "The one split of a hub or save_to_disk dataset to validate on, e.g. validation_matched "
+            "(default: a task's or a directory's validation splits, else a part of train held out)."
         },
     )
     validation_split_percentage: int = field(

@@ -33,7 +33,7 @@ class HorovodArguments:
     horovod_groups: int | None = field(
         default=None,
         metadata={
-            "help": "hvd.DistributedOptimizer gradient groups (0: per tensor; default: on CPU buckets of "
+            "help": "hvd.DistributedOptimizer gradient groups, 0: per tensor (default: on CPU buckets of "
             "--horovod_group_mb, on GPU per tensor)."
         },
     )
