@@ -1,38 +1,52 @@
 """Checkpoints that survive crashes and load without unpickling arbitrary objects.
 
-A checkpoint is a directory ``checkpoint-<step>`` holding the model (safetensors, with its config.json and
-the tokenizer: ``from_pretrained`` loads it as it is), the optimizer state
-and every rank's RNG states (``torch.save``, read back with ``weights_only=True``), a
-``trainer_state.json`` (the training position, the run configuration, the save order and the run's
-lineage) and a ``manifest.json`` with the SHA-256 of every file. It is written to a temporary
-directory, every file fsynced, then renamed into place (the parent fsynced too), so a crash mid-write
-leaves the previous checkpoint valid; a truncated or altered file fails the manifest check and is
-reported, never half-loaded. A checkpoint of the same step is replaced only once its successor is
-complete, and rotation removes only older checkpoints of the run's own lineage (the checkpoints it,
-and the runs it resumed from, wrote), never the one just written.
+A checkpoint is a directory ``checkpoint-<step>`` holding
+
+- the model as a plain transformers directory: ``model.safetensors`` with its ``config.json`` and the
+  tokenizer's files, so that ``AutoModelForSequenceClassification.from_pretrained`` loads the trained
+  weights from it as it is. A LoRA run's (--use_peft) is the merged model, as its final output is;
+- for a LoRA run also ``adapter/``, the adapter as peft saves it (``PeftModel.from_pretrained`` on the
+  base model, ``AutoPeftModelForSequenceClassification``), and ``lora_state.safetensors``: the tensors of
+  the trained (peft) model that the merged weights do not hold as they are (the adapted layers' base
+  weights, the adapters, the heads' original modules, under peft's names). A merged weight cannot be
+  un-merged exactly: with them, a resume restores the trained model bit for bit;
+- ``training_state.pt``: the optimizer state and every rank's RNG states (``torch.save``, read back with
+  ``weights_only=True``);
+- ``trainer_state.json``: the training position, the run configuration, what a run resuming it must
+  agree with (``Compatibility``), the save order and the run's lineage;
+- ``manifest.json``: the SHA-256 of every other file (those in ``adapter/`` by their relative path).
+
+It is written to a temporary directory, every file fsynced, then renamed into place (the parent fsynced
+too), so a crash mid-write, or a full disk, leaves the previous checkpoint valid; a truncated or altered
+file fails the manifest check and is reported, never half-loaded. A checkpoint of the same step is replaced
+only once its successor is complete, and rotation removes only older checkpoints of the run's own lineage
+(the checkpoints it, and the runs it resumed from, wrote), never the one just written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from horovod_train import lora
 from horovod_train.digest import sha256
 from horovod_train.errors import UsageError
-from horovod_train.files import atomic_directory, fsync_directory
+from horovod_train.files import atomic_directory, disk_full, fsync_directory, full_disk_problem
 from horovod_train.position import TrainingPosition
 
 PREFIX = "checkpoint-"
 MODEL_FILE = "model.safetensors"
+LORA_FILE = "lora_state.safetensors"  # a LoRA run's: what its merged MODEL_FILE does not hold as it trained it
 STATE_FILE = "training_state.pt"
 TRAINER_FILE = "trainer_state.json"
 MANIFEST = "manifest.json"
@@ -46,38 +60,55 @@ Payload = tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]  # tens
 class Compatibility:
     """What a checkpoint must agree with to be loaded into a run. The position inside an epoch means the
     same examples only with the same training data as tokenized (its digest), the same order (the seed,
-    --group_by_length) and the same global batch (ranks x per-device batch x accumulation). A field that
-    is None is not checked."""
+    --group_by_length) and the same global batch (ranks x per-device batch x accumulation); the model's
+    tensors fit only a model of the same shape: LoRA's settings too (--lora_alpha and --lora_dropout change
+    what the adapters compute, so a changed one would not continue the same training). A field that is None
+    is not checked."""
 
     model_name_or_path: str
     num_labels: int
     vocab_size: int
     architecture: str
     global_batch: int | None  # None: any (an elastic run re-shards by examples seen)
-    tokenizer: str | None = None  # digest of the tokenizer's class and vocabulary (token -> id)
+    tokenizer: str | None = None  # data.tokenizer_digest: what fixes the ids it gives
     label_names: list[str] | None = None
     train_data: str | None = None  # digest of the tokenized training set
     seed: int | None = None
     group_by_length: bool | None = None
+    # LoRA's settings, under the flags' names (lora.settings); a run without --use_peft has only use_peft.
+    use_peft: bool | None = None
+    lora_r: int | None = None
+    lora_alpha: int | None = None
+    lora_dropout: float | None = None
+    lora_target_modules: list[str] | None = None  # as peft resolved them (its defaults when none were named)
 
-    # Recorded since issue 18: a checkpoint written before lacks them, and is resumed with a warning.
-    ADDED_LATER = ("tokenizer", "label_names", "train_data", "seed", "group_by_length")
+    # Recorded since issue 18 (the data) and issue 34 (LoRA): a checkpoint written before lacks them, and is
+    # resumed with a warning.
+    ADDED_LATER = ("tokenizer", "label_names", "train_data", "seed", "group_by_length", *lora.FLAGS)
 
     def check(self, saved: dict[str, Any], path: Path, warn: Callable[[str], None] | None = None) -> None:
-        unrecorded = []
-        for name in (f.name for f in fields(self)):
+        checked = [f.name for f in fields(self) if getattr(self, f.name) is not None]
+        unrecorded = [
+            name for name in checked
+            if (name in self.ADDED_LATER and name not in saved) or _digest_form(saved.get(name), getattr(self, name))
+        ]  # fmt: skip
+        # use_peft first: the architecture of a LoRA checkpoint is peft's wrapper, and the flag is the fix.
+        for name in sorted(checked, key=lambda name: name != "use_peft"):
             ours = getattr(self, name)
-            if ours is None:
-                continue
-            if name in self.ADDED_LATER and name not in saved:
-                unrecorded.append(name)
-            elif saved.get(name) != ours:
+            if name not in unrecorded and saved.get(name) != ours:
                 raise UsageError(
                     f"checkpoint {path} was saved with {name}={saved.get(name)!r} but this run has {name}={ours!r}",
-                    MISMATCH_FIXES.get(name, MISMATCH_FIX),
+                    mismatch_fix(name, saved.get(name)),
                 )
         if unrecorded and warn is not None:
             warn(f"warning: checkpoint {path} predates the checks of {', '.join(unrecorded)}: resuming without them")
+
+
+def _digest_form(saved: Any, ours: Any) -> bool:
+    """A digest recorded in an earlier form (``<form>:<hex>``; the form names what it covers): a checkpoint of
+    before issue 34 knows its tokenizer by class and vocabulary alone, which cannot be compared with today's."""
+    form = ours.split(":", 1)[0] if isinstance(ours, str) and ":" in ours else None
+    return form is not None and not (isinstance(saved, str) and saved.startswith(form + ":"))
 
 
 MISMATCH_FIX = (
@@ -93,6 +124,12 @@ MISMATCH_FIXES = {
     "seed": "resume with the checkpoint's --seed, or start a new --output_dir",
     "group_by_length": "resume with --group_by_length as the checkpoint was trained, or start a new --output_dir",
 }
+
+
+def mismatch_fix(name: str, saved: Any) -> str:
+    if name in lora.FLAGS:
+        return f"resume with {lora.as_flag(name, saved)} as the checkpoint was trained, or start a new --output_dir"
+    return MISMATCH_FIXES.get(name, MISMATCH_FIX)
 
 
 class Checkpoints:
@@ -111,7 +148,8 @@ class Checkpoints:
         training_state: dict[str, Any],
         write_loadable: Callable[[Path], None] | None = None,
     ) -> Path:
-        """``write_loadable`` adds what ``from_pretrained`` needs besides the weights (config, tokenizer)."""
+        """``write_loadable`` adds what ``from_pretrained`` needs besides the weights (config, tokenizer). A full
+        disk is a UsageError; the checkpoints already there are left as they were."""
         target = self.output_dir / f"{PREFIX}{position.global_step}"
         self.lineage = [name for name in self.lineage if name != target.name] + [target.name]
         trainer_state = {
@@ -121,15 +159,8 @@ class Checkpoints:
             "save_sequence": newest_sequence(self.output_dir) + 1,
             "lineage": self.lineage,
         }
-        with atomic_directory(target, replace=True) as tmp:
-            save_file(distinct_tensors(model), tmp / MODEL_FILE)
-            torch.save(training_state, tmp / STATE_FILE)
-            (tmp / TRAINER_FILE).write_text(json.dumps(trainer_state, indent=2, sort_keys=True) + "\n")
-            if write_loadable is not None:
-                write_loadable(tmp)
-            manifest = {path.name: sha256(path) for path in sorted(tmp.iterdir()) if path.is_file()}
-            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-            _fsync_files(tmp)
+        with refusing_a_full_disk(self.output_dir, target), atomic_directory(target, replace=True) as tmp:
+            write_files(tmp, model, training_state, trainer_state, write_loadable)
         best = position.best_model_checkpoint  # a path: another directory's, not for this rotation to spare
         self.rotate(keep_also=target.name, best=best if best and "/" not in best else None)
         return target
@@ -148,10 +179,73 @@ class Checkpoints:
         self.lineage = [name for name in self.lineage if (self.output_dir / name).is_dir()]
 
 
-def _storage_groups(model: torch.nn.Module) -> list[list[str]]:
+def write_files(
+    directory: Path,
+    model: torch.nn.Module,
+    training_state: dict[str, Any],
+    trainer_state: dict[str, Any],
+    write_loadable: Callable[[Path], None] | None,
+) -> None:
+    """A checkpoint's files, the manifest last, every one fsynced."""
+    write_model(model, directory)
+    with (directory / STATE_FILE).open("wb") as f:  # a file object: its OSError stays the cause of torch's error
+        torch.save(training_state, f)
+    (directory / TRAINER_FILE).write_text(json.dumps(trainer_state, indent=2, sort_keys=True) + "\n")
+    if write_loadable is not None:
+        write_loadable(directory)
+    manifest = {name: sha256(directory / name) for name in _relative_files(directory)}
+    (directory / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    _fsync_tree(directory)
+
+
+@contextlib.contextmanager
+def refusing_a_full_disk(output_dir: Path, target: Path) -> Iterator[None]:
+    """A full disk while ``target`` is written is a UsageError naming the filesystem (the temporary directory
+    is gone by then, the checkpoints already there are as they were); any other error passes."""
+    try:
+        yield
+    except Exception as error:
+        if not disk_full(error):
+            raise
+        raise UsageError(
+            f"{full_disk_problem(error, output_dir)}: {target.name} was not written (the earlier checkpoints are "
+            "intact)",
+            "free space there and resume with --resume_from_checkpoint auto, or point --output_dir elsewhere",
+        ) from error
+
+
+def write_model(model: torch.nn.Module, directory: Path) -> None:
+    """The model's files of a checkpoint (see the module's docstring); the training model, as it is."""
+    if not lora.is_peft(model):
+        save_file(distinct_tensors(model.state_dict(), _tied_copies(model)), directory / MODEL_FILE)
+        return
+    merged, rest = lora.split_state(model)
+    save_file(distinct_tensors(merged, _tied_copies(model)), directory / MODEL_FILE)
+    save_file(distinct_tensors(rest), directory / LORA_FILE)
+    model.save_pretrained(directory / lora.ADAPTER_DIR)
+
+
+def model_state(tensors: dict[str, torch.Tensor], model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``model``'s state dict, for a strict load, from a checkpoint's tensors: each under its own name, else
+    (a LoRA model's tensors that the merged model holds as they are) under the merged model's name; every
+    name of a tied tensor."""
+    state = {}
+    for key in model.state_dict():
+        source = key if key in tensors else lora.plain_name(key)
+        if source in tensors:
+            state[key] = tensors[source]
+    return with_shared_tensors(state, model)
+
+
+def _tied_copies(model: torch.nn.Module) -> set[str]:
+    """The names transformers ties to another (a peft model answers with its base model's: the merged names)."""
+    return set(getattr(model, "all_tied_weights_keys", None) or {})
+
+
+def _storage_groups(state: dict[str, torch.Tensor]) -> list[list[str]]:
     """The state dict's names grouped by the tensor they name (tied weights: one tensor, several names)."""
     groups: dict[tuple, list[str]] = {}
-    for name, tensor in model.state_dict().items():
+    for name, tensor in state.items():
         view = (
             tensor.device,
             tensor.untyped_storage().data_ptr(),
@@ -163,14 +257,13 @@ def _storage_groups(model: torch.nn.Module) -> list[list[str]]:
     return list(groups.values())
 
 
-def distinct_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The state dict with each tied tensor once, under the name ``save_pretrained`` keeps (the tie's source),
-    as safetensors refuses tensors that share memory (BART/T5-style tied embeddings)."""
-    state = model.state_dict()
-    tied_copies = set(getattr(model, "all_tied_weights_keys", None) or {})
+def distinct_tensors(state: dict[str, torch.Tensor], tied_copies: Iterable[str] = ()) -> dict[str, torch.Tensor]:
+    """``state`` with each tied tensor once, under the name ``save_pretrained`` keeps (the tie's source, not one
+    of ``tied_copies``), as safetensors refuses tensors that share memory (BART/T5-style tied embeddings)."""
+    copies = set(tied_copies)
     kept = {}
-    for names in _storage_groups(model):
-        name = next((n for n in names if n not in tied_copies), names[0])
+    for names in _storage_groups(state):
+        name = next((n for n in names if n not in copies), names[0])
         kept[name] = state[name].detach().cpu().contiguous()
     # Views of one storage that are not the same tensor (rare): saved as copies of their own.
     seen: set[int] = set()
@@ -185,17 +278,24 @@ def distinct_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def with_shared_tensors(tensors: dict[str, torch.Tensor], model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """``tensors`` (saved by ``distinct_tensors``) with every name of a tied tensor, for a strict load."""
     full = dict(tensors)
-    for names in _storage_groups(model):
+    for names in _storage_groups(model.state_dict()):
         present = next((n for n in names if n in tensors), None)
         if present is not None:
             full.update({n: tensors[present] for n in names if n not in tensors})
     return full
 
 
-def _fsync_files(directory: Path) -> None:
-    for path in directory.iterdir():
-        with path.open("rb") as f:
-            os.fsync(f.fileno())
+def _relative_files(directory: Path) -> list[str]:
+    return sorted(path.relative_to(directory).as_posix() for path in directory.rglob("*") if path.is_file())
+
+
+def _fsync_tree(directory: Path) -> None:
+    for path in sorted(directory.rglob("*"), reverse=True):  # a directory after what it holds
+        if path.is_dir():
+            fsync_directory(path)
+        else:
+            with path.open("rb") as f:
+                os.fsync(f.fileno())
     fsync_directory(directory)
 
 
@@ -242,10 +342,11 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
             f"checkpoint {path} has no readable {MANIFEST} (incomplete or not a checkpoint)",
             "resume from an earlier checkpoint",
         ) from None
-    # A manifest is {file name: SHA-256} covering at least the files a resume reads.
+    # A manifest is {file path inside the checkpoint: SHA-256} covering at least the files a resume reads.
     entries = manifest if isinstance(manifest, dict) else {}
-    missing = sorted({MODEL_FILE, STATE_FILE, TRAINER_FILE} - set(entries))
-    if missing or not all(isinstance(k, str) and isinstance(v, str) and "/" not in k for k, v in entries.items()):
+    read = {MODEL_FILE, STATE_FILE, TRAINER_FILE} | ({LORA_FILE} if (path / LORA_FILE).exists() else set())
+    missing = sorted(read - set(entries))
+    if missing or not all(isinstance(k, str) and isinstance(v, str) and _inside(k) for k, v in entries.items()):
         shown = f"lists no {', '.join(missing)}" if missing else "is not a mapping of file names to SHA-256 digests"
         raise UsageError(
             f"checkpoint {path} has a {MANIFEST} that {shown} (not written by this trainer)",
@@ -269,18 +370,32 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
     return state
 
 
+def _inside(name: str) -> bool:
+    """Whether a manifest's file name stays inside the checkpoint (a relative path with no ``..``)."""
+    parts = PurePosixPath(name).parts
+    return bool(parts) and not name.startswith("/") and ".." not in parts
+
+
 def load_checkpoint(path: Path) -> Payload:
-    """(model tensors, training state, trainer state) of a verified checkpoint."""
+    """(model tensors, training state, trainer state) of a verified checkpoint; ``model_state`` makes the
+    tensors a model's state dict."""
     trainer_state = verify_checkpoint(path)
-    tensors = load_file(path / MODEL_FILE)
     training_state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
-    return tensors, training_state, trainer_state
+    return _model_tensors(path), training_state, trainer_state
 
 
 def load_weights(path: Path) -> dict[str, torch.Tensor]:
     """The model tensors of a verified checkpoint, without its training state."""
     verify_checkpoint(path)
-    return load_file(path / MODEL_FILE)
+    return _model_tensors(path)
+
+
+def _model_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """The merged model's tensors and, for a LoRA checkpoint, the rest of the trained model's (peft's names)."""
+    tensors = load_file(path / MODEL_FILE)
+    if (path / LORA_FILE).exists():
+        tensors.update(load_file(path / LORA_FILE))
+    return tensors
 
 
 def named_checkpoint(spec: str) -> Path:

@@ -900,7 +900,9 @@ def tokenizer_digest(tokenizer: PreTrainedTokenizerBase) -> str:
     its class, vocabulary, normalizer, pre-tokenizer, post-processor, added and special tokens, settings
     (do_lower_case, ...), truncation side and outputs; not where it was loaded from."""
     tokens = sorted((i, repr(token)) for i, token in tokenizer.added_tokens_decoder.items())
-    return content_digest(
+    # The form's name: a checkpoint that recorded another form (class and vocabulary alone, before issue 34)
+    # resumes with a warning instead of a mismatch (checkpoint.Compatibility).
+    return "tokenizer-v2:" + content_digest(
         type(tokenizer).__name__, sorted(tokenizer.get_vocab().items()), _backend_state(tokenizer), tokens,
         sorted(tokenizer.special_tokens_map.items()), _encoding_settings(tokenizer), tokenizer.truncation_side,
         list(tokenizer.model_input_names),

@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from horovod_train.errors import UsageError
-from horovod_train.launch_commands import RANK_VARIABLES, SLURM_RANK_VARIABLES, TORCHRUN_WORKER_VARIABLES
+from horovod_train.launch_commands import (
+    MPI_RANK_PREFIX,
+    RANK_VARIABLES,
+    SLURM_RANK_VARIABLES,
+    TORCHRUN_WORKER_VARIABLES,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -147,7 +152,7 @@ def _master(env: Mapping[str, str], launcher: str, rank: int, resolve: bool) -> 
     if launcher == "torchrun":
         return env.get("MASTER_ADDR", "127.0.0.1"), _int(env, "MASTER_PORT", DEFAULT_MASTER_PORT)
     if launcher == "mpirun":
-        return _mpi_master(rank) if resolve else (None, None)
+        return _mpi_master(env, rank) if resolve else (None, None)
     if launcher == "srun":
         addr = env.get("MASTER_ADDR") or (slurm_master_addr(env) if resolve else None)
         return addr, _int(env, "MASTER_PORT", 20000 + _int(env, "SLURM_JOB_ID", 0) % 20000)
@@ -165,13 +170,28 @@ def detect(env: Mapping[str, str] | None = None, resolve_master: bool = True) ->
     return DistEnv(launcher, *ranks, *_master(env, launcher, ranks[0], resolve_master))
 
 
-def _mpi_master(rank: int) -> tuple[str, int]:
+def _mpi_master(env: Mapping[str, str], rank: int) -> tuple[str, int]:
     """Rank 0 picks its hostname and a free port and broadcasts them over MPI_COMM_WORLD."""
     from mpi4py import MPI
 
+    check_mpi_world(env, MPI.COMM_WORLD.Get_size())
     ours = (hostname(), free_port()) if rank == 0 else None
     addr, port = MPI.COMM_WORLD.bcast(ours, root=0)
     return addr, port
+
+
+def check_mpi_world(env: Mapping[str, str], mpi_size: int) -> None:
+    """Open MPI's rank variables left in the environment without mpirun (exported, copied from a job): MPI starts a
+    world of one (a singleton) while the variables promise more ranks, which the process group would wait for until
+    --ddp_timeout. One line instead."""
+    size = RANK_VARIABLES["mpirun"][2]
+    if mpi_size != _int(env, size):
+        stale = sorted(name for name in env if name.startswith(MPI_RANK_PREFIX))
+        raise UsageError(
+            f"{size}={env[size]} but MPI started {mpi_size} process(es): {', '.join(stale)} are left over in the "
+            "environment (this process was not started by mpirun)",
+            f"unset {' '.join(stale)}, or launch with mpirun",
+        )
 
 
 def expand_tasks_per_node(spec: str) -> list[int]:

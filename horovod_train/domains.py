@@ -391,7 +391,7 @@ def _model_positions(model: Any) -> tuple[int, str] | None:
     """(positions, whose) of the model the run builds: tiny-bert's, else --config_name's or the model's config."""
     from transformers import AutoConfig
 
-    from horovod_train.model import TINY_BERT, TINY_BERT_CONFIG
+    from horovod_train.model import TINY_BERT, TINY_BERT_CONFIG, usable_positions
 
     name = model.config_name or model.model_name_or_path
     if name == TINY_BERT:
@@ -400,8 +400,13 @@ def _model_positions(model: Any) -> tuple[int, str] | None:
         config = AutoConfig.from_pretrained(name, cache_dir=model.cache_dir)
     except (OSError, ValueError):
         return None  # the model's own loading reports it, in its words
-    positions = getattr(config, "max_position_embeddings", None)
-    return (positions, f"the position embeddings of {name}") if isinstance(positions, int) and positions > 0 else None
+    usable = usable_positions(config)
+    if usable is None:
+        return None
+    whose, positions = f"the position embeddings of {name}", config.max_position_embeddings
+    if usable < positions:  # RoBERTa's: positions count from its padding index + 1
+        whose += f" ({positions}) less the {positions - usable} its padding reserves"
+    return usable, whose
 
 
 def _tokenizer_limit(model: Any) -> tuple[int, str] | None:

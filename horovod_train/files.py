@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -95,3 +97,31 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how Rust's std::io::Error shows the OS's code
+
+
+def disk_full(error: BaseException) -> int | None:
+    """ENOSPC or EDQUOT if ``error``, or one it was raised from or while handling, says so: an OSError, or a
+    writer's own error (safetensors': ``... No space left on device (os error 28)``; torch.save to a file
+    object raises its RuntimeError while handling the file's OSError). None: not a full disk."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        code = error.errno if isinstance(error, OSError) else None
+        found = RUST_OS_ERROR.search(str(error)) if code is None else None
+        code = int(found[1]) if found else code
+        if code in FULL:
+            return code
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def full_disk_problem(error: BaseException, directory: Path) -> str:
+    """``no space left on device in /runs/x (the filesystem mounted at /runs)``."""
+    mount = directory.resolve()
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    return f"{os.strerror(disk_full(error) or errno.ENOSPC).lower()} in {directory} (the filesystem mounted at {mount})"

@@ -40,11 +40,12 @@ MPI_FORWARD_FIRST = ("NCCL_DEBUG", "PATH", "LD_LIBRARY_PATH")
 MPI_FORWARD_PATTERN = re.compile(r"^(HOROVOD_|NCCL_|HF_|TRANSFORMERS_|PYTHON|OMP_NUM_THREADS$)")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(=.*)?$")
 
+MPI_RANK_PREFIX = "OMPI_COMM_WORLD_"  # what Open MPI's mpirun gives each rank (OMPI_COMM_WORLD_RANK, ..._SIZE, ...)
 # Rank variables: (rank, local rank, world size, local world size) as exported by the launchers that set all four.
 RANK_VARIABLES: dict[str, tuple[str, str, str, str]] = {
     "torchrun": ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"),
     "horovodrun": ("HOROVOD_RANK", "HOROVOD_LOCAL_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_SIZE"),
-    "mpirun": tuple(f"OMPI_COMM_WORLD_{name}" for name in ("RANK", "LOCAL_RANK", "SIZE", "LOCAL_SIZE")),
+    "mpirun": tuple(f"{MPI_RANK_PREFIX}{name}" for name in ("RANK", "LOCAL_RANK", "SIZE", "LOCAL_SIZE")),
 }
 # srun's tasks: rank, local rank, world size (the local size comes from the step's tasks-per-node list).
 SLURM_RANK_VARIABLES = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS")
@@ -237,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
         srun.add_argument(count, type=_positive)
     srun.add_argument("--overlap", action="store_true")
     variables = kinds.add_parser("rank-variables", help="print rank variable names, '|'-separated (a regex)")
-    variables.add_argument("which", choices=("signalled", "torchrun-worker"))
+    variables.add_argument("which", choices=("signalled",))
     return parser
 
 
@@ -265,8 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     args = build_parser().parse_args(argv[:split])
     if args.kind == "rank-variables":
-        names = signalled_rank_variables() if args.which == "signalled" else list(TORCHRUN_WORKER_VARIABLES)
-        print("|".join(names))
+        print("|".join(signalled_rank_variables()))
         return 0
     try:
         command = command_from(args, argv[split + 1 :])

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +15,8 @@ from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
     BertConfig,
-    BertForSequenceClassification,
     BertTokenizerFast,
+    PreTrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
@@ -38,6 +39,19 @@ TINY_BERT_CONFIG = dict(
 )
 TINY_VOCAB_SIZE = 2000
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+# The names transformers' configurations give their dropout probabilities: hidden_dropout_prob (BERT, RoBERTa),
+# dropout and seq_classif_dropout (DistilBERT), mlp_dropout (ModernBERT), attention_dropout (Llama, Qwen2),
+# resid_pdrop (GPT-2), dropout_rate (T5). Not layerdrop or drop_path_rate: those skip whole layers.
+DROPOUT_NAME = re.compile(r"(dropout|dropout_prob|dropout_rate|pdrop)$")
+# The families whose learned position embeddings count from padding_idx + 1 (RoBERTa's scheme, transformers'
+# create_position_ids_from_input_ids): of max_position_embeddings, padding_idx + 1 are never a token's position.
+# padding_idx is the configuration's pad_token_id (None here), or what the family's code fixes (MPNet: 1).
+# Their configurations do not say so; tests/unit/test_model_families.py checks those that embed input ids alone.
+POSITIONS_AFTER_PADDING: dict[str, int | None] = {
+    **dict.fromkeys(["roberta", "xlm-roberta", "camembert", "longformer", "roberta-prelayernorm", "xlm-roberta-xl",
+                     "data2vec-text", "ibert", "luke", "markuplm", "esm", "xmod", "lilt", "layoutlmv3"]),
+    "mpnet": 1,
+}  # fmt: skip
 
 
 def train_wordpiece_tokenizer(texts: Iterable[str], save_dir: Path) -> None:
@@ -138,11 +152,53 @@ def param_checksum(model: torch.nn.Module) -> int:
     return int.from_bytes(h.digest()[:8], "little") >> 1
 
 
-def load_config(name: str, cache_dir: str | None, labels: dict, overrides: dict, access: HubAccess = HubAccess()):
+def load_config(
+    name: str, cache_dir: str | None, labels: dict, access: HubAccess = HubAccess(), what: str = "config"
+) -> PreTrainedConfig:
+    """``what``: "model" where the configuration is the model's own (no --config_name), for the error."""
     try:
-        return AutoConfig.from_pretrained(name, cache_dir=cache_dir, **labels, **overrides, **access.kwargs())
+        return AutoConfig.from_pretrained(name, cache_dir=cache_dir, **labels, **access.kwargs())
     except (OSError, ValueError) as exc:
-        raise loading_error("config", name, exc) from None
+        raise loading_error(what, name, exc) from None
+
+
+def usable_positions(config: PreTrainedConfig) -> int | None:
+    """How many tokens a sequence of this model can have: its max_position_embeddings, less the positions
+    RoBERTa-like families reserve up to padding_idx (40 embeddings, pad_token_id 1: 38 tokens)."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if not isinstance(positions, int) or positions <= 0:
+        return None
+    if config.model_type not in POSITIONS_AFTER_PADDING:
+        return positions
+    padding_idx = POSITIONS_AFTER_PADDING[config.model_type]
+    return positions - (config.pad_token_id or 0 if padding_idx is None else padding_idx) - 1
+
+
+def dropout_fields(config: PreTrainedConfig) -> list[tuple[PreTrainedConfig, str]]:
+    """(configuration, name) of every dropout probability of ``config`` and of the configurations inside it (a
+    multimodal model's text_config). A field left None (BERT's classifier_dropout: "use hidden_dropout_prob")
+    is one too; a bool (ESM's token_dropout) is a switch, not a probability."""
+    fields = []
+    for name, value in vars(config).items():
+        if isinstance(value, PreTrainedConfig):
+            fields += dropout_fields(value)
+        elif DROPOUT_NAME.search(name) and (value is None or type(value) in (int, float)):
+            fields.append((config, name))
+    return fields
+
+
+def set_dropout(config: PreTrainedConfig, dropout: float | None) -> None:
+    """--dropout: every dropout probability of the model, whatever its family names them."""
+    if dropout is None:
+        return
+    fields = dropout_fields(config)
+    if not fields:
+        raise UsageError(
+            f"--dropout: {type(config).__name__} ({config.model_type}) has no dropout setting to override",
+            "drop --dropout (this model's dropout is what its configuration and code fix)",
+        )
+    for owner, name in fields:
+        setattr(owner, name, dropout)
 
 
 def build_model(
@@ -176,6 +232,27 @@ def build_model(
     return model
 
 
+def model_config(
+    model_name_or_path: str,
+    labels: dict,
+    vocab_size: int,
+    cache_dir: str | None,
+    config_name: str | None,
+    access: HubAccess,
+) -> PreTrainedConfig:
+    """The configuration the model is built in: --config_name's, else tiny-bert's built-in one or the model's own
+    (whose weights are then loaded into it)."""
+    if config_name:
+        config = load_config(config_name, cache_dir, labels, access)
+    elif model_name_or_path == TINY_BERT:
+        config = BertConfig(**labels, **TINY_BERT_CONFIG)
+    else:
+        return load_config(model_name_or_path, cache_dir, labels, access, what="model")
+    if model_name_or_path == TINY_BERT:
+        config.vocab_size = vocab_size  # the tokenizer trained on the run's data
+    return config
+
+
 def _build_model(
     model_name_or_path: str,
     labels: dict,
@@ -186,21 +263,15 @@ def _build_model(
     config_name: str | None,
     access: HubAccess,
 ) -> PreTrainedModel:
-    overrides = {}
-    if dropout is not None:
-        overrides = {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+    config = model_config(model_name_or_path, labels, vocab_size, cache_dir, config_name, access)
+    set_dropout(config, dropout)
     torch.manual_seed(seed)  # same random init on every rank (rank 0's is broadcast anyway)
-    config = load_config(config_name, cache_dir, labels, overrides, access) if config_name else None
-    if model_name_or_path == TINY_BERT and config is not None:
-        config.vocab_size = vocab_size  # the tokenizer trained on the run's data
-        return AutoModelForSequenceClassification.from_config(config, dtype=torch.float32)
     if model_name_or_path == TINY_BERT:
-        config = BertConfig(vocab_size=vocab_size, **labels, **{**TINY_BERT_CONFIG, **overrides})
-        return BertForSequenceClassification(config)
+        return AutoModelForSequenceClassification.from_config(config, dtype=torch.float32)
     try:
         model = AutoModelForSequenceClassification.from_pretrained(
             model_name_or_path,
-            **({"config": config} if config is not None else {**labels, **overrides}),
+            config=config,
             cache_dir=cache_dir,
             ignore_mismatched_sizes=True,
             # transformers 5 loads in the saved dtype by default; training needs fp32 master weights (AMP casts)

@@ -130,16 +130,18 @@ def refuse_clashes(path: Path) -> None:
         )
 
 
-def check_fresh(path: Path, overwrite: bool) -> None:
-    """A fresh run may use the directory: empty, or with --overwrite_output_dir only this project's outputs."""
+def check_fresh(path: Path, overwrite: bool, resume: str | None = None) -> None:
+    """A fresh run may use the directory: empty, or with --overwrite_output_dir only this project's outputs.
+    ``resume``: a checkpoint of another directory, which starts the run fresh here."""
     if not entries(path):
         return
+    refuse_foreign(path, "--overwrite_output_dir")
     if not overwrite:
+        elsewhere = f" (a resume from {resume}, another directory's checkpoint, starts a new run)" if resume else ""
         raise UsageError(
-            f"--output_dir {path} already holds files of an earlier run",
+            f"--output_dir {path} already holds files of an earlier run{elsewhere}",
             "pass --overwrite_output_dir to replace them, or choose another --output_dir",
         )
-    refuse_foreign(path, "--overwrite_output_dir")
 
 
 def reset(path: Path) -> None:
@@ -296,7 +298,7 @@ class RunDirectory:
                 refuse_clashes(self.path)
                 clean_stale(self.path)  # what a crash of this run left: temporaries, a checkpoint set aside
             else:
-                check_fresh(self.path, overwrite)
+                check_fresh(self.path, overwrite, resume)
         except BaseException:
             self.lock.release()
             raise

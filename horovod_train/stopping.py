@@ -11,6 +11,7 @@ one (checkpoints are written atomically).
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Callable
 from types import FrameType
@@ -22,6 +23,19 @@ class Collectives(Protocol):  # what this needs of an engine (config imports thi
 
 
 STOPPED_EXIT_CODE = 75  # EX_TEMPFAIL (sysexits.h): stopped early, a checkpoint saved; run again to continue
+_WATCHED: set[signal.Signals] = set()  # the stop signals this process handles now (its StopSignals)
+
+
+def _ignore_in_forked_child() -> None:
+    """A forked child (a DataLoader or tokenizer worker) ignores the stop signals instead of inheriting the
+    handler: it is not a rank, and launch/ranks.sh takes a Python process that catches SIGUSR1 for one (its rank,
+    their parent, would be left out as a launcher). Ignored, not default: a signal to the whole process group
+    (Ctrl-C, a scheduler's) must not kill a worker while its rank checkpoints."""
+    for sig in _WATCHED:
+        signal.signal(sig, signal.SIG_IGN)
+
+
+os.register_at_fork(after_in_child=_ignore_in_forked_child)
 
 
 class TrainingStopped(Exception):
@@ -49,6 +63,7 @@ class StopSignals:
         self.received: str | None = None
         self.agreed: str | None = None  # the signal the ranks stopped on, whichever rank received it
         self.previous = {sig: signal.signal(sig, self._record) for sig in signals}
+        _WATCHED.update(signals)
         self.pending: Callable[[], Any] | None = None
 
     def _record(self, signum: int, frame: FrameType | None) -> None:
@@ -90,3 +105,4 @@ class StopSignals:
         stopped = self.received or self.agreed
         for sig, handler in self.previous.items():
             signal.signal(sig, signal.SIG_IGN if stopped else handler)
+        _WATCHED.difference_update(self.previous)

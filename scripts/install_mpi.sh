@@ -10,6 +10,15 @@ if command -v mpirun >/dev/null 2>&1 && command -v mpicc >/dev/null 2>&1; then
 fi
 
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    # Two setups at once (two checkouts on a new machine): the second waits for the first's install and uses it.
+    if command -v flock >/dev/null 2>&1; then
+        exec 9>"$([ -d /run/lock ] && echo /run/lock || echo /tmp)/horovod-train-install-mpi.lock"
+        flock 9
+        if command -v mpirun >/dev/null 2>&1 && command -v mpicc >/dev/null 2>&1; then
+            echo "[mpi] using $(command -v mpirun), installed meanwhile"
+            exit 0
+        fi
+    fi
     echo "[mpi] installing OpenMPI from Debian (openmpi-bin libopenmpi-dev)"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq

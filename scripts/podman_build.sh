@@ -4,13 +4,15 @@
 # tests/system/test_docker_build.py (CPU) and test_gpu_image.py (GPU); users run it too. From anywhere:
 #
 #   scripts/podman_build.sh build [--variant cpu|gpu] [--seed-horovod-wheel] [--tag TAG]... [-- podman build args]
-#                                       # tags: localhost/horovod-train:VARIANT and :VERSION-VARIANT (VERSION:
-#                                       # pyproject.toml's, the package's __version__); each --tag replaces both
+#                                       # tags: IMAGE:VARIANT and IMAGE:VERSION-VARIANT (IMAGE: $HVT_IMAGE, default
+#                                       # localhost/horovod-train; VERSION: pyproject.toml's, the package's
+#                                       # __version__); each --tag replaces both
 #   scripts/podman_build.sh base       # only the base image localhost/debian:bookworm-slim
 #   scripts/podman_build.sh conf       # only the containers.conf; prints its path (export CONTAINERS_CONF=...)
 #   scripts/podman_build.sh seed       # only --seed-horovod-wheel's step: verify the wheel, put it in the build cache
 #   scripts/podman_build.sh up [--prefix P] [--tag TAG] [--ssh-port PORT] [--volume HOST:CTR]...
-#                                       # two containers as two hosts (below); `down [--prefix P]` removes them
+#                                       # two containers as two hosts (below); `down [--prefix P]` removes them,
+#                                       # their network and key pair
 #
 # What it does, each step skipped when its result is already there:
 #   conf   A containers.conf with runtime = "runc" (crun fails on hybrid-cgroup kernels) and default_ulimits
@@ -33,13 +35,18 @@
 #          the SHA256SUMS recorded when scripts/build_horovod.sh built it; the build cache lies in a world-writable
 #          directory, so whatever is there is replaced, its directories made ours alone, and the build checks the
 #          digest again before installing.
-#   up     Two containers of the image, P-a (hostname nodea, 10.89.77.2) and P-b (nodeb, 10.89.77.3), on the
-#          podman network P-net (10.89.77.0/24; P defaults to hvt), each with the entry point's sshd
-#          (HVT_SSHD=1, SSH_PORT, default 12345) and a throwaway key pair made in $HVT_PODMAN_DIR/P-ssh mounted
-#          read-only at /root/.ssh; both have each other in /etc/hosts. Then, e.g.:
+#   up     Two containers of the image (--tag, default IMAGE:cpu), P-a (hostname nodea, address .2) and P-b
+#          (nodeb, .3), on the podman network P-net (P defaults to hvt; a /24 that podman picks free, so that
+#          several such pairs can run at once), each with the entry point's sshd (HVT_SSHD=1, SSH_PORT, default
+#          12345) and a throwaway key pair made in $HVT_PODMAN_DIR/P-ssh mounted read-only at /root/.ssh; both have
+#          each other in /etc/hosts. Then, e.g.:
 #            podman exec P-a launch/horovodrun_multihost.sh -H nodea:1,nodeb:1 -- --config configs/demo.yaml
 #
-# Environment: HVT_PODMAN_DIR (state: conf, torch index; default ~/.cache/horovod-train/podman),
+# Several runs at once (two checkouts' tests on one machine) share $HVT_PODMAN_DIR, the base image and the build
+# cache: each file there is replaced in one rename (a build reading it sees the old or the new one), the base image
+# is made under a lock, and what `up` creates is named by its prefix.
+#
+# Environment: HVT_PODMAN_DIR (state: conf, torch index; default ~/.cache/horovod-train/podman), HVT_IMAGE,
 #   HVT_PYTHON (default: the checkout's .venv/bin/python), HVT_CA_BUNDLE (default: the host pip's cert),
 #   HVT_TORCH_WHEEL (a torch CPU wheel file to use instead of `pip download`), HVT_GPU_INDEX_URL (where the GPU
 #   variant's torch comes from; default https://pypi.org/simple), CONTAINERS_CONF.
@@ -50,7 +57,7 @@ STATE=${HVT_PODMAN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/horovod-train/podman}
 BASE=localhost/debian:bookworm-slim
 SUITE=bookworm
 PY=${HVT_PYTHON:-$ROOT/.venv/bin/python}
-IMAGE=localhost/horovod-train
+IMAGE=${HVT_IMAGE:-localhost/horovod-train}
 # The package's version, written in pyproject.toml alone (horovod_train.__version__ reads it from the metadata).
 PACKAGE_VERSION=$(sed -n 's/^version = "\([^"]*\)"$/\1/p' "$ROOT/pyproject.toml" | head -n 1)
 
@@ -61,10 +68,20 @@ need() {
     command -v "$1" >/dev/null 2>&1 || hvt_die "$1 is not installed" "apt-get install $2"
 }
 
+# write_atomically FILE: stdin into FILE in one rename, so that a build reading FILE at the same time (another run on
+# this machine) sees the old content or the new, never a part of it.
+write_atomically() {
+    local tmp
+    tmp=$(mktemp "$1.XXXXXX")
+    cat >"$tmp"
+    chmod 644 "$tmp"
+    mv -f "$tmp" "$1"
+}
+
 step_conf() {
     mkdir -p "$STATE"
     local conf=$STATE/containers.conf
-    cat >"$conf.tmp" <<'EOF'
+    write_atomically "$conf" <<'EOF'
 # Written by scripts/podman_build.sh.
 [containers]
 # Higher limits are refused by some kernels (EPERM on setrlimit inside the container).
@@ -74,7 +91,6 @@ default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
 # crun fails on kernels with hybrid cgroups; runc works everywhere.
 runtime = "runc"
 EOF
-    mv "$conf.tmp" "$conf"
     if [ -z "${CONTAINERS_CONF:-}" ]; then
         export CONTAINERS_CONF=$conf
     fi
@@ -94,8 +110,12 @@ host_sources() {
 
 step_base() {
     need podman podman
+    mkdir -p "$STATE"
+    exec 8>"$STATE/base.lock" # another run making the base image at the same time: wait for it, then use its image
+    flock -n 8 || { echo "[podman] waiting for another run to make $BASE" && flock 8; }
     if podman image exists "$BASE"; then
         echo "[podman] base image $BASE already there"
+        exec 8>&-
         return
     fi
     need mmdebstrap mmdebstrap
@@ -108,6 +128,7 @@ step_base() {
     mmdebstrap --quiet --variant=minbase --format=tar "$SUITE" "$work/rootfs.tar" "$sources"
     podman import --quiet --change 'CMD ["bash"]' "$work/rootfs.tar" "$BASE" >/dev/null
     echo "[podman] $BASE: $(podman image inspect --format '{{.Size}}' "$BASE") bytes"
+    exec 8>&-
 }
 
 # Sets TORCH_DIR: a directory with index/torch/index.html and the wheel, to be mounted at /hvt-build.
@@ -120,19 +141,27 @@ step_torch_index() {
     mkdir -p "$TORCH_DIR/wheels" "$TORCH_DIR/index/torch"
     if [ -n "${HVT_TORCH_WHEEL:-}" ]; then
         [ -f "$HVT_TORCH_WHEEL" ] || hvt_die "HVT_TORCH_WHEEL=$HVT_TORCH_WHEEL does not exist" "point it at a torch wheel"
-        cp -u "$HVT_TORCH_WHEEL" "$TORCH_DIR/wheels/"
+        local copy
+        copy=$TORCH_DIR/wheels/$(basename "$HVT_TORCH_WHEEL")
+        cmp -s "$HVT_TORCH_WHEEL" "$copy" || write_atomically "$copy" <"$HVT_TORCH_WHEEL"
     elif ! ls "$TORCH_DIR"/wheels/torch-"$version"-*.whl >/dev/null 2>&1; then
         echo "[podman] fetching the torch $version wheel with the host's pip"
+        # Into a directory of its own, then renamed in: another run's build may be reading the index's wheel.
+        local download
+        download=$(mktemp -d "$TORCH_DIR/wheels/.download.XXXXXX")
         # First as the host's pip is configured (its find-links, proxy, index), then from PyTorch's CPU index.
-        "$PY" -m pip download -q --no-deps --only-binary :all: --retries 1 --timeout 20 -d "$TORCH_DIR/wheels" \
+        "$PY" -m pip download -q --no-deps --only-binary :all: --retries 1 --timeout 20 -d "$download" \
             "torch==$version" 2>/dev/null ||
-            "$PY" -m pip download -q --no-deps --only-binary :all: -d "$TORCH_DIR/wheels" \
+            "$PY" -m pip download -q --no-deps --only-binary :all: -d "$download" \
                 --index-url https://download.pytorch.org/whl/cpu "torch==$version"
+        mv -f "$download"/torch-*.whl "$TORCH_DIR/wheels/"
+        rm -rf "$download"
     fi
     local -a found=("$TORCH_DIR"/wheels/torch-"$version"-*.whl)
     [ -f "${found[0]}" ] || hvt_die "no torch $version wheel in $TORCH_DIR/wheels" "set HVT_TORCH_WHEEL to a torch CPU wheel"
     wheel=$(basename "${found[0]}")
-    printf '<a href="file:///hvt-build/wheels/%s">%s</a>\n' "${wheel//+/%2B}" "$wheel" >"$TORCH_DIR/index/torch/index.html"
+    printf '<a href="file:///hvt-build/wheels/%s">%s</a>\n' "${wheel//+/%2B}" "$wheel" |
+        write_atomically "$TORCH_DIR/index/torch/index.html"
     step_pip_conf
 }
 
@@ -147,10 +176,10 @@ step_pip_conf() {
     {
         echo "[global]"
         if [ -n "$ca" ] && [ -f "$ca" ]; then
-            cp "$ca" "$TORCH_DIR/ca-bundle.crt"
+            write_atomically "$TORCH_DIR/ca-bundle.crt" <"$ca"
             echo "cert = /hvt-build/ca-bundle.crt"
         fi
-    } >"$TORCH_DIR/pip.conf"
+    } | write_atomically "$TORCH_DIR/pip.conf"
 }
 
 # verified_wheel_digest DIR: DIR's Horovod wheel matches the SHA256SUMS scripts/build_horovod.sh recorded when it
@@ -174,6 +203,22 @@ private_dir() {
         hvt_die "$1 (or something in it) belongs to another user or is a link" "remove it, or set TMPDIR to a private directory"
     fi
     chmod -R go-w "$1"
+}
+
+# seed_wheel FROM TO: TO holds FROM's wheel and SHA256SUMS, checked there, and no other wheel. Each file is replaced
+# in one rename: a build using the cache at the same time (another run on this machine) never sees a part of one.
+seed_wheel() {
+    local wheel staging
+    wheel=$(basename "$1"/horovod-*.whl)
+    staging=$(mktemp -d "$2/.seed.XXXXXX")
+    cp "$1/$wheel" "$1/SHA256SUMS" "$staging/"
+    if ! (cd "$staging" && sha256sum --quiet --strict -c SHA256SUMS); then
+        rm -rf "$staging"
+        hvt_die "the wheel copied to $2 does not match its digest" "check who else writes to ${TMPDIR:-/var/tmp}"
+    fi
+    find "$2" -maxdepth 1 -name 'horovod-*.whl' ! -name "$wheel" -delete
+    mv -f "$staging/$wheel" "$staging/SHA256SUMS" "$2/"
+    rmdir "$staging"
 }
 
 # --seed-horovod-wheel: put the host's cached wheel where the Dockerfile's cache mount
@@ -212,10 +257,7 @@ PY
         for key in "${keys[@]}"; do
             mkdir -p "$cache/$key"
             private_dir "${TMPDIR:-/var/tmp}/$dir"
-            rm -f "$cache/$key"/horovod-*.whl "$cache/$key/SHA256SUMS"
-            cp "$host_cache/$key"/horovod-*.whl "$host_cache/$key/SHA256SUMS" "$cache/$key/"
-            (cd "$cache/$key" && sha256sum --quiet --strict -c SHA256SUMS) ||
-                hvt_die "the wheel copied to $cache/$key does not match its digest" "check who else writes to ${TMPDIR:-/var/tmp}"
+            seed_wheel "$host_cache/$key" "$cache/$key"
         done
     done
     echo "[podman] seeded the build cache with ${keys[*]} from $host_cache"
@@ -274,7 +316,7 @@ step_build() {
 }
 
 step_up() {
-    local prefix=hvt tag=localhost/horovod-train:cpu port=12345 host ip keys
+    local prefix=hvt tag=$IMAGE:cpu port=12345 host ip keys subnet net
     local -a volumes=()
     while [ "$#" -gt 0 ]; do
         [ "$#" -ge 2 ] || hvt_die "$1 needs a value" "see the usage at the top of scripts/podman_build.sh"
@@ -289,17 +331,22 @@ step_up() {
     done
     need podman podman
     podman image exists "$tag" || hvt_die "no image $tag" "run scripts/podman_build.sh build first"
+    step_down "$prefix"
     keys=$STATE/$prefix-ssh
-    rm -rf "$keys" && mkdir -p "$keys" && chmod 700 "$keys"
+    mkdir -p "$keys" && chmod 700 "$keys"
     ssh-keygen -q -t ed25519 -N '' -C "$prefix" -f "$keys/id_ed25519"
     cp "$keys/id_ed25519.pub" "$keys/authorized_keys"
     chmod 600 "$keys"/*
-    step_down "$prefix"
-    podman network create --subnet 10.89.77.0/24 "$prefix-net" >/dev/null
+    # No --subnet: podman picks a free one (under its own lock), so that another pair (another prefix) can run too.
+    podman network create "$prefix-net" >/dev/null
+    subnet=$(podman network inspect --format '{{range .Subnets}}{{.Subnet}}{{end}}' "$prefix-net")
+    [[ $subnet =~ ^([0-9]+\.[0-9]+\.[0-9]+)\.0/24$ ]] ||
+        hvt_die "podman gave $prefix-net the subnet '$subnet', not a /24" "set default_subnet_pools in containers.conf to /24s"
+    net=${BASH_REMATCH[1]}
     for host in a b; do
-        ip=10.89.77.$([ "$host" = a ] && echo 2 || echo 3)
+        ip=$net.$([ "$host" = a ] && echo 2 || echo 3)
         podman run -d --name "$prefix-$host" --hostname "node$host" --network "$prefix-net" --ip "$ip" \
-            --add-host nodea:10.89.77.2 --add-host nodeb:10.89.77.3 \
+            --add-host "nodea:$net.2" --add-host "nodeb:$net.3" \
             -e HVT_SSHD=1 -e SSH_PORT="$port" -v "$keys:/root/.ssh:ro" "${volumes[@]}" \
             "$tag" sleep infinity >/dev/null
     done
@@ -312,13 +359,14 @@ step_up() {
     done
     podman exec "$prefix-a" ssh nodeb hostname >/dev/null ||
         hvt_die "no ssh from $prefix-a to nodeb" "see 'podman logs $prefix-b'"
-    echo "[podman] $prefix-a (nodea) and $prefix-b (nodeb) up on $prefix-net, sshd on port $port"
+    echo "[podman] $prefix-a (nodea) and $prefix-b (nodeb) up on $prefix-net ($subnet), sshd on port $port"
 }
 
 step_down() {
     local prefix=${1:-hvt}
     podman rm -f -t 0 "$prefix-a" "$prefix-b" >/dev/null 2>&1 || true
     podman network rm -f "$prefix-net" >/dev/null 2>&1 || true
+    rm -rf "${STATE:?}/$prefix-ssh"
 }
 
 what=${1:-build}

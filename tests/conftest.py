@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,22 @@ from support.host_syncs import offline_cache  # noqa: F401
 from support.model_runs import half_models  # noqa: F401
 
 pytest_plugins = ["support.clock"]  # where the suite's time goes: a table at the end of every run
+HYPOTHESIS_HOME = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Hypothesis keeps its example database and a cache of the constants it finds in the code under test in
+    .hypothesis/ of the working directory, the checkout (the constants from collection on, before any fixture):
+    this session's go to a temporary directory, removed at its end (and no earlier run's examples replay)."""
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    config.stash[HYPOTHESIS_HOME] = Path(tempfile.mkdtemp(prefix="hypothesis-"))
+    set_hypothesis_home_dir(config.stash[HYPOTHESIS_HOME])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if HYPOTHESIS_HOME in config.stash:
+        shutil.rmtree(config.stash[HYPOTHESIS_HOME], ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

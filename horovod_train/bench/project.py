@@ -251,19 +251,54 @@ def side_by_side(full: list[dict[str, Any]], lora: list[dict[str, Any]]) -> tupl
 def fit_link(path: Path) -> tuple[Link, int]:
     """Latency and bandwidth from `bench allreduce`'s single-tensor rows: least squares of
     time = 2(n-1) alpha + 2(n-1)/n x bytes / B over the sizes (the fastest framework per size)."""
-    report = read_report(path, "link_from")
-    rows = [r for r in report["rows"] if r.get("kind") == "tensor"]
-    if not rows:
-        raise UsageError(f"{path} has no single-tensor rows", "run bench allreduce without --no_tensors")
-    n = int(rows[0]["world_size"])
-    best: dict[int, float] = {}
-    for r in rows:
-        best[r["bytes"]] = min(best.get(r["bytes"], math.inf), r["time_us"] / 1e6)
+    n, best = tensor_times(path)
+    if n < 2:
+        raise UsageError(
+            f"--link_from {path} was measured on {n} rank: one rank sends nothing, so it has no link to fit",
+            "run bench allreduce on 2 or more ranks (e.g. horovodrun -np 2 python -m horovod_train bench allreduce)",
+        )
+    if len(best) < 2:
+        raise UsageError(
+            f"--link_from {path} times one message size ({common.format_bytes(next(iter(best)))}): a latency and "
+            "a bandwidth need two",
+            "run bench allreduce over several sizes (its default: --min_bytes 4KB to --max_bytes 64MB)",
+        )
     xs, ys = list(best), list(best.values())
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    if slope <= 0:
+        raise UsageError(
+            f"--link_from {path}: larger messages were no slower than smaller ones (the fit's bandwidth would be "
+            f"{'infinite' if slope == 0 else 'negative'}), so its times are noise, not the link",
+            "rerun bench allreduce with a larger --max_bytes and more --iters, or pass --intra_gbps instead",
+        )
     intercept = max(my - slope * mx, 0.0)
     return Link(2 * (n - 1) / n / slope, intercept / (2 * (n - 1))), n
+
+
+def tensor_times(path: Path) -> tuple[int, dict[int, float]]:
+    """(ranks, {bytes: fastest seconds}) of a `bench allreduce` report's single-tensor rows."""
+    report = read_report(path, "link_from")
+    rows = [r for r in report["rows"] if isinstance(r, dict) and r.get("kind") == "tensor"]
+    if not rows:
+        raise UsageError(f"{path} has no single-tensor rows", "run bench allreduce without --no_tensors")
+    best: dict[int, float] = {}
+    for i, row in enumerate(rows, 1):
+        for key in ("world_size", "bytes", "time_us"):
+            value = row.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+                raise UsageError(
+                    f"--link_from {path}: single-tensor row {i} has {key} {value!r}, not a positive number",
+                    "pass the allreduce.json bench allreduce wrote, unedited",
+                )
+        best[row["bytes"]] = min(best.get(row["bytes"], math.inf), row["time_us"] / 1e6)
+    worlds = sorted({int(r["world_size"]) for r in rows})
+    if len(worlds) > 1:
+        raise UsageError(
+            f"--link_from {path} mixes rows of {' and '.join(map(str, worlds))} ranks",
+            "pass one run's allreduce.json",
+        )
+    return worlds[0], best
 
 
 def compute_from(path: Path) -> tuple[float, int]:

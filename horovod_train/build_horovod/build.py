@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from horovod_train.build_horovod.plan import Options, Plan
 from horovod_train.build_horovod.progress import stage
+from horovod_train.console import write_line
 from horovod_train.digest import sha256
 
 # Horovod 0.28.1 asks CMake for C++14; torch >= 2.1 needs C++17 (horovod/horovod #3996, #4014, never released).
@@ -85,6 +89,20 @@ def build_wheel(plan: Plan, options: Options) -> None:
         subprocess.run([*pip, "-w", str(work / "dist"), str(src)], env=build_env(plan, options), check=True)
         (wheel,) = (work / "dist").glob("horovod-*.whl")
         store_wheel(wheel, plan.wheel_dir)
+
+
+@contextlib.contextmanager
+def cache_lock(plan: Plan) -> Iterator[None]:
+    """One process at a time finds, builds, stores and installs a key's wheel (two checkouts' `make setup` on one
+    machine): the second waits, then installs the first's wheel instead of building it again into the same files."""
+    plan.wheel_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(plan.wheel_dir.parent / f".{plan.key}.lock", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            write_line(f"[horovod] waiting for another build-horovod of {plan.key} on this machine")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def store_wheel(wheel: Path, wheel_dir: Path) -> None:

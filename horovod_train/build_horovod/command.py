@@ -49,6 +49,12 @@ def next_step(plan: Plan, options: Options) -> str:
     return f"install the cached wheel {wheel}" if wheel else "build (no cached wheel), then install"
 
 
+def print_plan(plan: Plan, step: str) -> None:
+    for line in plan.describe():
+        write_line(f"[horovod] {line}")
+    write_line(f"[horovod] next:       {step}")
+
+
 def main(args: argparse.Namespace) -> int:
     options = options_from(args)
     plan = make_plan(running_target(), options)
@@ -57,18 +63,21 @@ def main(args: argparse.Namespace) -> int:
         write_line(install.installed_line(plan))  # already_installed checked what --check-build would
         return 0
     if step.startswith("build"):
-        with_build_tools(plan)
-    for line in plan.describe():
-        write_line(f"[horovod] {line}")
-    write_line(f"[horovod] next:       {step}")
+        try:
+            with_build_tools(plan)
+        except UsageError:
+            print_plan(plan, step)  # the plan with what is missing marked (a dry run shows it), then the one error
+            raise
+    print_plan(plan, step)
     if options.dry_run:
         return 0
-    wheel = None if options.force else install.cached_wheel(plan)
-    if wheel is None:
-        build.build_wheel(plan, options)
-        wheel = install.cached_wheel(plan)
-    assert wheel is not None, plan.wheel_dir
-    install.install_wheel(plan, wheel)
+    with build.cache_lock(plan):
+        wheel = None if options.force else install.cached_wheel(plan)
+        if wheel is None:
+            build.build_wheel(plan, options)
+            wheel = install.cached_wheel(plan)
+        assert wheel is not None, plan.wheel_dir
+        install.install_wheel(plan, wheel)
     install.check_build(plan)
     write_line(f"[horovod] {plan.version} installed for {plan.target.python}")
     return 0

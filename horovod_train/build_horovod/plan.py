@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from horovod_train.build_horovod import gpu, toolchain
 from horovod_train.build_horovod.target import Target
 from horovod_train.errors import UsageError
 
+T = TypeVar("T")
 HOROVOD_VERSION = "0.28.1"  # the last release; it needs the C++17 patch for torch >= 2.1 (build.py)
 
 
@@ -35,6 +38,7 @@ class Plan:
     cuda_archs: str | None = None
     nccl_env: dict[str, str] = field(default_factory=dict)
     nccl_source: str = "not used (CPU torch)"
+    missing: dict[str, UsageError] = field(default_factory=dict)  # build tool -> why not found (with_build_tools)
 
     @property
     def nccl(self) -> bool:
@@ -63,8 +67,8 @@ class Plan:
             f"python:     {target.python}",
             f"torch:      {target.torch_version} ({f'CUDA {target.torch_cuda}' if target.torch_cuda else 'CPU build'})",
             f"horovod:    {self.version} (PyTorch, Gloo{', MPI' if self.mpi else ''}{', NCCL' if self.nccl else ''})",
-            f"compiler:   {self.compiler or 'not needed (no build)'}",
-            f"cmake:      {self.cmake or 'not needed (no build)'}",
+            f"compiler:   {self.tool_line('compiler', self.compiler)}",
+            f"cmake:      {self.tool_line('cmake', self.cmake)}",
             f"mpi:        {'yes (mpicxx found)' if self.mpi else 'no (Gloo controller only)'}",
         ]
         if target.torch_cuda:
@@ -75,6 +79,11 @@ class Plan:
         lines.append(f"nccl:       {self.nccl_source}")
         lines += [f"            {k}={v}" for k, v in sorted(self.nccl_env.items())]
         return [*lines, f"cache key:  {self.key}", f"wheel dir:  {self.wheel_dir}"]
+
+    def tool_line(self, tool: str, found: str | None) -> str:
+        if tool in self.missing:
+            return f"MISSING: {self.missing[tool].problem} (fix: {self.missing[tool].fix})"
+        return found or "not needed (no build)"
 
 
 def cache_root() -> Path:
@@ -112,9 +121,20 @@ def make_plan(target: Target, options: Options) -> Plan:
 
 def with_build_tools(plan: Plan) -> Plan:
     """The compiler, cmake, setuptools and wheel a build needs, found, or one UsageError naming the first missing:
-    an environment installing a cached wheel (another venv with the same torch) needs none of them."""
+    an environment installing a cached wheel (another venv with the same torch) needs none of them. Every missing
+    one is also recorded in ``plan.missing``, so that the plan printed before the error marks them."""
     path = toolchain.search_path(plan.target.bin_dir)
-    plan.compiler = toolchain.find_compiler(path)
-    plan.cmake = toolchain.find_cmake(path)
-    toolchain.check_build_modules()
+    plan.compiler = _found(plan, "compiler", lambda: toolchain.find_compiler(path))
+    plan.cmake = _found(plan, "cmake", lambda: toolchain.find_cmake(path))
+    _found(plan, "modules", toolchain.check_build_modules)
+    if plan.missing:
+        raise next(iter(plan.missing.values()))
     return plan
+
+
+def _found(plan: Plan, tool: str, find: Callable[[], T]) -> T | None:
+    try:
+        return find()
+    except UsageError as error:
+        plan.missing[tool] = error
+        return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,16 +21,30 @@ def search_path(bin_dir: Path) -> str:
 
 
 def find_compiler(path: str) -> str:
-    cxx = os.environ.get("CXX")
-    found = (
-        shutil.which(cxx, path=path)
-        if cxx
-        else next(filter(None, (shutil.which(c, path=path) for c in COMPILERS)), None)
-    )
+    """The C++ compiler command: CXX, else the first of COMPILERS on PATH."""
+    cxx = os.environ.get("CXX", "")
+    if cxx.strip():
+        return compiler_of_cxx(cxx, path)
+    found = next(filter(None, (shutil.which(c, path=path) for c in COMPILERS)), None)
     if not found:
-        name = f"CXX={cxx}" if cxx else "c++, g++ or clang++"
-        raise UsageError(f"no C++ compiler: {name} is not on PATH", "apt-get install g++ (or build-essential)")
+        raise UsageError(
+            "no C++ compiler: c++, g++ or clang++ is not on PATH", "apt-get install g++ (or build-essential)"
+        )
     return found
+
+
+def compiler_of_cxx(cxx: str, path: str) -> str:
+    """CXX is a command line ('g++ -O2', 'ccache g++'): its first word is looked up on PATH, the rest kept for CMake,
+    which reads flags from CXX too."""
+    try:
+        program, *flags = shlex.split(cxx)
+    except ValueError as error:
+        raise UsageError(f"CXX={cxx!r} is not a command line ({error})", "close its quotes, or unset CXX") from None
+    found = shutil.which(program, path=path)
+    if not found:
+        raise UsageError(f"no C++ compiler: {program} (CXX={cxx}) is not on PATH",
+                         f"install {program}, or unset CXX (then c++, g++ or clang++ is used)")  # fmt: skip
+    return shlex.join([found, *flags])
 
 
 def find_cmake(path: str) -> str:

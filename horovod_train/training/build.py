@@ -135,8 +135,8 @@ def lora_options(model_args: Any) -> lora.LoraOptions:
 def run_compatibility(
     config: RunConfig, engine: Engine, tokenizer: Any, tokenized: DatasetDict, model: torch.nn.Module
 ) -> ckpt.Compatibility:
-    """What a checkpoint must agree with: the model, and what fixes the examples each step trains on (the
-    tokenized training set, the seed and sampler that order it, the global batch)."""
+    """What a checkpoint must agree with: the model (LoRA's settings too), and what fixes the examples each step
+    trains on (the tokenized training set, the seed and sampler that order it, the global batch)."""
     args = config.training
     label_names = data_lib.label_names(tokenized)
     return ckpt.Compatibility(
@@ -150,6 +150,7 @@ def run_compatibility(
         train_data=data_lib.dataset_digest(tokenized["train"]),
         seed=args.seed,
         group_by_length=args.group_by_length,
+        **lora.settings(model),
     )
 
 

@@ -31,25 +31,29 @@ class CheckpointSaver:
         """``evaluation``: the metrics of an evaluation at this very step, if there was one."""
         rng_states = self.engine.gather_objects(rng.capture())
         self.track_best(position, evaluation)
-        if self.engine.is_main:
-            training_state = {
-                "optimizer": self.parts.optimizer.state_dict(),
-                "rng": rng_states,
-                # The schedule is a function of the position; its parameters are kept for the record.
-                "scheduler": dataclasses.asdict(schedule),
-                **self.precision.state_dict(),
-            }
-            model, tokenizer = self.engine.unwrap(self.parts.model), self.parts.tokenizer
-            saved = self.parts.checkpoints.save(
-                model,
-                position,
-                self.parts.compatibility,
-                self.config.to_dict(),
-                training_state,
-                write_loadable=lambda path: (model.config.save_pretrained(path), tokenizer.save_pretrained(path)),
-            )
-            self.run_dir.wrote_checkpoint(saved)
+        # Rank 0 writes; its UsageError (a full disk) is every rank's, as the others would wait for it in the next
+        # step's all-reduce.
+        RankZero(self.engine).read_for_all(lambda: self.write(position, schedule, rng_states))
         self.last_saved_step = position.global_step
+
+    def write(self, position: TrainingPosition, schedule: Schedule, rng_states: list[Any]) -> None:
+        training_state = {
+            "optimizer": self.parts.optimizer.state_dict(),
+            "rng": rng_states,
+            # The schedule is a function of the position; its parameters are kept for the record.
+            "scheduler": dataclasses.asdict(schedule),
+            **self.precision.state_dict(),
+        }
+        model, tokenizer = self.engine.unwrap(self.parts.model), self.parts.tokenizer
+        saved = self.parts.checkpoints.save(
+            model,
+            position,
+            self.parts.compatibility,
+            self.config.to_dict(),
+            training_state,
+            write_loadable=lambda path: (model.config.save_pretrained(path), tokenizer.save_pretrained(path)),
+        )
+        self.run_dir.wrote_checkpoint(saved)
 
     def track_best(self, position: TrainingPosition, evaluation: dict[str, Any] | None) -> None:
         """A checkpoint written right after an evaluation competes on --metric_for_best_model (every rank
@@ -77,6 +81,6 @@ def load_best_weights(
         return False
     weights = rank_zero.read_for_all(lambda: ckpt.load_weights(path))
     model = engine.unwrap(parts.model)
-    model.load_state_dict(ckpt.with_shared_tensors(weights, model))
+    model.load_state_dict(ckpt.model_state(weights, model))
     console.log(f"loaded the best model: {path} ({metric} {position.best_metric:.4f})")
     return True

@@ -75,11 +75,6 @@ def trainer_state(args: TrainingArguments, run_dir: RunDirectory, plan: RunPlan,
     }
 
 
-# With --use_peft: the LoRA adapter (adapter_config.json, adapter_model.safetensors), loadable with
-# peft.AutoPeftModelForSequenceClassification; the output directory itself holds the merged model.
-ADAPTER_DIR = "adapter"
-
-
 def write_outputs(
     run_dir: RunDirectory, model: torch.nn.Module, tokenizer: Any, predictions: dict[str, list[int]],
     log_history: list[dict[str, Any]], results: dict[str, Any], train_metrics: dict[str, Any], state: dict,
@@ -88,7 +83,7 @@ def write_outputs(
     output_dir = run_dir.path
     with run_dir.recording():
         if lora.is_peft(model):  # the adapter as peft saves it, and beside it the model it makes, for pipeline()
-            model.save_pretrained(output_dir / ADAPTER_DIR)
+            model.save_pretrained(output_dir / lora.ADAPTER_DIR)
             model = lora.merge_in_place(model)  # the model's last use
         model.save_pretrained(output_dir)
         for weights in output_dir.glob("*.safetensors"):  # safetensors writes 0600 whatever the umask

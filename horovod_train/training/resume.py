@@ -66,7 +66,7 @@ def load_checkpoint(
         console.log(f"no valid checkpoint in {output_dir}: starting fresh")
         return None
     tensors, trainer_state = resumed.pop("tensors"), resumed["trainer_state"]
-    model.load_state_dict(ckpt.with_shared_tensors(tensors, model))
+    model.load_state_dict(ckpt.model_state(tensors, model))
     console.log(f"resumed from step {trainer_state['global_step']} (epoch {trainer_state['epoch']})")
     return resumed
 

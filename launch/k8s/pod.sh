@@ -15,6 +15,8 @@
 #   world-writable, which sshd's StrictModes refuses, so the Secret is not mounted at ~/.ssh itself.
 #   SSH_PORT: the port of the workers' sshd (key only, the image's /etc/ssh/sshd_config).
 set -euo pipefail
+# shellcheck source=launch/ranks.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../ranks.sh"
 
 die() {
     echo "error: $1; fix: $2" >&2
@@ -37,34 +39,10 @@ in_scope() {
     return 1
 }
 
-# training_ranks: the pids of this pod's training ranks, one per line: Python processes running horovod_train
-# that are neither torchrun's agent nor the parent of another such process (a shell or launcher around it).
+# training_ranks: the pids of this pod's training ranks, one per line (launch/ranks.sh: Python processes that
+# catch SIGUSR1, neither torchrun's agent nor the parent of another such process).
 training_ranks() {
-    local dir pid cmdline argv0 stat
-    local -a candidates=() parents=()
-    for dir in /proc/[0-9]*; do
-        pid=${dir#/proc/}
-        [ "$pid" != $$ ] || continue
-        in_scope "$pid" || continue
-        cmdline=$(tr '\0' ' ' <"$dir/cmdline" 2>/dev/null) || continue
-        [[ $cmdline == *horovod_train* ]] || continue
-        argv0=${cmdline%% *}
-        [[ ${argv0##*/} == python* ]] || continue
-        [[ $cmdline =~ (^|[/[:space:]])torchrun[[:space:]]|torch\.distributed\.run ]] && continue
-        stat=$(cat "$dir/stat" 2>/dev/null) || continue
-        stat=${stat##*) } # after "pid (comm) ": "state ppid ..."
-        stat=${stat#* }
-        candidates+=("$pid")
-        parents+=("${stat%% *}")
-    done
-    local candidate other is_parent
-    for candidate in "${candidates[@]}"; do
-        is_parent=0
-        for other in "${parents[@]}"; do
-            [ "$other" != "$candidate" ] || is_parent=1
-        done
-        [ "$is_parent" = 1 ] || echo "$candidate"
-    done
+    hvt_training_ranks in_scope
 }
 
 # install_ssh_keys: the job's key pair and authorized_keys from HVT_SSH_SECRET_DIR into ~/.ssh.
@@ -118,7 +96,11 @@ stop() {
     # shellcheck disable=SC2086 # one pid per word
     [ -z "$ranks" ] || kill -USR1 $ranks 2>/dev/null || true
     if [ "$mode" = worker ]; then
-        while [ -n "$(training_ranks)" ]; do sleep 1; done
+        # Until the signalled ranks are gone (a rank that stopped ignores SIGUSR1: it is no longer "found").
+        local rank
+        for rank in $ranks; do
+            while kill -0 "$rank" 2>/dev/null; do sleep 1; done
+        done
         kill "$child" 2>/dev/null || true
     fi
 }

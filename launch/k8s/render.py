@@ -83,7 +83,8 @@ def parse_assignments(words: list[str], allowed: set[str], template: str) -> dic
 
 def check_value(key: str, value: str) -> str:
     spec = VALUES[key]
-    if not re.fullmatch(spec.pattern, value):
+    # ASCII: \d alone matches other scripts' digits too (fullwidth, Arabic-Indic), which int() reads
+    if not re.fullmatch(spec.pattern, value, re.ASCII):
         raise RenderError(f"{key}={value!r} is not a valid value ({spec.help})", f"pass {key} matching {spec.pattern}")
     if spec.low is not None and spec.high is not None and not spec.low <= int(value) <= spec.high:
         raise RenderError(f"{key}={value} is out of range", f"pass {key} in {spec.low}..{spec.high}")

@@ -2,6 +2,8 @@
 # Shared by the launch/slurm/*.sbatch scripts (sourced after they found the checkout; see there).
 # shellcheck source=launch/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+# shellcheck source=launch/ranks.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../ranks.sh"
 
 # hvt_slurm_job: check we run inside an allocation; sets HVT_NODES (the allocated host names, one per
 # line) and HVT_TASKS_PER_NODE (one task per GPU: --ntasks-per-node, --gres=gpu:N on GPU clusters).
@@ -28,11 +30,11 @@ hvt_srun_mpi() {
     fi
 }
 
-# hvt_rank_variables WHICH: horovod_train/launch_commands.py's rank variable names, '|'-separated: signalled (a
-# process with one of them may be a training rank) or torchrun-worker (what a torchrun worker has and its agent lacks).
+# hvt_rank_variables: horovod_train/launch_commands.py's rank variable names, '|'-separated (a process with one of
+# them may be a training rank).
 hvt_rank_variables() {
     PYTHONPATH="$HVT_REPO${PYTHONPATH:+:$PYTHONPATH}" "${HVT_PY:-python3}" -m horovod_train.launch_commands \
-        rank-variables "$1"
+        rank-variables signalled
 }
 
 # Stopping at a time limit or preemption without losing work. The #SBATCH lines of the jobs ask SLURM
@@ -54,58 +56,41 @@ hvt_slurm_command() {
     fi
 }
 
-# hvt_signal_local_ranks SIGNAL JOB_ID: signal this node's training ranks of the job: processes running
-# horovod_train whose environment holds the job id and a rank variable. Under MpiDefault=pmix or pmi2 srun gives
-# every task PMIX_RANK/PMI_RANK, launchers included: torchrun's agent (SIGUSR1 kills it while its workers
-# checkpoint) and apptainer. So a process is not a rank when it is a torchrun agent (its workers have the
-# torchrun worker variables LOCAL_RANK and TORCHELASTIC_RUN_ID, it has neither) or the parent of another
-# candidate (a launcher that inherited the variable). All of them with one kill: signalled one by one, the
-# first ranks could stop (and exit) before the last is found. Self-contained: hvt_forward_stop ships it to
-# every node with `declare -f`, with the variable names (RANK_VARS, WORKER_VARS: '|'-separated; by default
-# hvt_rank_variables's).
-# hvt_signal_local_ranks SIGNAL JOB_ID [RANK_VARS WORKER_VARS]
+# hvt_signal_local_ranks SIGNAL JOB_ID [RANK_VARS]: signal this node's training ranks of the job (launch/ranks.sh:
+# Python processes that catch SIGUSR1, neither torchrun's agent nor the parent of another) among the processes
+# whose environment holds the job id and a rank variable (RANK_VARS, '|'-separated; by default
+# hvt_rank_variables's). Under MpiDefault=pmix or pmi2 srun gives every task PMIX_RANK/PMI_RANK, launchers
+# included: torchrun's agent (SIGUSR1 kills it while its workers checkpoint) and apptainer; ranks.sh's rules leave
+# them out. All of them with one kill: signalled one by one, the first ranks could stop (and exit) before the last
+# is found. Self-contained: hvt_stop_command ships it to every node with `declare -f`, with ranks.sh's functions.
 hvt_signal_local_ranks() {
-    local pid environ stat other is_parent rank_vars=${3:-} worker_vars=${4:-}
-    [ -n "$rank_vars" ] || rank_vars=$(hvt_rank_variables signalled)
-    [ -n "$worker_vars" ] || worker_vars=$(hvt_rank_variables torchrun-worker)
-    local -a candidates=() parents=() ranks=()
-    for pid in $(pgrep -f horovod_train); do
-        [ "$pid" != "$$" ] || continue
-        environ=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
-        grep -qx "SLURM_JOB_ID=$2" <<<"$environ" || continue
-        grep -qE "^($rank_vars)=" <<<"$environ" || continue
-        if ! grep -qE "^($worker_vars)=" <<<"$environ" &&
-            tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE '(^|/)torchrun$|^torch\.distributed\.run$'; then
-            continue # torchrun's agent, before or after it started its workers
-        fi
-        stat=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
-        stat=${stat##*) } # after "pid (comm) ": "state ppid ..."
-        stat=${stat#* }
-        candidates+=("$pid")
-        parents+=("${stat%% *}")
-    done
-    for pid in "${candidates[@]}"; do
-        is_parent=0
-        for other in "${parents[@]}"; do
-            [ "$other" != "$pid" ] || is_parent=1
-        done
-        [ "$is_parent" = 1 ] || ranks+=("$pid")
-    done
+    local job_id=$2 rank_vars=${3:-}
+    local -a ranks
+    [ -n "$rank_vars" ] || rank_vars=$(hvt_rank_variables)
+    mapfile -t ranks < <(hvt_training_ranks hvt_job_rank_process)
     [ "${#ranks[@]}" -gt 0 ] || return 0
     kill -"$1" "${ranks[@]}" 2>/dev/null
     echo "[slurm] SIG$1 -> rank processes ${ranks[*]} on $(hostname)"
+}
+
+# hvt_job_rank_process PID: whether PID's environment holds the job's id and a rank variable (job_id and rank_vars:
+# hvt_signal_local_ranks's).
+hvt_job_rank_process() {
+    local environ
+    environ=$(tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null) || return 1
+    grep -qx "SLURM_JOB_ID=$job_id" <<<"$environ" && grep -qE "^($rank_vars)=" <<<"$environ"
 }
 
 # hvt_stop_command: sets HVT_STOP_CMD, the command that runs hvt_signal_local_ranks SIGNAL on each node of the
 # job (srun --overlap, one task per node), SIGNAL left as "$1" for `bash -c`. Built before the run starts, so that
 # the trap only runs it.
 hvt_stop_command() {
-    local ranks workers
-    ranks=$(hvt_rank_variables signalled)
-    workers=$(hvt_rank_variables torchrun-worker)
+    local ranks functions
+    ranks=$(hvt_rank_variables)
+    functions=$(declare -f hvt_signal_local_ranks hvt_job_rank_process "${HVT_RANK_FUNCTIONS[@]}")
     hvt_launch_command srun --overlap --nodes "${SLURM_NNODES:-1}" --ntasks "${SLURM_NNODES:-1}" \
-        --ntasks-per-node 1 -- bash -c "$(declare -f hvt_signal_local_ranks)
-hvt_signal_local_ranks \"\$1\" $SLURM_JOB_ID '$ranks' '$workers'" hvt-stop
+        --ntasks-per-node 1 -- bash -c "$functions
+hvt_signal_local_ranks \"\$1\" $SLURM_JOB_ID '$ranks'" hvt-stop
     HVT_STOP_CMD=("${HVT_LAUNCH[@]}")
 }
 
@@ -131,6 +116,9 @@ hvt_slurm_run() {
         wait "$HVT_LAUNCHER_PID" && status=0 || status=$?
         kill -0 "$HVT_LAUNCHER_PID" 2>/dev/null || break
     done
+    # A launcher that ended while the trap ran was reaped then, and the loop kept wait's 128+signal: bash keeps a
+    # reaped child's status, so this wait gives the launcher's own (a finished run was requeued).
+    wait "$HVT_LAUNCHER_PID" && status=0 || status=$?
     trap - USR1
     # A run that finished (exit 0) while the signal was being handled, e.g. in its final evaluation, is done.
     if [ -n "$HVT_STOP_SIGNAL" ] && [ "$status" -eq 0 ]; then

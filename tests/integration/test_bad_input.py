@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from support.jobs import run, train_cmd
+from support.jobs import BIN, REPO, base_env, run, train_cmd
 
 from horovod_train import synthetic
+from horovod_train.launch_commands import RANK_VARIABLES
+from horovod_train.run_directory import record
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -243,16 +247,48 @@ def test_bad_launch_input_is_refused_before_launching(case, tmp_path, cache_dir)
 
 
 def test_earlier_run_is_not_overwritten_without_the_flag(tmp_path, cache_dir):
+    """Files of no ledger (another tool's run): named, not sent to --overwrite_output_dir, which would refuse
+    them too; a run of this project's (its ledger) is sent there."""
     out = tmp_path / "out"
     out.mkdir()
     (out / "eval_results.json").write_text('{"accuracy": 0.9}\n')
     (out / "model.safetensors").write_bytes(b"weights of an earlier run")
     before = snapshot(out)
     proc = run(train_cmd("--engine", "single", "--output_dir", str(out)), cache_dir, timeout=120)
-    assert_refused(proc, "already holds files of an earlier run")
+    assert_refused(proc, "holds files this project did not write (eval_results.json, model.safetensors)")
+    assert snapshot(out) == before
+    record(out, "eval_results.json", "model.safetensors")
+    before = snapshot(out)
+    proc = run(train_cmd("--engine", "single", "--output_dir", str(out)), cache_dir, timeout=120)
+    assert_refused(proc, "already holds files of an earlier run; fix: pass --overwrite_output_dir")
     assert snapshot(out) == before
 
 
 def test_debug_shows_the_traceback(tmp_path, cache_dir):
     proc = run(train_cmd("--engine", "nope", "--output_dir", str(tmp_path / "o"), "--debug"), cache_dir)
     assert proc.returncode != 0 and "Traceback" in proc.stderr and "unknown engine" in proc.stderr
+
+
+# Open MPI's rank variables of a 2-rank job (rank, local rank, size, local size), left in a shell without mpirun.
+STALE_OPEN_MPI = dict(zip(RANK_VARIABLES["mpirun"], ("0", "0", "2", "2"), strict=True))
+
+
+@pytest.mark.parametrize("command", ["doctor", "train"])
+def test_stale_open_mpi_variables_without_mpirun_are_one_line(command, tmp_path, cache_dir):
+    """MPI starts a world of one there while the variables promise two ranks: the DDP process group waited for the
+    second until --ddp_timeout (30 min). One line naming the variables instead, at once."""
+    args = ["--engine", "ddp", "--output_dir", str(tmp_path / "out")] if command == "train" else []
+    before = snapshot(tmp_path)
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(BIN / "python"), "-m", "horovod_train", command, *args],
+        cwd=REPO,
+        env={**base_env(cache_dir), **STALE_OPEN_MPI},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert_refused(proc, f"{RANK_VARIABLES['mpirun'][2]}=2 but MPI started 1 process(es)")
+    assert all(name in proc.stderr for name in STALE_OPEN_MPI) and "or launch with mpirun" in proc.stderr
+    assert time.monotonic() - started < 120
+    assert snapshot(tmp_path) == before

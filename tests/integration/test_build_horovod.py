@@ -17,8 +17,10 @@ from support.jobs import REPO, assert_ok
 from support.launch import assert_usage_error
 from support.nccl import have_nvcc, run_nccl_build
 
+# The running interpreter's tag: the NCCL environment is made from the same python3 (scripts/build_horovod_nccl.sh).
+PY_TAG = f"cp{sys.version_info[0]}{sys.version_info[1]}"
 NCCL_VENV = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "horovod-train"
-NCCL_PYTHON = NCCL_VENV / f"venv-nccl-2.13.0-cp3{sys.version_info[1]}" / "bin" / "python"
+NCCL_PYTHON = NCCL_VENV / f"venv-nccl-2.13.0-{PY_TAG}" / "bin" / "python"
 
 
 def dry_run(python: Path | str, env: dict[str, str] | None = None, *args: str) -> subprocess.CompletedProcess:
@@ -43,7 +45,7 @@ def test_dry_run_with_the_cpu_torch_writes_nothing(tmp_path) -> None:
     proc = dry_run(sys.executable, {"HOROVOD_WHEEL_CACHE": str(tmp_path / "wheels")})
     assert proc.returncode == 0, proc.stderr
     assert "(CPU build)" in proc.stdout and "nccl:       not used (CPU torch)" in proc.stdout, proc.stdout
-    key = f"horovod-0.28.1-torch{torch.__version__.replace('+', '_')}-cudacpu-cp3{sys.version_info[1]}"
+    key = f"horovod-0.28.1-torch{torch.__version__.replace('+', '_')}-cudacpu-{PY_TAG}"
     assert f"cache key:  {key}" in proc.stdout, proc.stdout
     assert not (tmp_path / "wheels").exists()
 
@@ -58,7 +60,7 @@ def test_dry_run_in_the_nccl_environment_finds_cuda_torch_and_nccl(nccl_python: 
     assert "nccl:       pip wheel (headers " in out and "HOROVOD_NCCL_LINK=SHARED" in out, out
     assert f"HOROVOD_NCCL_LIB={nccl_python.parent.parent / 'nccl-link'}" in out, out
     # the key scripts/podman_build.sh and earlier builds used: the wheel built before stays a cache hit
-    assert "cache key:  horovod-0.28.1-torch2.13.0_cu130-cuda13.0-cp311-sm75_80_86_89_90_100_120" in out, out
+    assert f"cache key:  horovod-0.28.1-torch2.13.0_cu130-cuda13.0-{PY_TAG}-sm75_80_86_89_90_100_120" in out, out
 
 
 @pytest.mark.slow

@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -31,12 +30,23 @@ JOB = [
 ]
 
 
+# launch/discover_hosts.sh, each call's exit status appended to $HVT_DISCOVERY_LOG: what discovery saw, for a test to
+# wait on.
+DISCOVERY = Path(__file__).parents[1] / "probes" / "logged_discovery.sh"
+
+
+def discovery_failures(tmp_path: Path) -> int:
+    log = tmp_path / "discovery.log"
+    return sum(line != "0" for line in log.read_text().splitlines()) if log.exists() else 0
+
+
 def start_elastic(
     tmp_path: Path, cache_dir: Path, hosts: list[str], np: int, out: Path, *extra: str
 ) -> subprocess.Popen:
     hosts_file = write_hosts(tmp_path, hosts)
     # Horovod's info log says "Horovod initialized" at each (re)initialisation: how a test counts resets.
     env = {**base_env(cache_dir), "HVT_HOSTS_FILE": str(hosts_file), "HOROVOD_LOG_LEVEL": "info"}
+    env["HVT_DISCOVERY_LOG"] = str(tmp_path / "discovery.log")
     cmd = [
         str(BIN / "horovodrun"),
         "-np",
@@ -46,7 +56,7 @@ def start_elastic(
         "--max-np",
         "2",
         "--host-discovery-script",
-        str(REPO / "launch" / "discover_hosts.sh"),
+        str(DISCOVERY),
         # Named interfaces: otherwise horovodrun waits for 2 hosts to find common ones, even at -np 1.
         "--network-interfaces",
         "lo",
@@ -191,7 +201,7 @@ def test_a_hosts_file_caught_empty_does_not_reset_the_job(tmp_path, cache_dir):
     try:
         wait_for(lambda: last_logged_step(out) >= 30, 240, "30 steps on 2 workers")
         write_hosts(tmp_path, [])
-        time.sleep(3)  # horovodrun discovers every second
+        wait_for(lambda: discovery_failures(tmp_path), 60, "a discovery that found the hosts file empty")
         write_hosts(tmp_path, hosts)
     except BaseException:
         os.killpg(job.pid, signal.SIGKILL)

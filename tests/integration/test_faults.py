@@ -29,6 +29,9 @@ JOB = [
     "--logging_steps",
     "20",
 ]
+# The README's "within seconds" (measured 0.3 s under horovodrun, 2 s under torchrun), with room for a loaded 2-core
+# machine; below Gloo's 30-s timeout (HOROVOD_GLOO_TIMEOUT_SECONDS): a job ended only by a timeout fails.
+DETECTED_WITHIN = 20
 RANK_VARIABLE = {"horovod": RANK_VARIABLES["horovodrun"][0], "ddp": RANK_VARIABLES["torchrun"][0]}
 
 
@@ -49,12 +52,14 @@ def test_killed_rank_stops_the_job_and_resume_completes_it(engine, tmp_path, cac
     try:
         wait_for(lambda: (out / "checkpoint-40").is_dir(), 240, "checkpoint-40")
         victim = wait_for(lambda: find_rank_process(out, RANK_VARIABLE[engine], 1), 30, "rank 1's process")
-        os.kill(victim, signal.SIGKILL)
         killed_at = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
         try:
-            job.wait(timeout=60)
+            job.wait(timeout=DETECTED_WITHIN)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"{engine}: the job still runs 60 s after rank 1 was killed (a hang)")
+            pytest.fail(
+                f"{engine}: the job still runs {DETECTED_WITHIN} s after rank 1 was killed (a hang or a timeout)"
+            )
         detected = time.monotonic() - killed_at
     finally:
         if job.poll() is None:
@@ -63,7 +68,6 @@ def test_killed_rank_stops_the_job_and_resume_completes_it(engine, tmp_path, cac
     output = job.stdout.read()
     print(f"{engine}: exit {job.returncode} {detected:.1f}s after kill -9 of rank 1")
     assert job.returncode != 0, output[-3000:]
-    assert detected < 60
 
     saved = ckpt.list_checkpoints(out)
     assert saved, "the checkpoints written before the kill must remain"

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 import yaml
-from support.jobs import REPO, SMALL_JOB, base_env, train_cmd
+from support.jobs import BIN, REPO, SMALL_JOB, base_env, train_cmd
+from support.launch import free_port
 
 from horovod_train import checkpoint as ckpt
 
@@ -196,6 +197,9 @@ BAD_VALUES = [
     ({**BASE, "IMAGE": "img:1 --privileged"}, "IMAGE="),
     ({**BASE, "WORKERS": "0"}, "WORKERS=0 is out of range"),
     ({**BASE, "WORKERS": "two"}, "WORKERS='two' is not a valid value"),
+    # digits of other scripts: int() reads them, Kubernetes would not
+    ({**BASE, "WORKERS": "\uff12"}, "WORKERS='\uff12' is not a valid value"),
+    ({**BASE, "MEMORY_PER_WORKER": "\u0661\u0666Gi"}, "MEMORY_PER_WORKER='\u0661\u0666Gi' is not a valid value"),
     ({**BASE, "GRACE_SECONDS": "5"}, "GRACE_SECONDS=5 is out of range"),
     ({**BASE, "GPUS_PER_WORKER": "4", "PROCS_PER_WORKER": "2"}, "leave PROCS_PER_WORKER out"),
     ({**BASE, "TRAIN_ARGS": "--output_dir /elsewhere"}, "TRAIN_ARGS sets --output_dir"),
@@ -254,10 +258,13 @@ def pod(command: list[str], out: Path, cache_dir: Path) -> subprocess.Popen[str]
         "--resume_from_checkpoint",
         "auto",
     ]
+    # What the operator gives torchrun (PET_MASTER_PORT): a free port, not torchrun's 29500 that another job on this
+    # machine may hold.
+    env = {**base_env(cache_dir), "PET_MASTER_PORT": str(free_port())}
     return subprocess.Popen(
         full,
         cwd=REPO,
-        env=base_env(cache_dir),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -273,8 +280,12 @@ for sig in (signal.SIGUSR1, signal.SIGTERM):
 time.sleep(600)
 """
 
+CONSOLE_SCRIPT = str(BIN / "horovod-train")  # the kernel runs it as `python .../horovod-train`
 LAUNCHES = {
     "python": (train_cmd("--engine", "single", *JOB), 75),
+    # The console script (no `horovod_train` in the command line), with a DataLoader worker: a forked child of the
+    # rank that must not be taken for it (the rank, its parent, would then be left out as a launcher).
+    "console-script": ([CONSOLE_SCRIPT, "train", "--engine", "single", *JOB, "--dataloader_num_workers", "1"], 75),
     # torchrun reports its workers' exit 75 as a failure of its own: the pod restarts (restartPolicy OnFailure)
     "torchrun": (
         [
@@ -288,6 +299,10 @@ LAUNCHES = {
             "ddp",
             *JOB,
         ],
+        1,
+    ),
+    "torchrun-console-script": (
+        [str(BIN / "torchrun"), "--nproc_per_node", "2", CONSOLE_SCRIPT, "train", "--engine", "ddp", *JOB],
         1,
     ),
 }

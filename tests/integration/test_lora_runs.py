@@ -1,5 +1,6 @@
 """LoRA runs end to end under Horovod (np=2): an exact resume from a mid-run checkpoint, the best
-checkpoint's adapters loaded at the end, and an output directory that pipeline() and peft both load."""
+checkpoint's adapters loaded at the end, and an output directory that pipeline() and peft both load; a
+checkpoint that from_pretrained loads as the trained model."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import shutil
 import pytest
 import transformers
 from safetensors.torch import load_file
-from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run
+from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, train_cmd
 
 pytestmark = pytest.mark.slow
 
@@ -32,6 +33,27 @@ def test_a_lora_run_resumes_exactly_from_a_mid_run_checkpoint(tmp_path, cache_di
         difference = max(float((left[k] - right[k]).abs().max()) for k in left)
         print(f"{name}: max-abs difference after resume {difference:.3e}")
         assert difference == 0.0, name
+
+
+def test_a_lora_checkpoint_loads_with_from_pretrained_as_the_trained_model(tmp_path, cache_dir):
+    """The issue's command: from_pretrained("checkpoint-6") reported unexpected base_model.model.* keys and
+    returned a randomly initialised model (max-abs 0.649 to the trained weights). The run ends at step 6, so its
+    output directory holds the same trained model, merged."""
+    out = tmp_path / "out"
+    args = [*SMALL_JOB, *LORA, "--engine", "single", "--max_steps", "6", "--save_strategy", "steps"]
+    args += ["--save_steps", "3"]
+    assert_ok(run(train_cmd(*args, "--output_dir", str(out)), cache_dir))
+    auto = transformers.AutoModelForSequenceClassification
+    checkpoint, info = auto.from_pretrained(out / "checkpoint-6", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    final = auto.from_pretrained(out).state_dict()
+    assert checkpoint.state_dict().keys() == final.keys()
+    difference = max(float((checkpoint.state_dict()[k] - final[k]).abs().max()) for k in final)
+    print(f"checkpoint-6 against the final merged model: max-abs {difference:.3e}")
+    assert difference <= 1e-6
+    from peft import PeftConfig
+
+    assert PeftConfig.from_pretrained(str(out / "checkpoint-6" / "adapter")).r == 4
 
 
 def test_the_best_lora_checkpoint_is_loaded_at_the_end_and_the_output_loads(tmp_path, cache_dir):

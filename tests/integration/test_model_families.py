@@ -6,10 +6,14 @@ pipeline."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import transformers
-from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, torchrun
+from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, torchrun, train_cmd
 from support.models import FAMILIES, JOB, model_dir
+
+from horovod_train import synthetic
 
 assert SMALL_JOB[0] == "--model_name_or_path"
 
@@ -33,3 +37,26 @@ def test_every_family_trains_under_horovod_and_ddp_and_loads_in_a_pipeline(tmp_p
         pair = {"text": "Ann put the cup next to the box in the hall .", "text_pair": "Ann put the box ."}
         [prediction] = classify([pair])
         assert prediction["label"] in {"entailment", "neutral", "contradiction"}, prediction
+
+
+def test_a_roberta_trains_at_the_longest_sequence_its_positions_take(tmp_path, cache_dir):
+    """RoBERTa's positions count from pad_token_id + 1: this one's 40 position embeddings (pad_token_id 0, its
+    WordPiece tokenizer's) take 39 tokens. --max_seq_length 40 on longer texts is capped at 39 with one warning
+    line, and it trains (at 40 the position embedding raised IndexError)."""
+    path = model_dir(tmp_path, "roberta", max_position_embeddings=40)
+    data = tmp_path / "long.jsonl"
+    rows = [{**row, "premise": " ".join([row["premise"]] * 3)} for row in synthetic.generate(64, seed=3)]
+    data.write_text("".join(json.dumps({k: row[k] for k in ("premise", "hypothesis", "label")}) + "\n" for row in rows))
+    out = tmp_path / "out"
+    args = ["--engine", "single", "--model_name_or_path", str(path), "--train_file", str(data), "--max_seq_length",
+            "40", "--per_device_train_batch_size", "8", "--max_steps", "3", "--disable_tqdm",
+            "--output_dir", str(out)]  # fmt: skip
+    proc = run(train_cmd(*args), cache_dir)
+    assert_ok(proc)
+    warnings = [line for line in proc.stderr.splitlines() if "--max_seq_length" in line]
+    assert warnings == [
+        f"warning: --max_seq_length 40 is more than the position embeddings of {path} (40) less the 1 its padding "
+        "reserves (39): using --max_seq_length 39"
+    ]
+    assert read_results(out)["global_step"] == 3
+    assert json.loads((out / "run_config.json").read_text())["max_seq_length"] == 39

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.checks import max_abs_diff
 from support.jobs import (
     BIN,
     REPO,
@@ -57,9 +58,9 @@ def logged_step(out: Path) -> int:
     return json.loads(lines[-1])["step"] if lines else 0
 
 
-def start(launcher: str, out: Path, cache_dir: Path) -> subprocess.Popen:
+def start(launcher: str, out: Path, cache_dir: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
-        launch(launcher, *JOB, "--output_dir", str(out)),
+        launch(launcher, *JOB, *extra, "--output_dir", str(out)),
         cwd=REPO,
         env=base_env(cache_dir),
         stdout=subprocess.PIPE,
@@ -132,25 +133,58 @@ def test_stop_signal_checkpoints_at_the_next_step_and_auto_resume_completes(
     assert results["global_step"] == MAX_STEPS and len(set(results["param_checksum_per_rank"])) == 1
 
 
-def test_a_second_signal_while_stopping_keeps_the_checkpoints_valid(tmp_path, cache_dir):
-    """A second SIGTERM (a scheduler's repeat) is ignored while stopping; SIGKILL right after it still leaves
-    only complete checkpoints behind (the one being written is a temporary directory until it is whole)."""
-    out = tmp_path / "run"
-    job = start("horovodrun", out, cache_dir)
+def started_a_checkpoint_after(out: Path, step: int) -> bool:
+    """Rank 0 began writing a checkpoint of a step after ``step``: its temporary directory (or, written already,
+    the checkpoint itself) is there."""
+    names = [p.name for p in out.iterdir()] if out.is_dir() else []
+    steps = [int(m[1]) for m in (re.fullmatch(r"\.?checkpoint-(\d+)(\..*\.tmp)?", n) for n in names) if m]
+    return any(s > step for s in steps)
+
+
+def test_sigkill_while_stopping_leaves_valid_checkpoints_and_auto_resumes_from_the_newest(tmp_path, cache_dir):
+    """A second SIGTERM (a scheduler's repeat) while the stop checkpoint is being written, SIGKILL right after it:
+    only complete checkpoints are left (the one being written is a temporary directory until it is whole), and
+    `auto` resumes from the newest of them (periodic ones, --save_steps, when the stop checkpoint was cut off) and
+    ends with the parameters of an uninterrupted run."""
+    periodic = ["--save_steps", "10"]
+    reference, out = tmp_path / "reference", tmp_path / "run"
+    assert_ok(run(launch("horovodrun", *JOB, *periodic, "--output_dir", str(reference)), cache_dir))
+    job = start("horovodrun", out, cache_dir, *periodic)
 
     def deliver() -> None:
+        # SIGKILL to every process of the job, as SLURM's to a step: horovodrun starts each rank in a process group
+        # of its own, which a SIGKILL to horovodrun's group does not reach (the ranks then finished the checkpoint).
+        ranks = [
+            wait_for(lambda r=r: find_rank_process(out, RANK_VARIABLE["horovodrun"], r), 30, "a rank") for r in (0, 1)
+        ]
+        groups = [*(os.getpgid(pid) for pid in ranks), job.pid]
+        signalled_at = logged_step(out)
         os.killpg(job.pid, signal.SIGTERM)
-        time.sleep(0.05)
+        # Polled every millisecond: writing tiny-bert's checkpoint takes tens.
+        what = f"a checkpoint after step {signalled_at} (the stop checkpoint)"
+        wait_for(lambda: started_a_checkpoint_after(out, signalled_at) or job.poll() is not None, 60, what, 0.001)
         os.killpg(job.pid, signal.SIGTERM)
-        time.sleep(0.3)
-        os.killpg(job.pid, signal.SIGKILL)
+        for group in groups:
+            os.killpg(group, signal.SIGKILL)
 
-    signal_and_wait(job, deliver, out)
-    for path in ckpt.list_checkpoints(out):
+    output, before, _, code = signal_and_wait(job, deliver, out)
+    assert code == -signal.SIGKILL, f"the job ended with {code} before SIGKILL reached it:\n{output[-3000:]}"
+    saved = ckpt.list_checkpoints(out)
+    for path in saved:
         ckpt.verify_checkpoint(path)
-    resumed = run(launch("horovodrun", *JOB, "--output_dir", str(out), "--resume_from_checkpoint", "auto"), cache_dir)
+    newest = ckpt.verify_checkpoint(saved[-1])["global_step"] if saved else 0
+    assert newest >= 10, f"no periodic checkpoint before the signal at step {before}: {[p.name for p in saved]}"
+    cut_off = sorted(p.name for p in out.glob(".checkpoint-*"))
+    print(f"SIGKILL at logged step {before}: newest complete checkpoint-{newest}, cut off: {cut_off or 'none'}")
+
+    resumed = run(launch("horovodrun", *JOB, *periodic, "--output_dir", str(out), "--resume_from_checkpoint", "auto"),
+                  cache_dir)  # fmt: skip
     assert_ok(resumed)
-    assert read_results(out)["global_step"] == MAX_STEPS
+    assert f"resumed from step {newest}" in resumed.stdout, resumed.stdout[-3000:]
+    assert not list(out.glob(".checkpoint-*")), "what the killed write left was not cleaned up"
+    results = read_results(out)
+    assert results["global_step"] == MAX_STEPS and len(set(results["param_checksum_per_rank"])) == 1, results
+    assert max_abs_diff(reference, out) <= 1e-6
 
 
 def test_no_checkpoint_signals_means_the_default_action(tmp_path, cache_dir):

@@ -49,3 +49,13 @@ def podman_env(python: Path) -> dict[str, str]:
     conf = subprocess.run([str(PODMAN_BUILD), "conf"], env=env, capture_output=True, text=True, timeout=60)
     assert conf.returncode == 0, conf.stdout + conf.stderr
     return {**env, "CONTAINERS_CONF": conf.stdout.strip().splitlines()[-1]}
+
+
+def untag_session_image(image: str, env: dict[str, str]) -> None:
+    """Remove the tags of ``image`` (a test session's own name) and nothing else: `podman untag` leaves the image and
+    its layers, the build cache of the next run (which often makes the same image), where `podman rmi` could remove
+    cached layers another run's build is using."""
+    listed = subprocess.run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}", image], env=env,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    for tag in listed.stdout.split():
+        subprocess.run(["podman", "untag", tag, tag], env=env, capture_output=True, timeout=60)

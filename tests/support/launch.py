@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import shutil
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from support.jobs import BIN, REPO, base_env
+from support.machine import machine_lock
 
 LAUNCH = REPO / "launch"
 # The launch tests' job: tiny (2 cores shared with other work), still a real 2-rank training run.
@@ -132,7 +134,8 @@ def netns_host(ns: str, veth: str, address: str, hosts: dict[str, str]) -> Path:
     sh("ip", "-n", ns, "link", "set", NIC, "up")
     sh("ip", "-n", ns, "link", "set", "lo", "up")
     etc = Path("/etc/netns") / ns
-    etc.mkdir(parents=True)
+    with machine_lock("etc-netns"):  # another run may be removing /etc/netns (remove_netns)
+        etc.mkdir(parents=True)
     (etc / "hosts").write_text("127.0.0.1 localhost\n" + "".join(f"{ip} {h}\n" for h, ip in hosts.items()))
     return etc
 
@@ -152,5 +155,23 @@ def remove_netns(names: list[str], etc_created: bool) -> None:
     for ns in names:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)  # takes its veth end along
         subprocess.run(["rm", "-rf", f"/etc/netns/{ns}"], timeout=30)
-    if etc_created and Path("/etc/netns").is_dir() and not any(Path("/etc/netns").iterdir()):
-        Path("/etc/netns").rmdir()
+    with machine_lock("etc-netns"):  # another run's namespaces may be taking /etc/netns/NS (netns_host)
+        if etc_created and Path("/etc/netns").is_dir() and not any(Path("/etc/netns").iterdir()):
+            Path("/etc/netns").rmdir()
+
+
+def free_subnet(prefix: str) -> str:
+    """``prefix``.N (N from 0 to 255) whose /24 holds no address of this machine and overlaps no route. Call it under
+    machine_lock("subnets") and hold that until the subnet's first address is assigned: another test run then sees it
+    taken."""
+    shown = [subprocess.run(["ip", "-4", "-o", *cmd], capture_output=True, text=True, check=True, timeout=30).stdout
+             for cmd in (["addr", "show"], ["route", "show", "table", "all"])]  # fmt: skip
+    used = [
+        ipaddress.ip_network(word, strict=False)
+        for word in re.findall(r"\b\d+\.\d+\.\d+\.\d+(?:/\d+)?", "\n".join(shown))
+    ]
+    for third in range(256):
+        candidate = ipaddress.ip_network(f"{prefix}.{third}.0/24")
+        if not any(candidate.overlaps(network) for network in used if network.prefixlen > 0):
+            return f"{prefix}.{third}"
+    raise AssertionError(f"every {prefix}.N.0/24 on this machine is in use")

@@ -30,6 +30,11 @@ FAMILIES = {
     "mistral": ("MistralConfig", DECODER, "left"),
 }
 
+# Families built (tests/unit/test_model_families.py's --dropout) but not trained under every engine.
+BUILT_ONLY = {
+    "distilbert": ("DistilBertConfig", dict(dim=32, n_layers=1, n_heads=2, hidden_dim=64), None),
+}
+
 JOB = [a for a in SMALL_JOB[2:]]
 
 
@@ -50,16 +55,19 @@ def encoder_tokenizer(tmp: Path) -> transformers.PreTrainedTokenizerBase:
     return transformers.AutoTokenizer.from_pretrained(tmp)
 
 
-def model_dir(root: Path, family: str) -> Path:
-    """A checkpoint directory as `save_pretrained` writes one: configuration, random weights, tokenizer."""
-    name, fields, padding_side = FAMILIES[family]
+def model_dir(root: Path, family: str, **config: object) -> Path:
+    """A checkpoint directory as `save_pretrained` writes one: configuration (``config`` overrides the tiny
+    one's fields), random weights, tokenizer."""
+    name, fields, padding_side = {**FAMILIES, **BUILT_ONLY}[family]
     target = root / family
     tokenizer = decoder_tokenizer(padding_side) if padding_side else encoder_tokenizer(root / f"{family}-wordpiece")
     special = {"pad_token_id": tokenizer.pad_token_id} if padding_side is None else {}
     ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
     if padding_side is None:  # the WordPiece tokenizer's [CLS]/[SEP] stand for <s>/</s>
         ids = {"bos_token_id": tokenizer.cls_token_id, "eos_token_id": tokenizer.sep_token_id}
-    config = getattr(transformers, name)(vocab_size=len(tokenizer), num_labels=3, **fields, **special, **ids)
+    config = getattr(transformers, name)(
+        vocab_size=len(tokenizer), num_labels=3, **{**fields, **special, **ids, **config}
+    )
     torch.manual_seed(0)
     transformers.AutoModelForSequenceClassification.from_config(config).save_pretrained(target)
     tokenizer.save_pretrained(target)

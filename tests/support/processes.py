@@ -25,11 +25,11 @@ def find_rank_process(output_dir: Path, rank_variable: str, rank: int | str) -> 
     return None
 
 
-def wait_for(predicate, timeout: float, what: str):
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.2)
+        time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -18,6 +18,7 @@ import pytest
 
 from support.jobs import read_results
 from support.launch import LAUNCH, LAUNCH_JOB, ensure_commands, free_port
+from support.machine import Slots
 
 DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 SLURM_CONF = """\
@@ -53,9 +54,15 @@ SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
 ReturnToService=2
 MinJobAge=3600
+FirstJobId={first_job_id}
 {nodes}
 PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
+# Every test cluster's job ids would start at 1, and launch/slurm/common.sh finds a job's processes by its id
+# (hvt_signal_local_ranks, on every process of the machine): two test runs' clusters would signal each other's ranks.
+# Each cluster takes a block of ids that no other live test process holds.
+JOB_ID_BLOCK = 10_000
+JOB_ID_BLOCKS = Slots("slurm-job-ids", 6000)  # ids below 60,010,000: SLURM's MaxJobId is 67,043,328
 # Long enough to be stopped mid-run, with dropout on: exact resume needs every rank's own RNG states.
 STOP_JOB = [*LAUNCH_JOB, "--synthetic_num_examples", "2000", "--max_steps", "80", "--logging_steps", "5"]
 STOP_JOB += ["--dropout", "0.1"]
@@ -76,6 +83,7 @@ class SlurmCluster:
         self.conf = root / "slurm.conf"
         self.daemons: list[subprocess.Popen] = []
         self.jobs: list[str] = []
+        self.job_id_block: int | None = None
 
     def env(self, **extra: str) -> dict[str, str]:
         return {**os.environ, "SLURM_CONF": str(self.conf), **extra}
@@ -96,8 +104,10 @@ class SlurmCluster:
             (self.root / "spool" / node).mkdir(mode=0o700)
             (self.root / "tmp" / node).mkdir(mode=0o1777)
         nodes = "\n".join(f"NodeName={n} NodeAddr={a} CPUs=2 State=UNKNOWN" for n, a in self.nodes.items())
+        self.job_id_block = JOB_ID_BLOCKS.take()
         self.conf.write_text(
             SLURM_CONF.format(
+                first_job_id=(self.job_id_block + 1) * JOB_ID_BLOCK,
                 host=self.host,
                 ctld_addr=self.ctld_addr,
                 dir=self.root,
@@ -186,7 +196,8 @@ class SlurmCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             fields = self.fields(job_id)
-            # ... and once the first attempt's step daemons are gone (a new step 0 of the same job collides).
+            # ... and once the first attempt's step daemons are gone (a new step 0 of the same job collides). The
+            # job id is this cluster's own (JOB_ID_BLOCKS): no other test run's step daemon has it.
             steps = subprocess.run(["pgrep", "-f", f"slurmstepd: \\[{job_id}\\."], capture_output=True).stdout
             if fields.get("JobState") == "PENDING" and fields.get("Restarts") == "1" and not steps:
                 # slurmd revoked the first run's credential at a time in whole seconds and refuses a
@@ -209,6 +220,9 @@ class SlurmCluster:
                 except subprocess.TimeoutExpired:
                     os.killpg(daemon.pid, signal.SIGKILL)
                     daemon.wait(timeout=10)
+        if self.job_id_block is not None:
+            JOB_ID_BLOCKS.give_back(self.job_id_block)
+            self.job_id_block = None
 
 
 def require_slurm() -> None:

@@ -20,15 +20,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.docker import podman_tools
+from support.docker import podman_tools, untag_session_image
 from support.jobs import BIN, REPO, assert_ok, read_results
 from support.launch import LAUNCH_JOB, effective_command, ensure_commands, rank_map
+from support.machine import SESSION
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 SCRIPT = REPO / "scripts" / "podman_build.sh"
-TAG = "localhost/horovod-train:cpu"
-PREFIX = "hvttest"
+# This session's own image name and containers: another test run on the machine builds, tags and removes its own.
+IMAGE = f"localhost/horovod-train-test-{SESSION}"
+TAG = f"{IMAGE}:cpu"
+PREFIX = f"hvttest-{SESSION}"
 SSH_PORT = 2222
 HOSTS = "nodea:1,nodeb:1"
 # The ranks' environment (podman exec -e); the launchers forward it to the rank on the other container.
@@ -39,7 +42,7 @@ PODMAN_ENV: dict[str, str] = {}
 
 
 def script(*args: str, timeout: float) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HVT_PYTHON": str(BIN / "python"), **PODMAN_ENV}
+    env = {**os.environ, "HVT_PYTHON": str(BIN / "python"), "HVT_IMAGE": IMAGE, **PODMAN_ENV}
     return subprocess.run([str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -48,7 +51,7 @@ def podman(*args: str, timeout: float) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def image() -> str:
+def image() -> Iterator[str]:
     if os.geteuid() != 0:
         pytest.skip("building with podman and creating container networks needs root here")
     ensure_commands(podman_tools())
@@ -56,11 +59,14 @@ def image() -> str:
     assert_ok(conf)
     PODMAN_ENV.update(os.environ, CONTAINERS_CONF=conf.stdout.strip().splitlines()[-1])
     start = time.monotonic()
-    proc = script("build", "--seed-horovod-wheel", timeout=1500)  # tags :cpu and :VERSION-cpu
-    TIMES["build"] = time.monotonic() - start
-    assert_ok(proc)
-    print(f"\n[podman build: {TIMES['build']:.1f} s]")
-    return TAG
+    try:
+        proc = script("build", "--seed-horovod-wheel", timeout=1500)  # tags :cpu and :VERSION-cpu
+        TIMES["build"] = time.monotonic() - start
+        assert_ok(proc)
+        print(f"\n[podman build: {TIMES['build']:.1f} s]")
+        yield TAG
+    finally:
+        untag_session_image(IMAGE, PODMAN_ENV)
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +89,7 @@ def containers(image, tmp_path_factory) -> Iterator[Path]:
         assert_ok(proc)
         yield out
     finally:
-        subprocess.run(
-            ["podman", "rm", "-f", "-t", "0", f"{PREFIX}-a", f"{PREFIX}-b"], capture_output=True, timeout=120
-        )
-        subprocess.run(["podman", "network", "rm", "-f", f"{PREFIX}-net"], capture_output=True, timeout=60)
+        script("down", "--prefix", PREFIX, timeout=180)  # this session's containers, network and keys alone
 
 
 def on_a(*cmd: str, env: dict[str, str] | None = None, timeout: float = 480) -> subprocess.CompletedProcess:

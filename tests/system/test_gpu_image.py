@@ -17,16 +17,18 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Iterator
 
 import pytest
-from support.docker import PODMAN_BUILD, podman_env, podman_tools
+from support.docker import PODMAN_BUILD, podman_env, podman_tools, untag_session_image
 from support.jobs import BIN, assert_ok, read_results
 from support.launch import LAUNCH_JOB, ensure_commands
+from support.machine import SESSION
 from support.nccl import have_nvcc, run_nccl_build
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
-IMAGE = "localhost/horovod-train"
+IMAGE = f"localhost/horovod-train-test-{SESSION}"  # this session's own name: another test run tags its own
 TAG = f"{IMAGE}:gpu"
 LISTED = ("[X] PyTorch", "[X] MPI", "[X] Gloo", "[X] NCCL")
 RANK_ENV = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -42,21 +44,26 @@ def in_image(*cmd: str, volumes: tuple[str, ...] = (), timeout: float = 300) -> 
 
 
 @pytest.fixture(scope="module")
-def image() -> str:
+def image() -> Iterator[str]:
     if os.geteuid() != 0:
         pytest.fail("building with podman needs root here: run `make test` as root")
     ensure_commands(podman_tools())
-    ENV.update(podman_env(BIN / "python"))
+    ENV.update(podman_env(BIN / "python"), HVT_IMAGE=IMAGE)
     if have_nvcc():  # else the build compiles Horovod itself (about 30 min)
         assert_ok(run_nccl_build())
     start = time.monotonic()
-    proc = subprocess.run([str(PODMAN_BUILD), "build", "--variant", "gpu", "--seed-horovod-wheel"], env=ENV,
-                          capture_output=True, text=True, timeout=3300)  # fmt: skip
-    assert_ok(proc)
-    size = subprocess.run(["podman", "image", "inspect", "--format", "{{.Size}}", TAG], env=ENV, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
-    print(f"\n[podman build --variant gpu: {time.monotonic() - start:.1f} s, image {int(size.stdout) / 1e9:.2f} GB]")
-    return TAG
+    try:
+        proc = subprocess.run([str(PODMAN_BUILD), "build", "--variant", "gpu", "--seed-horovod-wheel"], env=ENV,
+                              capture_output=True, text=True, timeout=3300)  # fmt: skip
+        assert_ok(proc)
+        size = subprocess.run(["podman", "image", "inspect", "--format", "{{.Size}}", TAG], env=ENV,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        print(
+            f"\n[podman build --variant gpu: {time.monotonic() - start:.1f} s, image {int(size.stdout) / 1e9:.2f} GB]"
+        )
+        yield TAG
+    finally:
+        untag_session_image(IMAGE, ENV)
 
 
 def test_image_is_tagged_with_the_package_version(image) -> None:

@@ -27,6 +27,7 @@ from support.launch import (
     require_netns,
     sh,
 )
+from support.machine import SESSION
 
 pytestmark = pytest.mark.slow
 
@@ -37,9 +38,8 @@ HOSTS = {"hostA": "10.77.0.1", "hostB": "10.77.0.2"}
 class TwoHosts:
     def __init__(self, root: Path) -> None:
         self.root = root
-        tag = os.getpid() % 100000
-        self.netns = {"hostA": f"hvt{tag}a", "hostB": f"hvt{tag}b"}
-        self.veth = (f"hvtv{tag}a", f"hvtv{tag}b")
+        self.netns = {"hostA": f"hvt{SESSION}a", "hostB": f"hvt{SESSION}b"}
+        self.veth = (f"hvtv{SESSION}a", f"hvtv{SESSION}b")
         self.key = root / "id_ed25519"
         self.sshd: dict[str, subprocess.Popen] = {}
         self.etc_created = not Path("/etc/netns").exists()

@@ -118,12 +118,21 @@ def test_a_run_that_finishes_while_the_warning_signal_is_handled_is_not_requeued
     """The warning signal can arrive during the final evaluation: the ranks finish (exit 0) and the job is
     done. It used to requeue itself whenever the signal had arrived."""
     marker = tmp_path / "launcher-started"
+    launcher = tmp_path / "launcher.sh"
+    # A launcher whose ranks are past their last step: it ends with 0 once the batch shell has the signal (its trap
+    # says so in the job's output), whenever that is.
+    launcher.write_text(
+        f"touch {marker}\n"
+        "for _ in $(seq 1200); do\n"
+        f'    grep -q "batch shell got SIGUSR1" {tmp_path}/job-$SLURM_JOB_ID.out && exit 0\n'
+        "    sleep 0.1\n"
+        "done\n"
+        "echo 'the batch shell got no SIGUSR1 within 120 s' >&2\n"
+        "exit 1\n"
+    )
     script = tmp_path / "finishes.sbatch"
     script.write_text(
-        "#!/usr/bin/env bash\nset -euo pipefail\n"
-        f"source {REPO}/launch/slurm/common.sh\n"
-        # A launcher whose ranks are past their last step: it ends with 0 a few seconds after the signal.
-        f"hvt_slurm_run bash -c 'touch {marker}; sleep 6; exit 0'\n"
+        f"#!/usr/bin/env bash\nset -euo pipefail\nsource {REPO}/launch/slurm/common.sh\nhvt_slurm_run bash {launcher}\n"
     )
     proc = subprocess.run(
         ["sbatch", "--requeue", "--ntasks=1", f"--output={tmp_path}/job-%j.out", f"--chdir={tmp_path}", str(script)],

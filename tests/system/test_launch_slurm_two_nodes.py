@@ -1,12 +1,12 @@
 """A real two-node SLURM cluster on one machine: slurmctld (and munged, one key) here, and two slurmd daemons as
-nodes nodeA (10.78.0.1) and nodeB (10.78.0.2), each in its own network namespace (a veth on a bridge that
-holds the controller's 10.78.0.254), UTS namespace (its hostname) and PID namespace (its own process table),
+nodes nodeA (10.78.N.1) and nodeB (10.78.N.2), each in its own network namespace (a veth on a bridge that
+holds the controller's 10.78.N.254; N: a /24 no other test run on the machine has), UTS namespace (its hostname) and
+PID namespace (its own process table),
 with its own NodeName/NodeAddr, spool directory, log and pid file. The launch/slurm jobs are submitted with
 `-N 2 --ntasks-per-node 1`: one rank on each node."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import time
@@ -17,6 +17,7 @@ import pytest
 from support import launch as net  # the namespaces that make the nodes
 from support.jobs import BIN
 from support.launch import LAUNCH_JOB, free_port, launch_env, rank_map
+from support.machine import SESSION, machine_lock
 from support.slurm import (
     STOP_JOB,
     SlurmCluster,
@@ -30,18 +31,16 @@ from support.slurm import (
 
 pytestmark = pytest.mark.slow
 
-NODES = {"nodeA": "10.78.0.1", "nodeB": "10.78.0.2"}
-CONTROLLER = "10.78.0.254"
+NODES = ("nodeA", "nodeB")
 
 
 class TwoNodes(SlurmCluster):
-    """The cluster of slurm_support, each slurmd started inside its node's namespaces."""
+    """The cluster of slurm_support, each slurmd started inside its node's namespaces; addresses chosen at start."""
 
     def __init__(self, root: Path) -> None:
-        super().__init__(root, nodes=NODES, ctld_addr=CONTROLLER)
-        tag = os.getpid() % 100000
-        self.netns = {node: f"hvts{tag}{node[-1].lower()}" for node in NODES}
-        self.bridge = f"hvtbr{tag}"
+        super().__init__(root, nodes=dict.fromkeys(NODES, ""))
+        self.netns = {node: f"hvts{SESSION}{node[-1].lower()}" for node in NODES}
+        self.bridge = f"hvtbr{SESSION}"
         self.etc_created = not Path("/etc/netns").exists()
         self.links: list[str] = []
 
@@ -49,11 +48,15 @@ class TwoNodes(SlurmCluster):
         return net.on_host(self.netns[node], node, super().slurmd_command(node), own_pids=True)
 
     def start(self) -> None:
-        net.sh("ip", "link", "add", self.bridge, "type", "bridge")
-        self.links.append(self.bridge)
-        net.sh("ip", "addr", "add", f"{CONTROLLER}/24", "dev", self.bridge)
+        with machine_lock("subnets"):  # until the bridge has its address: then other test runs see the subnet taken
+            subnet = net.free_subnet("10.78")
+            self.nodes = {node: f"{subnet}.{n}" for n, node in enumerate(NODES, start=1)}
+            self.ctld_addr = f"{subnet}.254"
+            net.sh("ip", "link", "add", self.bridge, "type", "bridge")
+            self.links.append(self.bridge)
+            net.sh("ip", "addr", "add", f"{self.ctld_addr}/24", "dev", self.bridge)
         net.sh("ip", "link", "set", self.bridge, "up")
-        names = {**NODES, self.host: CONTROLLER}
+        names = {**self.nodes, self.host: self.ctld_addr}
         for node, ns in self.netns.items():
             net.sh("ip", "netns", "add", ns)
             outside, inside = f"{ns}o", f"{ns}i"
@@ -61,7 +64,7 @@ class TwoNodes(SlurmCluster):
             self.links.append(outside)
             net.sh("ip", "link", "set", outside, "master", self.bridge)
             net.sh("ip", "link", "set", outside, "up")
-            net.netns_host(ns, inside, NODES[node], names)
+            net.netns_host(ns, inside, self.nodes[node], names)
         super().start()
 
     def stop(self) -> None:
@@ -110,7 +113,7 @@ def test_job_runs_one_rank_on_each_node(cluster, tmp_path, cache_dir, job, engin
     assert "[slurm] job" in output and "2 node(s) (nodeA,nodeB), 1 task(s) per node" in output, output[-3000:]
     assert command in output, output[-3000:]
     if job == "ddp_torchrun":
-        assert f"--rdzv_backend c10d --rdzv_endpoint {NODES['nodeA']}:" in output
+        assert f"--rdzv_backend c10d --rdzv_endpoint {cluster.nodes['nodeA']}:" in output
     results = check_training(out, engine)
     if engine == "horovod":
         assert results["controller"] == "mpi", results

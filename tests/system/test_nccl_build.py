@@ -33,8 +33,9 @@ def test_horovod_builds_with_nccl_against_cuda_torch_without_a_gpu():
         pytest.skip("needs nvcc (the CUDA 13 toolkit) on PATH to compile Horovod's NCCL build; there is none")
     proc = run_nccl_build()
     assert proc.returncode == 0, output(proc)
-    for item in LISTED:
-        assert item in proc.stdout, output(proc)
+    # --check-build's banner where this run built or installed Horovod; on a warm machine one line naming it.
+    warm = "(PyTorch, Gloo, MPI, NCCL) already installed for" in proc.stdout
+    assert warm or all(item in proc.stdout for item in LISTED), output(proc)
     found = re.search(r"^\[nccl-build\] python: (\S+)$", proc.stdout, re.MULTILINE)
     assert found, output(proc)
     python = Path(found.group(1))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -65,6 +66,37 @@ def test_no_compiler_names_the_package(only_tools, capsys) -> None:
     only_tools("cmake")
     line = usage_error(capsys, ["build-horovod", "--dry-run"])
     assert "no C++ compiler" in line and "apt-get install g++" in line
+
+
+def test_a_dry_run_without_the_compiler_prints_the_plan_marking_it(only_tools, capsys) -> None:
+    """--dry-run --force with no compiler: the whole plan (the cache key too) with its compiler line saying what is
+    missing and how to get it, then the one error line a real run gives (exit 2: the build would fail now)."""
+    only_tools("cmake")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["build-horovod", "--dry-run", "--force"])
+    out, err = capsys.readouterr()
+    assert exited.value.code == 2
+    key = make_plan(running_target(), Options(dry_run=True)).key
+    missing = "no C++ compiler: c++, g++ or clang++ is not on PATH"
+    assert f"compiler:   MISSING: {missing} (fix: apt-get install g++" in out, out
+    assert f"cache key:  {key}" in out and "next:       build (--force)" in out, out
+    (line,) = err.splitlines()
+    assert line.startswith(f"error: {missing}; fix: "), line
+
+
+def test_cxx_with_flags_is_found_by_its_first_word(only_tools, tmp_path, monkeypatch) -> None:
+    """CXX is a command line (CMake reads flags from it too): 'g++ -O2' is g++ on PATH, its flags kept for the build."""
+    path = only_tools("g++", "cmake")
+    monkeypatch.setattr(toolchain, "check_build_modules", lambda: None)  # setuptools and wheel: not what this checks
+    target = target_in(tmp_path / "venv" / "bin")
+    monkeypatch.setenv("CXX", "g++ -O2")
+    plan = with_build_tools(make_plan(target, Options(dry_run=True)))
+    assert plan.compiler == f"{path / 'g++'} -O2"
+    assert build.build_env(plan, Options())["CXX"] == plan.compiler
+    monkeypatch.setenv("CXX", "g++-404 -O2")
+    with pytest.raises(UsageError) as error:
+        with_build_tools(make_plan(target, Options(dry_run=True)))
+    assert "g++-404 (CXX=g++-404 -O2) is not on PATH" in error.value.problem and "unset CXX" in error.value.fix
 
 
 def test_no_cmake_names_pip_cmake(only_tools, tmp_path) -> None:
@@ -210,6 +242,33 @@ def test_a_cached_wheel_that_changed_is_refused(tmp_path) -> None:
     cached.write_bytes(b"something else")
     with pytest.raises(UsageError, match="does not match the SHA256SUMS"):
         install.verify_digest(cached)
+
+
+def test_a_build_of_the_same_key_running_elsewhere_is_waited_for_and_its_wheel_installed(tmp_path, monkeypatch, capsys):
+    """Two checkouts' `make setup` at once on a new machine: the second waits while the first builds, then installs
+    the first's wheel; it used to build too, both writing the same cache files."""
+    monkeypatch.setenv("HOROVOD_WHEEL_CACHE", str(tmp_path / "wheel-cache"))
+    monkeypatch.setattr(install, "already_installed", lambda plan: False)
+    built, installed = [], []
+    monkeypatch.setattr(build, "build_wheel", lambda plan, options: built.append(plan.key))  # never reached
+    monkeypatch.setattr(install, "install_wheel", lambda plan, wheel: installed.append(wheel))
+    monkeypatch.setattr(install, "check_build", lambda plan: None)
+    plan = make_plan(running_target(), Options())
+    with build.cache_lock(plan):  # the other checkout's build, in progress
+        second = threading.Thread(target=cli.main, args=(["build-horovod"],))
+        second.start()
+        said, deadline = "", time.monotonic() + 60  # until it waits for this build, or (unlocked) ended, having
+        while "waiting for another build-horovod" not in said and second.is_alive():  # found nothing cached
+            assert time.monotonic() < deadline, said
+            said += capsys.readouterr().out
+            time.sleep(0.05)
+        wheel = tmp_path / "built" / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+        wheel.parent.mkdir()
+        wheel.write_bytes(b"the wheel the other build made")
+        build.store_wheel(wheel, plan.wheel_dir)
+    second.join(timeout=60)
+    assert not second.is_alive() and built == [], built
+    assert installed == [plan.wheel_dir / wheel.name], installed
 
 
 def package_imports(module: str) -> tuple[set[str], set[str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from support.checkpoints import SAVED
 from support.jobs import SMALL_JOB
 
 from horovod_train import checkpoint as ckpt
+from horovod_train import lora
 from horovod_train.errors import UsageError
 
 pytestmark = pytest.mark.slow
@@ -32,6 +34,17 @@ def test_a_checkpoint_from_before_the_data_checks_resumes_with_a_warning():
     ]
     with pytest.raises(UsageError, match="vocab_size"):  # what old checkpoints recorded is still checked
         SAVED.check({**old, "vocab_size": 299}, Path("out/checkpoint-6"), warn=warnings.append)
+
+
+def test_a_tokenizer_digest_of_the_earlier_form_resumes_with_a_warning():
+    """Checkpoints of before issue 34 know their tokenizer by class and vocabulary alone: not comparable with
+    today's digest, so not checked (a warning), where a mismatch of today's form is refused."""
+    ours = dataclasses.replace(SAVED, tokenizer="tokenizer-v2:0a1b")
+    warnings: list[str] = []
+    ours.check({**dataclasses.asdict(SAVED), "tokenizer": "7c3f9e"}, Path("out/checkpoint-6"), warn=warnings.append)
+    assert warnings == ["warning: checkpoint out/checkpoint-6 predates the checks of tokenizer: resuming without them"]
+    with pytest.raises(UsageError, match="saved with tokenizer='tokenizer-v2:0a1c' but this run has"):
+        ours.check({**dataclasses.asdict(SAVED), "tokenizer": "tokenizer-v2:0a1c"}, Path("c"), warn=warnings.append)
 
 
 def synthetic_csv(path: Path, seed: int) -> Path:
@@ -91,3 +104,65 @@ def test_resume_on_other_data_with_the_same_tokenizer_is_refused(tmp_path, in_pr
     assert "saved with seed=42 but this run has seed=7" in line, line
     line = refused_line(capsys, out, *same, "--train_file", str(tmp_path / "a.csv"), "--group_by_length")
     assert "saved with group_by_length=False but this run has group_by_length=True" in line, line
+
+
+LORA = ["--use_peft", "--lora_r", "4"]
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory, cache_dir) -> Path:
+    """A LoRA run with peft's defaults for BERT (alpha 16, dropout 0.05, query and value), checkpoints 2 and 4."""
+    out = tmp_path_factory.mktemp("lora") / "run"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOROVOD_TRAIN_CACHE", str(cache_dir))
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        assert train_in_process(*LORA, "--output_dir", str(out)) == 0
+    return out
+
+
+@pytest.mark.parametrize(
+    ("changed", "expected"),
+    [
+        (["--lora_r", "8"], "saved with lora_r=4 but this run has lora_r=8; fix: resume with --lora_r 4 as"),
+        (
+            ["--lora_target_modules", "query,key"],
+            "saved with lora_target_modules=['query', 'value'] but this run has lora_target_modules=['key', 'query']; "
+            "fix: resume with --lora_target_modules query,value as",
+        ),
+        (
+            ["--lora_alpha", "32"],
+            "saved with lora_alpha=16 but this run has lora_alpha=32; fix: resume with --lora_alpha 16",
+        ),
+        (["--lora_dropout", "0.1"], "saved with lora_dropout=0.05 but this run has lora_dropout=0.1; fix: resume with"),
+    ],
+)
+def test_a_lora_resume_with_other_lora_settings_is_refused(lora_run, in_process, capsys, changed, expected):
+    """Another --lora_r or --lora_target_modules ended in a size-mismatch traceback; another --lora_alpha or
+    --lora_dropout resumed silently, its adapters computing otherwise than they were trained to."""
+    line = refused_line(capsys, lora_run, *LORA, *changed)
+    assert line.startswith("error: checkpoint") and expected in line, line
+
+
+def test_a_lora_checkpoint_resumed_without_use_peft_is_refused_and_peft_defaults_may_be_named(
+    lora_run, tmp_path, in_process, capsys
+):
+    out = tmp_path / "run"
+    shutil.copytree(lora_run, out)
+    line = refused_line(capsys, out)
+    assert "saved with use_peft=True but this run has use_peft=False; fix: resume with --use_peft as" in line, line
+    # peft's default target modules for BERT, named (in another order): the same model, resumed.
+    resumed = ["--resume_from_checkpoint", str(out / "checkpoint-2"), "--lora_target_modules", "value,query"]
+    assert train_in_process(*LORA, *resumed, "--output_dir", str(out)) == 0
+    assert "resumed from step 2" in capsys.readouterr().out
+
+
+def test_a_lora_checkpoint_from_before_the_lora_checks_resumes_with_a_warning():
+    saved = dataclasses.replace(SAVED, architecture="PeftModelForSequenceClassification", use_peft=True, lora_r=4,
+                                lora_alpha=16, lora_dropout=0.05, lora_target_modules=["query", "value"])  # fmt: skip
+    old = {k: v for k, v in dataclasses.asdict(saved).items() if k not in lora.FLAGS}
+    warnings: list[str] = []
+    saved.check(old, Path("out/checkpoint-6"), warn=warnings.append)
+    assert warnings == [
+        "warning: checkpoint out/checkpoint-6 predates the checks of use_peft, lora_r, lora_alpha, lora_dropout, "
+        "lora_target_modules: resuming without them"
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from horovod_train.cli import main
+from horovod_train.run_directory import record
 
 
 @pytest.mark.parametrize(
@@ -27,7 +28,8 @@ def test_bad_input_is_one_line_and_writes_nothing(args, message, tmp_path, capsy
 
 def test_an_earlier_compare_is_not_overwritten_silently(tmp_path, capsys):
     (tmp_path / "compare.json").write_text("{}")
+    record(tmp_path, "compare.json")  # an earlier compare's, by its ledger
     with pytest.raises(SystemExit):
         main(["compare", "--output_dir", str(tmp_path)])
-    assert "already holds files" in capsys.readouterr().err
+    assert "already holds files of an earlier run" in capsys.readouterr().err
     assert (tmp_path / "compare.json").read_text() == "{}"

@@ -287,6 +287,20 @@ def test_max_seq_length_is_capped_at_the_models_positions_with_a_warning():
     assert config.data.max_seq_length == 200 and len(warnings) == 1
 
 
+@pytest.mark.parametrize(("family", "usable"), [("RobertaConfig", 38), ("XLMRobertaConfig", 38), ("BertConfig", 40)])
+def test_max_seq_length_is_capped_at_the_positions_a_roberta_can_use(tmp_path, family, usable):
+    """RoBERTa's positions count from pad_token_id + 1: of 40 position embeddings (pad_token_id 1, its default)
+    a sequence uses at most 38; 40 indexed past the table (IndexError in the embedding). BERT uses all 40."""
+    import transformers
+
+    getattr(transformers, family)(max_position_embeddings=40).save_pretrained(tmp_path)
+    config = parse_run_config(["--model_name_or_path", str(tmp_path), "--max_seq_length", "40"])
+    warnings: list[str] = []
+    domains.fit_max_seq_length(config, warnings.append)
+    assert config.data.max_seq_length == usable and len(warnings) == (usable < 40)
+    assert all("\n" not in w and f"using --max_seq_length {usable}" in w for w in warnings), warnings
+
+
 # ---- bench ------------------------------------------------------------------------------------------------------
 TRAIN_DESTS = set(FIELDS) | {"config", "debug", "engines", "help"}  # `bench train` takes train's arguments
 TAKES_TRAIN_ARGS = ("train", "trace")

@@ -20,7 +20,7 @@ SHELL_SCRIPTS = sorted(
 
 
 def test_launch_scripts_are_executable() -> None:
-    sourced = {"launch/lib.sh", "launch/slurm/common.sh"}
+    sourced = {"launch/lib.sh", "launch/ranks.sh", "launch/slurm/common.sh"}
     not_executable = [name for name in SHELL_SCRIPTS if name not in sourced and not os.access(REPO / name, os.X_OK)]
     assert not not_executable
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -69,6 +70,24 @@ def test_hierarchical_beats_a_flat_ring_only_when_the_network_is_the_slower_link
     )
 
 
+def test_a_step_with_and_without_overlap_matches_the_hand_computed_case():
+    """4 gradients of 10 MB, backward the last 0.5 s of a 1 s step: ready at 0.125, 0.25, 0.375 and 0.5 s; 2 ranks
+    on a 1 GB/s link without latency: an all-reduce of S bytes takes 2(2-1)/2 x S / 1e9 = S / 1e9 s.
+    Horovod, 0.25 s cycles: 20 MB at 0.25 s (till 0.27), 20 MB at 0.5 s (till 0.52): 0.02 s exposed.
+    DDP, 25 MiB buckets (26,214,400 bytes, closed once reached): 30 MB at 0.375 s (till 0.405), 10 MB at 0.5 s
+    (till 0.51): 0.01 s exposed. Without overlap both send 40 MB from 0.5 s: 0.04 s exposed."""
+    work = Workload("hand", (10_000_000,) * 4, compute=1.0, batch=8, backward_fraction=0.5)
+    cluster = Cluster(8, Link(1e9, 0.0), Link(1e9, 0.0))
+    cases = [
+        (Setting("horovod", "horovod", 128 * MB, cycle_time=0.25), 0.02),
+        (Setting("ddp", "ddp", 25 * MB), 0.01),
+    ]
+    for setting, exposed in cases:
+        for overlap, expected in ((True, exposed), (False, 0.04)):
+            times = project.step(work, replace(setting, overlap=overlap), 2, cluster)
+            assert times == pytest.approx({"buckets": 2, "comm": 0.04, "exposed": expected, "step": 1 + expected})
+
+
 def test_overlap_hides_communication_and_exposes_at_most_all_of_it():
     work = workload("bert-base-cased", compute=0.3)
     for setting in SETTINGS:
@@ -88,18 +107,58 @@ def test_cnn_layer_lists_match_the_published_parameter_counts():
     assert len(layers.vgg16()) == 32 and len(list(layers.inception_v3_convs())) == 94
 
 
-def test_link_fit_recovers_latency_and_bandwidth(tmp_path):
-    link, n = Link(2.5e9, 40e-6), 2
-    rows = [
-        {"kind": "tensor", "world_size": n, "bytes": b, "time_us": 1e6 * project.ring_allreduce_time(b, n, link)}
-        for b in (4096, 65536, 2**20, 2**24)
-    ]
-    path = tmp_path / "allreduce.json"
+def tensor_row(nbytes: int, time_us: float, world_size: int = 2) -> dict:
+    return {"kind": "tensor", "world_size": world_size, "bytes": nbytes, "time_us": time_us}
+
+
+def allreduce_json(path: Path, rows: list) -> Path:
     path.write_text(json.dumps({"rows": rows}))
-    fitted, world = project.fit_link(path)
-    assert world == 2
-    assert fitted.bandwidth == pytest.approx(link.bandwidth, rel=1e-6)
-    assert fitted.latency == pytest.approx(link.latency, rel=1e-6)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("n", "microseconds"),
+    [  # a link of 2.5 GB/s and 40 us a step: 2(n-1) x 40 us + 2(n-1)/n x bytes / 2.5e9 s, by hand
+        (2, lambda nbytes: 80 + nbytes / 2500),
+        (4, lambda nbytes: 240 + 1.5 * nbytes / 2500),
+    ],
+)
+def test_link_fit_recovers_latency_and_bandwidth(tmp_path, n, microseconds):
+    rows = [tensor_row(b, microseconds(b), n) for b in (4096, 65536, 2**20, 2**24)]
+    rows.append(tensor_row(65536, microseconds(65536) + 50, n))  # a slower framework at one size: not the link's
+    fitted, world = project.fit_link(allreduce_json(tmp_path / "allreduce.json", rows))
+    assert world == n
+    assert fitted.bandwidth == pytest.approx(2.5e9, rel=1e-6)
+    assert fitted.latency == pytest.approx(40e-6, rel=1e-6)
+
+
+LINK_BAD = {
+    "one rank": ([tensor_row(4096, 10, 1), tensor_row(8192, 20, 1)], "was measured on 1 rank"),
+    "one message size": ([tensor_row(4096, 10), tensor_row(4096, 12)], "times one message size (4KB)"),
+    "larger is faster": (
+        [tensor_row(4096, 30), tensor_row(8192, 20), tensor_row(16384, 10)],
+        "would be negative",
+    ),
+    "flat times": ([tensor_row(4096, 30), tensor_row(8192, 30)], "would be infinite"),
+    "no time_us": ([tensor_row(4096, 10), {"kind": "tensor", "world_size": 2, "bytes": 8192}], "has time_us None"),
+    "no world_size": ([{"kind": "tensor", "bytes": 4096, "time_us": 10}], "row 1 has world_size None"),
+    "text bytes": ([tensor_row("4KB", 10)], "row 1 has bytes '4KB'"),
+    "several world sizes": ([tensor_row(4096, 10, 2), tensor_row(8192, 20, 4)], "mixes rows of 2 and 4 ranks"),
+    "a row that is not an object": ([7, tensor_row(4096, 10)], "times one message size"),
+}
+
+
+@pytest.mark.parametrize("case", LINK_BAD)
+def test_link_from_refuses_what_it_cannot_fit_in_one_line(tmp_path, capsys, case):
+    rows, message = LINK_BAD[case]
+    path, out = allreduce_json(tmp_path / "allreduce.json", rows), tmp_path / "never"
+    args = ["--model", "resnet-50", "--samples_per_second_1gpu", "400", "--link_from", str(path)]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "project", *args, "--output_dir", str(out)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and "; fix: " in err[0], err
+    assert not out.exists()
 
 
 def test_published_horovod_runs_are_predicted_in_the_papers_order():
