@@ -9,7 +9,9 @@ dataclass's ``_argument_group_name`` is its section of ``--help``. On top of tha
   ``EXPLICIT_NONE``, which does override a config file;
 - a ``Literal``'s values are listed in ``--help`` and checked by the field's domain (domains.py), which
   refuses a command-line value and a config file's in the same words;
-- an error is one line (``UsageError``, exit 2), not argparse's usage dump.
+- an error is one line (``UsageError``, exit 2), not argparse's usage dump; an unknown flag's names the
+  help of the (sub)command it was given to, and what to pass instead (``unknown_arguments_fix``);
+- a help text that says its own default (``default: ...``) gets no second one.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import difflib
+import re
 from collections.abc import Iterable
 from types import NoneType
 from typing import Any, Literal, get_args, get_origin, get_type_hints
@@ -26,6 +30,10 @@ from transformers import HfArgumentParser
 from horovod_train.errors import UsageError
 
 TRUE_VALUES, FALSE_VALUES = ("yes", "true", "t", "y", "1"), ("no", "false", "f", "n", "0")  # string_to_bool's
+
+
+# A help text that describes its default itself ("(default: the task's)"), where the field's value would mislead.
+SAYS_ITS_DEFAULT = re.compile(r"\(default: ")
 
 
 class _ExplicitNone:
@@ -91,7 +99,9 @@ def _adjusted(f: dataclasses.Field, field_type: FieldType, kwargs: dict[str, Any
     if field_type.kind in kinds and "choices" not in kwargs:
         kwargs.setdefault("metavar", kinds[field_type.kind])
     help_text = kwargs.get("help") or ""
-    kwargs["help"] = f"{help_text} (default: {shown_default})".strip().replace("%", "%%")
+    if not SAYS_ITS_DEFAULT.search(help_text):
+        help_text = f"{help_text} (default: {shown_default})".strip()
+    kwargs["help"] = help_text.replace("%", "%%")
     return kwargs
 
 
@@ -136,6 +146,84 @@ class ArgumentParser(HfArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message, f"see `{self.prog} --help`")
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """argparse's, but the flags no parser knew are refused by the (sub)command they were given to."""
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            command = chosen_command(self, parsed)
+            raise UsageError(f"unrecognized arguments: {' '.join(unknown)}", unknown_arguments_fix(unknown, command))
+        return parsed
+
+
+def chosen_command(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost subcommand's parser that ``parsed`` went through (``parser`` itself if it has none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and getattr(parsed, action.dest, None) in action.choices:
+            return chosen_command(action.choices[getattr(parsed, action.dest)], parsed)
+    return parser
+
+
+# The names users bring from transformers' Trainer, accelerate and torch.distributed.launch that this project
+# spells otherwise or does not take: name -> {the value given (None: any other) -> what to do here}.
+FOREIGN_NAMES: dict[str, dict[str | None, str]] = {
+    "mixed_precision": {
+        "bf16": "did you mean --bf16?",
+        "fp16": "did you mean --fp16?",
+        "no": "drop it: fp32 is the default.",
+        None: "this project has --bf16 and --fp16 (fp32 is the default).",
+    },
+    "fp32": {None: "drop it: fp32 is the default (--bf16 or --fp16 for mixed precision)."},
+    "evaluation_strategy": {None: "did you mean --eval_strategy?"},
+    "logging_dir": {None: "did you mean --report_to tensorboard? Its event files go to <output_dir>/runs/<run_name>."},
+    "logging_strategy": {None: "did you mean --logging_steps N? This project logs every N steps."},
+    "per_gpu_train_batch_size": {None: "did you mean --per_device_train_batch_size?"},
+    "per_gpu_eval_batch_size": {None: "did you mean --per_device_eval_batch_size?"},
+    "num_processes": {None: "give the launcher the process count (horovodrun -np N, torchrun --nproc_per_node N)."},
+    "local_rank": {None: "drop it: torchrun, horovodrun and mpirun give each rank its local rank."},
+}
+
+
+def flags_and_values(unknown: list[str]) -> list[tuple[str, str | None]]:
+    """(flag, its value or None) for each flag among argparse's unrecognized arguments, in their order."""
+    found: list[tuple[str, str | None]] = []
+    for token in unknown:
+        if token.startswith("-"):
+            flag, _, value = token.partition("=")
+            found.append((flag, value or None))
+        elif found and found[-1][1] is None:
+            found[-1] = (found[-1][0], token)
+    return found
+
+
+def unknown_name_hint(flag: str, value: str | None, known: Iterable[str]) -> str | None:
+    """What to pass instead of ``flag``: the table's entry for its name, else the closest known flag."""
+    name = flag.lstrip("-").replace("-", "_")
+    if name in FOREIGN_NAMES:
+        return FOREIGN_NAMES[name].get(value or "", FOREIGN_NAMES[name][None])
+    close = difflib.get_close_matches(f"--{name}", list(known), n=1, cutoff=0.75)
+    return f"did you mean {close[0]}?" if close else None
+
+
+def option_names(parser: argparse.ArgumentParser) -> list[str]:
+    """The parser's long options as --help shows them (HfArgumentParser's dashed aliases left out)."""
+    return [name for name in parser._option_string_actions if name.startswith("--") and "-" not in name[2:]]
+
+
+def unknown_arguments_fix(unknown: list[str], parser: argparse.ArgumentParser) -> str:
+    return unknown_names_fix(flags_and_values(unknown), option_names(parser), parser.prog)
+
+
+def unknown_names_fix(given: list[tuple[str, str | None]], known: list[str], command: str) -> str:
+    """``for --mixed_precision, did you mean --bf16? See `horovod-train train --help```: a sentence per name
+    (a flag, or a config file's key, with its value) that has a hint, then the command's help."""
+    sentences = []
+    for name, value in given:
+        hint = unknown_name_hint(name, value, known)
+        if hint:
+            sentences.append(f"for {name}, {hint}")
+    sentences.append(f"see `{command} --help`")
+    return " ".join([sentences[0], *(s[0].upper() + s[1:] for s in sentences[1:])])
 
 
 def given(namespace: argparse.Namespace, dtype: type) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from horovod_train.console import write_line
 from horovod_train.domains import fit_max_seq_length
 from horovod_train.errors import UsageError, exit_with
 from horovod_train.glue import METRIC_NAMES
+from horovod_train.metrics import SINGLE_LABEL
 from horovod_train.stopping import STOPPED_EXIT_CODE, TrainingStopped
 
 if TYPE_CHECKING:
@@ -87,8 +88,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             write_line(stopped)
         return STOPPED_EXIT_CODE
     if engine.is_main and wrote:
-        files = "model + tokenizer, all_results.json, trainer_state.json, metrics.jsonl"
-        write_line(f"wrote {training.output_dir}/: {files}")
+        write_line(f"wrote {training.output_dir}/: {', '.join(wrote)}")
     if engine.is_main:  # the result is the last line, whatever the launcher adds before it
         write_line(result_line(results))
     return 0
@@ -100,22 +100,34 @@ def warn_on_rank_0(message: str) -> None:
         write_line(message, sys.stderr)
 
 
-def train_once(config: RunConfig, engine: Engine) -> tuple[dict, bool]:
-    """The run's results, and whether it wrote them (a finished run resumed writes nothing)."""
+def train_once(config: RunConfig, engine: Engine) -> tuple[dict, list[str]]:
+    """The run's results, and the top-level names it wrote in --output_dir (none for a finished run resumed)."""
     from horovod_train.trainer import Trainer
 
     trainer = Trainer(config, engine)
     results = trainer.train()
-    return results, trainer.finished_before is None
+    return results, trainer.run_dir.outputs()
 
 
 def split_scores(results: dict, split: str) -> str:
-    """``accuracy 0.9000 (f1 0.8000, 100 examples)``: the split's first metric, then its others."""
-    shown = [f"{k.removeprefix(split + '_')} {v:.4f}" for k, v in results.items()
-             if k.removeprefix(split + "_") in METRIC_NAMES]  # fmt: skip
-    name = "" if split == "eval" else split.removeprefix("eval_") + " "
+    """``validation accuracy 0.9000 (f1 0.8000, 100 examples; chance 0.33)``: the split's name, its first metric,
+    then its others."""
+    metrics = {name: v for k, v in results.items() if (name := k.removeprefix(split + "_")) in METRIC_NAMES}
+    shown = [f"{k} {v:.4f}" for k, v in metrics.items()]
+    # The primary split's metrics are eval_<metric>; all_results.json of a run before its name was recorded lacks it.
+    name = results.get("validation_split", "validation") if split == "eval" else split.removeprefix("eval_")
     rest = ", ".join([*shown[1:], f"{results[split + '_samples']} examples"])
-    return f"{name}{shown[0]} ({rest})" if shown else f"{name}{rest}"
+    chance = chance_accuracy(results) if next(iter(metrics), None) == "accuracy" else None
+    rest += f"; chance {chance:.2g}" if chance else ""
+    return f"{name} {shown[0]} ({rest})" if shown else f"{name} {rest}"
+
+
+def chance_accuracy(results: dict) -> float | None:
+    """A single-label classification's accuracy by a uniform guess, which a score must beat; None for
+    regression and multi-label, where no one number says it."""
+    if results.get("problem_type") != SINGLE_LABEL or not results.get("num_labels"):
+        return None
+    return 1 / results["num_labels"]
 
 
 def result_line(results: dict) -> str:

@@ -21,7 +21,14 @@ from typing import Any
 import yaml
 from transformers.hf_argparser import string_to_bool
 
-from horovod_train.arguments import ArgumentParser, FieldType, add_dataclass_arguments, field_types, given
+from horovod_train.arguments import (
+    ArgumentParser,
+    FieldType,
+    add_dataclass_arguments,
+    field_types,
+    given,
+    unknown_names_fix,
+)
 from horovod_train.domains import EngineName, OptimizerName, ScheduleName, Strategy, check_section, path_problem
 from horovod_train.engines.ddp_options import DDPArguments
 from horovod_train.engines.horovod.options import HorovodArguments
@@ -45,7 +52,9 @@ class ModelArguments:
             "architecture to random-init (e.g. a bert-base-cased config.json's directory)."
         },
     )
-    tokenizer_name: str | None = field(default=None, metadata={"help": "Defaults to model_name_or_path."})
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "Tokenizer name or directory (default: model_name_or_path)."}
+    )
     cache_dir: str | None = field(
         default=None, metadata={"help": "Where tokenized data and trained tokenizers are cached."}
     )
@@ -70,8 +79,8 @@ class ModelArguments:
     lora_target_modules: str | None = field(
         default=None,
         metadata={
-            "help": "Comma-separated linear layers to adapt (with --use_peft); default: peft's for the architecture "
-            "(query,value for BERT; q_proj,v_proj for Llama/Qwen2/Mistral)."
+            "help": "Comma-separated linear layers to adapt with --use_peft (default: peft's for the architecture: "
+            "query,value for BERT; q_proj,v_proj for Llama/Qwen2/Mistral)."
         },
     )
     trust_remote_code: bool = field(
@@ -123,8 +132,8 @@ class DataArguments:
     validation_split_name: str | None = field(
         default=None,
         metadata={
-            "help": "The one split of a hub or save_to_disk dataset to validate on (e.g. validation_matched; "
-            "default: a task's or a directory's validation splits, else a part of train held out)."
+            "help": "The one split of a hub or save_to_disk dataset to validate on, e.g. validation_matched "
+            "(default: a task's or a directory's validation splits, else a part of train held out)."
         },
     )
     validation_split_percentage: int = field(
@@ -439,10 +448,9 @@ def load_config_file(spec: str) -> dict[str, Any]:
         )
     unknown = sorted(set(data) - set(FIELD_TYPES))
     if unknown:
-        raise UsageError(
-            f"unknown key(s) in {spec}: {', '.join(unknown)}",
-            "use argument names from `horovod-train train --help`",
-        )
+        given = [(name, None if data[name] is None else str(data[name])) for name in unknown]
+        fix = unknown_names_fix(given, [f"--{name}" for name in FIELD_TYPES], "horovod-train train")
+        raise UsageError(f"unknown key(s) in {spec}: {', '.join(unknown)}", fix)
     return {name: _coerce(name, value) for name, value in data.items()}
 
 

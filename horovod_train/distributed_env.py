@@ -6,6 +6,7 @@ One place reads the launchers' environment variables (torchrun, horovodrun, mpir
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -27,6 +28,10 @@ if TYPE_CHECKING:
     import torch
 
 DEFAULT_MASTER_PORT = 29500
+# The engine a launcher implies where none is named (doctor): Horovod under its launchers, mpirun among them
+# (`horovodrun --mpi` runs mpirun, and launch/mpirun.sh is Horovod's documented mpirun), DDP under torchrun and
+# srun, one process under plain python.
+LAUNCHER_ENGINES = {"horovodrun": "horovod", "mpirun": "horovod", "torchrun": "ddp", "srun": "ddp", "plain": "single"}
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,13 @@ class DistEnv:
     local_world_size: int
     master_addr: str | None = None  # None: the launcher gives no rendezvous point for torch.distributed
     master_port: int | None = None
+
+    def implied_engine(self) -> str:
+        """``LAUNCHER_ENGINES``'s; where Horovod is not installed, mpirun's ranks join with DDP (through mpi4py)."""
+        engine = LAUNCHER_ENGINES[self.launcher]
+        if self.launcher == "mpirun" and importlib.util.find_spec("horovod") is None:
+            return "ddp"
+        return engine
 
     def export(self) -> None:
         """Set the variables torch.distributed's ``env://`` init reads."""

@@ -25,14 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--engine",
         default="auto",
-        help="engine used to join the job (auto: horovod under horovodrun, ddp under other launchers, else single)",
+        help="engine used to join the job (auto: horovod under horovodrun and mpirun, ddp under torchrun and srun, "
+        "single under plain python)",
     )
-
-
-def pick_engine(launcher: str, world_size: int) -> str:
-    if launcher == "horovodrun":
-        return "horovod"
-    return "ddp" if world_size > 1 else "single"
 
 
 def checkbox(flag: bool) -> str:
@@ -91,7 +86,7 @@ def main(args: argparse.Namespace) -> int:
     from horovod_train.engines import available_engines, create_engine
 
     env = distributed_env.detect(resolve_master=False)
-    name = pick_engine(env.launcher, env.world_size) if args.engine == "auto" else args.engine
+    name = env.implied_engine() if args.engine == "auto" else args.engine
     if name == "dp":
         raise UsageError("doctor joins a job with one process per rank", "use --engine horovod, ddp or single")
     engine = create_engine(RunConfig(training=TrainingArguments(engine=name)))

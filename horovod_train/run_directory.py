@@ -100,14 +100,14 @@ def record(path: Path, *names: str) -> None:
 
 
 @contextlib.contextmanager
-def recording(path: Path) -> Iterator[None]:
+def recording(path: Path) -> Iterator[set[str]]:
     """Record every top-level name the block creates in ``path`` (writers that choose their own file names:
-    save_pretrained, the trackers)."""
-    before = entries(path)
+    save_pretrained, the trackers). Yields the set of those names, filled when the block ends."""
+    before, created = entries(path), set()
     try:
-        yield
+        yield created
     finally:
-        created = entries(path) - before - {LEDGER_FILE}
+        created |= entries(path) - before - {LEDGER_FILE}
         if created:
             record(path, *created)
 
@@ -256,7 +256,8 @@ class RunDirectory:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.lock = OutputDirLock(self.path)
-        self.recorded: set[str] = set()  # names this process recorded in the ledger
+        # The top-level names this process wrote, in order: those it recorded in the ledger, and its checkpoints.
+        self.written: dict[str, None] = {}
 
     # ---- where a checkpoint lies -------------------------------------------------------------
     def holds(self, checkpoint: Path) -> bool:
@@ -319,18 +320,34 @@ class RunDirectory:
         this project's); one that continues keeps everything."""
         if fresh:
             reset(self.path)
-            self.recorded.clear()
+            self.written.clear()
         self.path.mkdir(parents=True, exist_ok=True)
 
     def file(self, name: str) -> Path:
         """The path of a top-level output, recorded in the ledger before it is written."""
-        if name not in self.recorded:
+        if name not in self.written:
             record(self.path, name)
-            self.recorded.add(name)
+            self.written[name] = None
         return self.path / name
 
-    def recording(self) -> contextlib.AbstractContextManager[None]:
-        return recording(self.path)
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        """The module's ``recording``, and the names it saw remembered as this run's."""
+        created: set[str] = set()
+        try:
+            with recording(self.path) as created:
+                yield
+        finally:
+            self.written.update(dict.fromkeys(sorted(created)))
+
+    def wrote_checkpoint(self, checkpoint: Path) -> None:
+        """A checkpoint of this run's (its manifest, not the ledger, marks it as the project's)."""
+        self.written[checkpoint.name] = None
+
+    def outputs(self) -> list[str]:
+        """What this process wrote that is still there (rotation removes checkpoints), directories with a ``/``."""
+        present = [name for name in self.written if (self.path / name).exists()]
+        return [f"{name}/" if (self.path / name).is_dir() else name for name in present]
 
     def release(self) -> None:
         self.lock.release()

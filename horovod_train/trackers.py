@@ -30,7 +30,9 @@ TRACKERS = ("tensorboard", "wandb", "mlflow")  # each is also the name of the pa
 MLFLOW_PARAM_LIMIT = 500  # characters per value; older mlflow servers reject longer ones
 MLFLOW_BATCH = 100  # params per log_params call (mlflow's per-request limit)
 MLFLOW_BAD_CHARS = re.compile(r"[^0-9A-Za-z_\-./ ]")  # mlflow rejects names with any other character
-EVAL_SPEED_KEYS = ("runtime", "samples_per_second", "steps_per_second")
+# An evaluation's example counts and speeds (eval_samples, eval_<split>_samples, eval_runtime, ...): a flat or
+# noisy line about the machine, not the model, so the curves plot leaves them out.
+EVAL_COUNT_AND_SPEED_ENDINGS = ("_samples", "_runtime", "_samples_per_second", "_steps_per_second")
 
 
 def check_report_to(report_to: str) -> list[str]:
@@ -145,18 +147,25 @@ class Trackers:
             tracker.close()
 
 
+def plotted(key: str) -> bool:
+    """The training loss and learning rate, and each evaluation metric (not its counts and speeds)."""
+    return key in ("loss", "learning_rate") or (
+        key.startswith("eval_") and not key.endswith(EVAL_COUNT_AND_SPEED_ENDINGS)
+    )
+
+
 def curves(log_history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[list[float], list[float]]]:
-    """Finite (step, value) points per key: the training loss, then eval_loss, eval_accuracy, other eval metrics."""
+    """Finite (step, value) points per key: the training loss, the learning rate, then eval_loss, eval_accuracy,
+    other eval metrics."""
     points: dict[str, tuple[list[float], list[float]]] = {}
     for record in (r for r in log_history if isinstance(r.get("step"), numbers.Real)):
         for key, value in numeric(record).items():
-            wanted = key == "loss" or (key.startswith("eval_") and key[5:] not in EVAL_SPEED_KEYS)
-            if wanted and math.isfinite(value):
+            if plotted(key) and math.isfinite(value):
                 steps, values = points.setdefault(key, ([], []))
                 steps.append(float(record["step"]))
                 values.append(value)
-    first = ["loss", "eval_loss", "eval_accuracy"]
-    return {k: points[k] for k in sorted(points, key=lambda k: (first.index(k) if k in first else 3, k))}
+    first = ["loss", "learning_rate", "eval_loss", "eval_accuracy"]
+    return {k: points[k] for k in sorted(points, key=lambda k: (first.index(k) if k in first else len(first), k))}
 
 
 def plot_training_curves(log_history: Sequence[Mapping[str, Any]], path: Path) -> bool:
@@ -171,7 +180,7 @@ def plot_training_curves(log_history: Sequence[Mapping[str, Any]], path: Path) -
     axes = fig.subplots(len(series), 1, sharex=True, squeeze=False)[:, 0]
     for ax, (key, (steps, values)) in zip(axes, series.items(), strict=True):
         ax.plot(steps, values, marker="o" if len(steps) <= 30 else None)
-        ax.set_ylabel("train loss" if key == "loss" else key)
+        ax.set_ylabel({"loss": "train loss", "learning_rate": "learning rate"}.get(key, key))
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel("step")
     with atomic_file(path, "wb") as f:

@@ -172,7 +172,7 @@ class Trainer:
             console=self.console,
             run_log=RunLog(engine, self.run_dir, self.trackers, self.console, parts.plan),
             evaluator=evaluator,
-            saver=CheckpointSaver(engine, parts, self.config, self.precision),
+            saver=CheckpointSaver(engine, parts, self.config, self.precision, self.run_dir),
         )  # fmt: skip
 
     # ---- the end -----------------------------------------------------------------------------
@@ -190,6 +190,7 @@ class Trainer:
         train_metrics = results.train_metrics(position, parts.plan, loop.first_step, len(parts.train_set), wall_time_s)
         summary = {**train_metrics, "epoch": parts.plan.epoch_float(position), "step": position.global_step}
         position.log_history.append(summary)
+        evaluation = {**evaluation, **loop.evaluator.describe()}
         found = results.gather_results(engine, model, parts.plan, position, evaluation, train_metrics, wall_time_s)
         predictions = loop.evaluator.predict() if self.args.do_predict else {}
         if engine.is_main:

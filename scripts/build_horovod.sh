@@ -21,7 +21,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # only says what is missing; this script, run by our own setup paths, installs it (pip honours PIP_NO_INDEX).
 BIN=$(dirname "$(command -v "$PYTHON")")
 if ! { { command -v cmake >/dev/null || [ -x "$BIN/cmake" ]; } && "$PYTHON" -c 'import setuptools, wheel' 2>/dev/null; }; then
-    "$PYTHON" -m pip install -q 'cmake<5' setuptools wheel
+    echo "[horovod] installing the build tools into $PYTHON's environment: cmake<5, setuptools, wheel"
+    "$PYTHON" -m pip install 'cmake<5' setuptools wheel | sed -u '/^Requirement already satisfied/d'
 fi
 
 if [ -n "${HOROVOD_WHEEL:-}" ]; then

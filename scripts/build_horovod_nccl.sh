@@ -111,8 +111,8 @@ if [ "${TORCH_CUDA%%.*}" != "${CUDA_RELEASE%%.*}" ]; then
 fi
 
 # Horovod through `horovod-train build-horovod` (scripts/build_horovod.sh runs it from this checkout): NCCL from
-# torch's own wheel (nvidia-nccl-cu13, linked by gpucheck/nccl.py), MPI and Gloo; it prints --check-build and fails
-# unless PyTorch, Gloo, MPI and NCCL are listed.
+# torch's own wheel (nvidia-nccl-cu13, linked by gpucheck/nccl.py), MPI and Gloo; when it builds or installs Horovod
+# it prints --check-build and fails unless PyTorch, Gloo, MPI and NCCL are listed (else one line: already installed).
 BUILD_START=$SECONDS
 # HOROVOD_NCCL_*= : always the NCCL wheel torch loads here, never one a variable names for another CUDA.
 HOROVOD_NCCL_HOME='' HOROVOD_NCCL_LIB='' PYTHON="$PY" PATH="$VENV/bin:$PATH" bash scripts/build_horovod.sh --with-nccl --with-mpi

@@ -8,11 +8,36 @@ cd "$ROOT"
 VENV=${VENV:-$ROOT/.venv}
 BASE_PYTHON=${BASE_PYTHON:-python3}
 
-bash scripts/install_mpi.sh
+# Each stage is a line when it starts and one with its time when it ends: a first install spends minutes in pip.
+now_us() { echo "${EPOCHREALTIME/[.,]/}"; }
+# since_us START: the time since START (now_us), as build-horovod writes it: 12.3 s, 4 min 05 s.
+since_us() {
+    local us=$(($(now_us) - $1))
+    if [ "$us" -lt 60000000 ]; then
+        printf '%d.%d s' $((us / 1000000)) $((us / 100000 % 10))
+    else
+        printf '%d min %02d s' $((us / 60000000)) $((us / 1000000 % 60))
+    fi
+}
+# stage WHAT COMMAND...: run it between "[setup] WHAT ..." and "[setup] WHAT: done in T".
+stage() {
+    local what=$1 start
+    shift
+    start=$(now_us)
+    echo "[setup] $what ..."
+    "$@"
+    echo "[setup] $what: done in $(since_us "$start")"
+}
+# pip with its progress (what it collects, downloads and installs), less a line per requirement already there.
+pip_install() {
+    "$PY" -m pip install "$@" | sed -u '/^Requirement already satisfied/d'
+}
+SETUP_START=$(now_us)
+
+stage "MPI" bash scripts/install_mpi.sh
 
 if [ ! -x "$VENV/bin/python" ]; then
-    echo "[setup] creating $VENV"
-    "$BASE_PYTHON" -m venv "$VENV"
+    stage "creating $VENV" "$BASE_PYTHON" -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
 
@@ -20,16 +45,20 @@ PY="$VENV/bin/python"
 STAMP="$VENV/.requirements.sha256"
 WANT=$(cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
-    echo "[setup] installing Python dependencies"
-    "$PY" -m pip install -q --upgrade pip setuptools wheel 'cmake<5'
-    "$PY" -m pip install -q -r requirements-dev.txt
-    "$PY" -m pip install -q --no-deps -e .
+    stage "pip: pip, setuptools, wheel, cmake" pip_install --upgrade pip setuptools wheel 'cmake<5'
+    stage "pip: the pinned dependencies (requirements-dev.txt; torch and transformers take minutes)" \
+        pip_install -r requirements-dev.txt
+    stage "pip: horovod-train itself (editable)" pip_install --no-deps -e .
     echo "$WANT" > "$STAMP"
 else
     echo "[setup] Python dependencies up to date"
 fi
 
-# Horovod for this torch: `horovod-train build-horovod` (a cached wheel, nothing at all when it is installed),
-# which prints `horovodrun --check-build` and fails unless PyTorch, Gloo and MPI are listed.
-PYTHON="$PY" PATH="$VENV/bin:$PATH" bash scripts/build_horovod.sh | tee "$VENV/.horovod-check-build.txt"
-echo "[setup] ready: $VENV"
+# Horovod for this torch: `horovod-train build-horovod` (a cached wheel, nothing at all when it is installed). It
+# prints `horovodrun --check-build`, and fails unless PyTorch, Gloo and MPI are listed, when it builds or installs
+# Horovod; otherwise one line naming the Horovod installed.
+install_horovod() {
+    PYTHON="$PY" PATH="$VENV/bin:$PATH" bash scripts/build_horovod.sh | tee "$VENV/.horovod-check-build.txt"
+}
+stage "Horovod" install_horovod
+echo "[setup] ready: $VENV (setup took $(since_us "$SETUP_START"))"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +123,31 @@ def decoder_config(num_labels: int = 3) -> Any:
 
 def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
+
+
+# How far above what its runs could ideally reach a ratio may measure and still pass for noise, not for a run
+# that was slowed.
+IDEAL_SLACK = 0.10
+
+
+def ratio_range(top: Mapping[str, Any], bottom: Mapping[str, Any], key: str) -> tuple[float, float]:
+    """Where ``top[key] / bottom[key]`` may lie given each run's spread over its repeats (``key``_min, _max)."""
+    return top[f"{key}_min"] / bottom[f"{key}_max"], top[f"{key}_max"] / bottom[f"{key}_min"]
+
+
+def unresolved(ratio: float, low: float, high: float, ideal: float | None = None) -> str | None:
+    """Why a ratio of medians is no result, or None. Either its runs' min and max put it on both sides of 1: their
+    noise is larger than the difference it is there to resolve (which of the two is faster). Or it beats what the
+    runs could ideally reach (``ideal``): the run it divides by was slowed, as by a load spike, which one run per
+    configuration cannot show as a spread."""
+    if low < 1 < high:
+        return (
+            f"its runs' min..max put it anywhere in {low:.3f}..{high:.3f}x, on both sides of 1: their noise is "
+            "larger than the difference it measures"
+        )
+    if ideal is not None and ratio > ideal * (1 + IDEAL_SLACK):
+        return f"it is above the ideal {ideal:g}x, so the run it is measured against was slowed (a load spike?)"
+    return None
 
 
 def write_rows(out_dir: Path, stem: str, columns: Sequence[str], rows: list[dict[str, Any]], **meta: Any) -> None:

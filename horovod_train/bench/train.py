@@ -128,24 +128,40 @@ def aggregate(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "validation_accuracy": common.median(row.pop("acc")),
             }
         )
-    base = next((r["samples_per_second"] for r in out if r["engine"] == "single" and r["world_size"] == 1), None)
+    base = baseline(out)
     for r in out:
-        r["scaling_efficiency"] = r["samples_per_second"] / (r["world_size"] * base) if base else float("nan")
+        r["scaling_efficiency"] = (
+            r["samples_per_second"] / (r["world_size"] * base["samples_per_second"]) if base else float("nan")
+        )
+        # W ranks do at most W times the single process's work: an efficiency of 1 at best.
+        versus = compared(r, base, ideal=r["world_size"]) if base and r["repeats"] and r is not base else {}
+        r["scaling_efficiency_unresolved"] = versus.get("unresolved")
     return out
+
+
+def baseline(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The single process at world size 1, which the scaling efficiency and the ratios to single divide by."""
+    return next((r for r in rows if r["engine"] == "single" and r["world_size"] == 1 and r["repeats"]), None)
 
 
 def single_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each multi-process run's samples/s over the single process's: on one machine, how close the ranks
     come to one process using every core (the compute limit)."""
-    single = next((r for r in rows if r["engine"] == "single" and r["world_size"] == 1 and r["repeats"]), None)
+    single = baseline(rows)
     if single is None:
         return []
-    base = single["samples_per_second"]
     return [
-        {"run": r["name"], "world_size": r["world_size"], "ratio": r["samples_per_second"] / base}
+        {"run": r["name"], "world_size": r["world_size"], **compared(r, single, ideal=r["world_size"])}
         for r in rows
         if r["world_size"] > 1 and r["repeats"]
     ]
+
+
+def compared(top: dict[str, Any], bottom: dict[str, Any], ideal: float | None = None) -> dict[str, Any]:
+    """``top``'s samples/s over ``bottom``'s (medians), the range their repeats allow, and why it is no result."""
+    ratio = top["samples_per_second"] / bottom["samples_per_second"]
+    low, high = common.ratio_range(top, bottom, "samples_per_second")
+    return {"ratio": ratio, "range": [low, high], "unresolved": common.unresolved(ratio, low, high, ideal)}
 
 
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -156,12 +172,15 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ddp = next((r for r in at if r["engine"] == "ddp"), None)
         for hvd in (r for r in at if r["engine"] == "horovod"):
             if ddp:
+                versus = compared(hvd, ddp)
                 found.append(
                     {
                         "world_size": world,
                         "horovod": hvd["name"],
                         "ddp": ddp["name"],
-                        "samples_per_second_ratio": hvd["samples_per_second"] / ddp["samples_per_second"],
+                        "samples_per_second_ratio": versus["ratio"],
+                        "samples_per_second_range": versus["range"],
+                        "unresolved": versus["unresolved"],
                         "wall_time_ratio": ddp["wall_time_s"] / hvd["wall_time_s"],
                     }
                 )
@@ -238,19 +257,42 @@ def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[launche
         model_size=namespace.model_size,
         per_device_train_batch_size=int(batch),
     )
-    print("\n".join(format_table(*table(rows))))
+    print("\n".join([*format_table(*table(rows)), *report_lines(rows, found, versus_single, namespace.repeats)]))
     if any(r["repeats"] for r in rows):
         plot(rows, out / "bench_train.png")
-    for r in versus_single:
-        print(f"==> {r['run']} np={r['world_size']} / single np=1 samples/s: {r['ratio']:.3f}x")
-    for r in found:
-        print(
-            f"==> Horovod/DDP samples/s at np={r['world_size']}: {r['samples_per_second_ratio']:.3f}x "
-            f"({r['horovod']} vs {r['ddp']}; wall-time speed ratio {r['wall_time_ratio']:.3f}x, "
-            f"medians of {namespace.repeats})"
-        )
     print(f"wrote {out}/: bench_train.csv, bench_train.json, bench_train.png, one directory and log per run")
     return 0 if all(r["ok"] for r in raw) else 1
+
+
+def report_lines(
+    rows: list[dict[str, Any]], found: list[dict[str, Any]], versus_single: list[dict[str, Any]], repeats: int
+) -> list[str]:
+    """Below the table: why each efficiency marked ``?`` is no result, then the ratios, each a result or flagged."""
+    lines = [
+        f"? {r['name']} np={r['world_size']}: efficiency {r['scaling_efficiency']:.2f} is no result: {why}"
+        for r in rows
+        if (why := r.get("scaling_efficiency_unresolved"))
+    ]
+    for r in versus_single:
+        ratio, detail = shown(r["ratio"], r["range"], r["unresolved"], repeats)
+        lines.append(f"==> {r['run']} np={r['world_size']} / single np=1 samples/s: {ratio} ({detail})")
+    for r in found:
+        ratio, detail = shown(r["samples_per_second_ratio"], r["samples_per_second_range"], r["unresolved"], repeats)
+        lines.append(
+            f"==> Horovod/DDP samples/s at np={r['world_size']}: {ratio}, {r['horovod']} vs {r['ddp']} "
+            f"({detail}; wall-time speed ratio {r['wall_time_ratio']:.3f}x)"
+        )
+    return lines
+
+
+def shown(ratio: float, bounds: list[float], unresolved: str | None, repeats: int) -> tuple[str, str]:
+    """A ratio and what backs it (``1.096x``, ``1.003..1.130 over the runs' min..max, medians of 3``), or the
+    ratio flagged as no result and why."""
+    if unresolved:
+        return f"{ratio:.3f}x is no result", f"{unresolved}; rerun with more --repeats on a quieter machine"
+    if repeats == 1:
+        return f"{ratio:.3f}x", "one run each: --repeats 3 shows their noise"
+    return f"{ratio:.3f}x", f"{bounds[0]:.3f}..{bounds[1]:.3f} over the runs' min..max, medians of {repeats}"
 
 
 def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
@@ -264,7 +306,7 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
             f"{r['samples_per_second_min']:.1f}..{r['samples_per_second_max']:.1f}",
             f"{r['tokens_per_second']:.0f}",
             f"{r['wall_time_s']:.1f}",
-            f"{r['scaling_efficiency']:.2f}",
+            f"{r['scaling_efficiency']:.2f}" + ("?" if r.get("scaling_efficiency_unresolved") else ""),
         ]
         for r in rows
     ]

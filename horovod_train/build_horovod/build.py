@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from horovod_train.build_horovod.plan import Options, Plan
+from horovod_train.build_horovod.progress import stage
 from horovod_train.console import write_line
 from horovod_train.digest import sha256
 
@@ -80,8 +81,8 @@ def fetch_sources(plan: Plan, work: Path) -> Path:
 
 def build_wheel(plan: Plan, options: Options) -> None:
     """Compiled without build isolation (against the torch that will import it), then cached with its digest."""
-    write_line(f"[horovod] building {plan.key} (takes several minutes; cached in {plan.wheel_dir})")
-    with tempfile.TemporaryDirectory(prefix="hvt-horovod-build-") as tmp:
+    what = f"building {plan.key} (several minutes; cached in {plan.wheel_dir})"
+    with stage(what), tempfile.TemporaryDirectory(prefix="hvt-horovod-build-") as tmp:
         work = Path(tmp)
         src = fetch_sources(plan, work)
         pip = [plan.target.python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]

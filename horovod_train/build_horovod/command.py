@@ -59,6 +59,9 @@ def main(args: argparse.Namespace) -> int:
     options = options_from(args)
     plan = make_plan(running_target(), options)
     step = next_step(plan, options)
+    if step.startswith("nothing") and not options.dry_run:
+        write_line(install.installed_line(plan))  # already_installed checked what --check-build would
+        return 0
     if step.startswith("build"):
         try:
             with_build_tools(plan)
@@ -67,9 +70,6 @@ def main(args: argparse.Namespace) -> int:
             raise
     print_plan(plan, step)
     if options.dry_run:
-        return 0
-    if step.startswith("nothing"):
-        install.check_build(plan)
         return 0
     with build.cache_lock(plan):
         wheel = None if options.force else install.cached_wheel(plan)

@@ -19,8 +19,10 @@ from horovod_train.training.rank_zero import RankZero
 
 
 class CheckpointSaver:
-    def __init__(self, engine: Engine, parts: RunParts, config: RunConfig, precision: amp.Precision) -> None:
-        self.engine, self.parts, self.config, self.precision = engine, parts, config, precision
+    def __init__(
+        self, engine: Engine, parts: RunParts, config: RunConfig, precision: amp.Precision, run_dir: RunDirectory
+    ) -> None:
+        self.engine, self.parts, self.config, self.precision, self.run_dir = engine, parts, config, precision, run_dir
         self.metric = config.training.metric_for_best_model
         self.greater_is_better = config.training.greater_is_better
         self.last_saved_step = -1
@@ -43,7 +45,7 @@ class CheckpointSaver:
             **self.precision.state_dict(),
         }
         model, tokenizer = self.engine.unwrap(self.parts.model), self.parts.tokenizer
-        self.parts.checkpoints.save(
+        saved = self.parts.checkpoints.save(
             model,
             position,
             self.parts.compatibility,
@@ -51,6 +53,7 @@ class CheckpointSaver:
             training_state,
             write_loadable=lambda path: (model.config.save_pretrained(path), tokenizer.save_pretrained(path)),
         )
+        self.run_dir.wrote_checkpoint(saved)
 
     def track_best(self, position: TrainingPosition, evaluation: dict[str, Any] | None) -> None:
         """A checkpoint written right after an evaluation competes on --metric_for_best_model (every rank

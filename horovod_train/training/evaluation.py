@@ -110,6 +110,11 @@ class Evaluator:
         result[f"{first}_per_rank"] = per_rank.cpu().tolist()
         return result
 
+    def describe(self) -> dict[str, Any]:
+        """The results' record of what was scored (the result line reads it): the task's shape, the primary split."""
+        split = data_lib.eval_split_names(self.tokenized)[0]
+        return {"problem_type": self.shape.problem_type, "num_labels": self.shape.num_labels, "validation_split": split}
+
     def predict(self) -> dict[str, list]:
         """Predictions of every test split, in example order (all ranks take part; rank 0 keeps them): a
         class id, a float (regression) or the list of predicted class ids (multi-label) per example."""

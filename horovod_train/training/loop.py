@@ -72,6 +72,7 @@ class TrainingLoop:
         self.parts.optimizer.zero_grad()
         self.signals.forget()
         self.console.bar.n = position.global_step
+        self.run_log.enter(position)
         self.meter = Meter()
 
     def new_schedule(self) -> Schedule:

@@ -4,7 +4,9 @@ the key of the wheel that script built; and a missing tool is one line, exit 2, 
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +81,44 @@ def test_console_script_names_the_missing_compiler(tmp_path) -> None:
     cmd = [str(Path(sys.executable).parent / "horovod-train"), "build-horovod"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert_usage_error(proc, "no C++ compiler", "apt-get install g++")
+
+
+def test_an_installed_horovod_is_one_line_not_the_check_build_banner() -> None:
+    """What every `make setup` (so every `make demo`, `make test-fast`) prints for this environment's Horovod."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "horovod_train.build_horovod"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == [
+        f"[horovod] 0.28.1 (PyTorch, Gloo, MPI) already installed for {sys.executable}: nothing to build "
+        "(`horovod-train build-horovod --dry-run` shows the plan)"
+    ], proc.stdout
+
+
+def requirements_installed(venv: Path) -> bool:
+    """setup.sh's stamp: the environment holds what the requirements say (its pip stages would be skipped)."""
+    files = [REPO / name for name in ("requirements.txt", "requirements-dev.txt", "pyproject.toml")]
+    want = hashlib.sha256(b"".join(path.read_bytes() for path in files)).hexdigest()
+    stamp = venv / ".requirements.sha256"
+    return stamp.is_file() and stamp.read_text().strip() == want
+
+
+def test_setup_says_each_stage_with_its_time() -> None:
+    """scripts/setup.sh where everything is installed (its fast path, a no-op): a line per stage with its time."""
+    venv = Path(sys.prefix)
+    if not requirements_installed(venv):
+        pytest.skip(f"{venv} is not the environment `make setup` made for this checkout: the test would reinstall it")
+    env = {**os.environ, "VENV": str(venv)}
+    proc = subprocess.run(["bash", "scripts/setup.sh"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("[setup]")]
+    time = r"(\d+\.\d s|\d+ min \d\d s)"
+    assert [re.sub(time, "T", line) for line in lines] == [
+        "[setup] MPI ...",
+        "[setup] MPI: done in T",
+        "[setup] Python dependencies up to date",
+        "[setup] Horovod ...",
+        "[setup] Horovod: done in T",
+        f"[setup] ready: {venv} (setup took T)",
+    ], proc.stdout
+    assert "Available Frameworks" not in proc.stdout, proc.stdout  # no --check-build banner when nothing was built

@@ -43,20 +43,28 @@ def test_plain(cache_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("launcher", "engine"), [("horovodrun", "horovod"), ("mpirun", "ddp"), ("torchrun", "ddp")])
+@pytest.mark.parametrize(("launcher", "engine"), [("horovodrun", "horovod"), ("torchrun", "ddp")])
 def test_under_launcher(launcher, engine, cache_dir):
-    cmd = {"horovodrun": horovodrun(2), "mpirun": mpirun(2), "torchrun": torchrun(2)}[launcher]
+    cmd = {"horovodrun": horovodrun(2), "torchrun": torchrun(2)}[launcher]
     proc = run(as_doctor(cmd), cache_dir, timeout=180)
     assert_ok(proc)
     check_report(proc.stdout, launcher, 2, engine)
 
 
 @pytest.mark.slow
-def test_mpirun_with_the_horovod_engine_uses_the_mpi_controller(cache_dir):
-    proc = run([*as_doctor(mpirun(2)), "--engine", "horovod"], cache_dir, timeout=180)
+def test_under_mpirun_it_checks_horovod_with_the_mpi_controller(cache_dir):
+    """mpirun is Horovod's launcher (launch/mpirun.sh, horovodrun --mpi): doctor checks Horovod there unasked."""
+    proc = run(as_doctor(mpirun(2)), cache_dir, timeout=180)
     assert_ok(proc)
     check_report(proc.stdout, "mpirun", 2, "horovod")
     assert "(controller mpi)" in proc.stdout
+
+
+@pytest.mark.slow
+def test_an_explicit_engine_wins_over_the_launchers(cache_dir):
+    proc = run([*as_doctor(mpirun(2)), "--engine", "ddp"], cache_dir, timeout=180)
+    assert_ok(proc)
+    check_report(proc.stdout, "mpirun", 2, "ddp")
 
 
 @pytest.mark.slow

@@ -64,7 +64,7 @@ def test_a_run_writes_what_transformers_tools_read(tmp_path, cache_dir):
     assert {"train/learning_rate", "train/samples_per_second", "eval/loss", "eval/f1"} <= set(events.Tags()["scalars"])
     assert (out / "training_curves.png").read_bytes().startswith(b"\x89PNG")
     assert "\r" not in proc.stdout + proc.stderr and "step 12/12 epoch " in proc.stdout
-    assert proc.stdout.splitlines()[-1].startswith("accuracy "), proc.stdout[-500:]
+    assert proc.stdout.splitlines()[-1].startswith("validation accuracy "), proc.stdout[-500:]
 
 
 def test_eval_strategy_no_evaluates_once_at_the_end(tmp_path, cache_dir):
@@ -165,7 +165,8 @@ def test_mnli_evaluates_matched_and_mismatched_from_a_saved_dataset(tmp_path, ca
     metrics = {"eval_loss", "eval_accuracy", "eval_validation_mismatched_loss", "eval_validation_mismatched_accuracy"}
     assert metrics <= set(results) and "eval_f1" not in results  # run_glue's MNLI metric is accuracy alone
     last = proc.stdout.splitlines()[-1]
-    assert last.startswith("accuracy ") and "(40 examples)" in last and "validation_mismatched accuracy " in last, last
+    assert last.startswith("validation_matched accuracy ") and "(40 examples; chance 0.33)" in last, last
+    assert "validation_mismatched accuracy " in last, last
     assert read(out / "config.json")["id2label"] == {"0": "entailment", "1": "neutral", "2": "contradiction"}
 
 

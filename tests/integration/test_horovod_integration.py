@@ -76,9 +76,10 @@ def test_demo_job_reaches_080_and_its_output_reads_like_a_log(tmp_path, cache_di
     assert "\r" not in proc.stdout and "it/s" not in proc.stdout, proc.stdout[-2000:]
     lines = [re.sub(r"^\[\d+,\d+\]<std(out|err)>:", "", line) for line in proc.stdout.splitlines() if line.strip()]
     assert not [line for line in lines if "]<std" in line], lines[-5:]  # a rank tag only at a line's start
-    result = r"accuracy [01]\.\d{4} \(f1 [01]\.\d{4}, \d+ examples\); horovod, world size 2, [\d.]+s"
-    assert re.fullmatch(result, lines[-1]), lines[-5:]
-    steps = [line for line in lines if re.match(r"step \d+/\d+ epoch [\d.]+ loss [\d.]+ lr ", line)]
+    result = r"validation accuracy [01]\.\d{4} \(f1 [01]\.\d{4}, \d+ examples; chance 0\.33\); horovod, world size 2, "
+    assert re.fullmatch(result + r"[\d.]+s", lines[-1]), lines[-5:]
+    step = r"step \d+/\d+ epoch [\d.]+ loss [\d.]+ lr [\d.e+-]+ [\d.]+ samples/s elapsed [\d:]+ eta [\d:]+"
+    steps = [line for line in lines if re.fullmatch(step, line)]
     assert len(steps) == len((out / "metrics.jsonl").read_text().splitlines()), lines[:20]  # rank 0's only
     for name in ("metrics.jsonl", "all_results.json", "config.json", "model.safetensors", "tokenizer.json"):
         assert (out / name).is_file(), name

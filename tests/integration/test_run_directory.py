@@ -115,7 +115,7 @@ def test_auto_resume_of_a_finished_run_rewrites_nothing(tmp_path, cache_dir):
     proc = train(cache_dir, out, "--max_steps", "6", "--save_steps", "3", "--resume_from_checkpoint", "auto")
     assert_ok(proc)
     assert "had already finished at step 6" in proc.stdout
-    assert proc.stdout.strip().splitlines()[-1].startswith("accuracy ")  # the result line, from the saved results
+    assert proc.stdout.strip().splitlines()[-1].startswith("validation accuracy ")  # from the saved results
     assert snapshot(out) == before
 
 

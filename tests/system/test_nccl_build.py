@@ -35,8 +35,9 @@ def test_horovod_builds_with_nccl_against_cuda_torch_without_a_gpu():
         pytest.skip("needs nvcc (the CUDA 13 toolkit) on PATH to compile Horovod's NCCL build; there is none")
     proc = builds.result("nccl")  # begun when the session started
     assert proc is not None and proc.returncode == 0, output(proc)
-    for item in LISTED:
-        assert item in proc.stdout, output(proc)
+    # --check-build's banner where this run built or installed Horovod; on a warm machine one line naming it.
+    warm = "(PyTorch, Gloo, MPI, NCCL) already installed for" in proc.stdout
+    assert warm or all(item in proc.stdout for item in LISTED), output(proc)
     found = re.search(r"^\[nccl-build\] python: (\S+)$", proc.stdout, re.MULTILINE)
     assert found, output(proc)
     python = Path(found.group(1))
@@ -65,8 +66,8 @@ def test_horovod_builds_with_nccl_against_cuda_torch_without_a_gpu():
     again = run_nccl_build(timeout=600)
     seconds = time.monotonic() - start
     assert again.returncode == 0, output(again)
-    assert "[nccl-build] reusing" in again.stdout and "already installed" in again.stdout, output(again)
-    assert "[X] NCCL" in again.stdout, output(again)
+    assert "[nccl-build] reusing" in again.stdout, output(again)
+    assert "(PyTorch, Gloo, MPI, NCCL) already installed for" in again.stdout, output(again)
     assert seconds < 120, f"a warm run took {seconds:.0f} s\n{output(again)}"
 
 

@@ -3,13 +3,15 @@ beside their engine, and bench gpu parsing train's arguments the way train does.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import re
 
 import pytest
 
-from horovod_train.arguments import FieldType, field_types
+from horovod_train.arguments import FOREIGN_NAMES, FieldType, field_types
 from horovod_train.bench import gpu
-from horovod_train.cli import build_parser
+from horovod_train.cli import build_parser, main
 from horovod_train.config import SECTIONS, HorovodArguments, RunConfig, TrainingArguments, parse_run_config
 from horovod_train.errors import UsageError
 
@@ -150,3 +152,80 @@ def test_bench_gpu_takes_trains_fields_with_trains_types_and_help():
     for name in (*gpu.TRAINING_FIELDS, *gpu.DATA_FIELDS):
         assert gpu_arguments[f"--{name}"] == train_arguments[f"--{name}"]
     assert {f.name for f in dataclasses.fields(gpu.GpuBenchArguments)}.isdisjoint(gpu.TRAINING_FIELDS)
+
+
+def _refused(capsys, argv: list[str]) -> str:
+    """The command's one `error: ...; fix: ...` line (exit 2)."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["train", "--no_such_flag", "1"], "horovod-train train"),
+        (["bench", "train", "--no_such_flag"], "horovod-train bench train"),
+        (["doctor", "--no_such_flag"], "horovod-train doctor"),
+    ],
+)
+def test_an_unknown_flag_points_to_the_help_of_its_subcommand(capsys, argv, command):
+    """The top-level --help lists subcommands only: the hint names the one that lists the flags."""
+    line = _refused(capsys, argv)
+    assert "unrecognized arguments: --no_such_flag" in line and line.endswith(f"fix: see `{command} --help`"), line
+
+
+@pytest.mark.parametrize(
+    ("given", "hint"),
+    [
+        (["--mixed_precision", "bf16"], "for --mixed_precision, did you mean --bf16?"),
+        (["--mixed-precision=fp16"], "for --mixed-precision, did you mean --fp16?"),  # accelerate launch's spelling
+        (["--mixed_precision", "no"], "for --mixed_precision, drop it: fp32 is the default."),
+        (["--evaluation_strategy", "steps"], "for --evaluation_strategy, did you mean --eval_strategy?"),
+        (["--logging_dir", "logs"], "for --logging_dir, did you mean --report_to tensorboard? Its event files go"),
+        (["--logging_strategy", "steps"], "for --logging_strategy, did you mean --logging_steps N?"),
+        (
+            ["--per_gpu_train_batch_size", "8"],
+            "for --per_gpu_train_batch_size, did you mean --per_device_train_batch_size?",
+        ),
+        (["--local_rank=0"], "for --local_rank, drop it"),
+        (["--num_epochs", "3"], "for --num_epochs, did you mean --num_train_epochs?"),  # a close misspelling
+    ],
+)
+def test_names_from_transformers_and_accelerate_get_this_projects_name(capsys, given, hint):
+    line = _refused(capsys, ["train", *given])
+    assert f"fix: {hint}" in line and line.endswith("See `horovod-train train --help`"), line
+
+
+def test_every_flag_the_hints_name_is_one_of_trains():
+    options = set(_subparser("train")._option_string_actions)
+    for hints in FOREIGN_NAMES.values():
+        for hint in hints.values():
+            for flag in re.findall(r"(?<!torchrun )(--\w+)", hint):
+                assert flag in options, (flag, hint)
+
+
+def test_a_config_files_unknown_key_gets_the_same_hints(tmp_path):
+    (tmp_path / "c.yaml").write_text("evaluation_strategy: epoch\nlearning_rat: 1.0e-4\n")
+    with pytest.raises(UsageError) as error:
+        parse_run_config(["--config", str(tmp_path / "c.yaml")])
+    assert "unknown key(s)" in error.value.problem and error.value.fix == (
+        "for evaluation_strategy, did you mean --eval_strategy? For learning_rat, did you mean --learning_rate? "
+        "See `horovod-train train --help`"
+    )
+
+
+def test_each_help_says_its_default_once():
+    """A help text that describes its own default gets no second `(default: None)` from the field."""
+    parser, todo = build_parser(), []
+    todo.append(parser)
+    while todo:
+        current = todo.pop()
+        for action in current._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo += action.choices.values()
+            elif action.help:
+                said = re.findall(r"\(default|default:|defaults to", action.help, re.IGNORECASE)
+                assert len(said) <= 1, (current.prog, action.option_strings, action.help)

@@ -154,3 +154,63 @@ def test_bench_train_model_size_fills_only_what_the_command_line_leaves_out():
     assert training.eval_strategy == "no" and config.data.max_seq_length == 128 and world_sizes == [2]
     config, world_sizes = bench_train.validate(parser.parse_args([]))
     assert config.training.max_steps == bench_train.DEFAULT_MAX_STEPS and world_sizes == [1, 2]
+
+
+def bench_train_report(samples: dict[tuple[str, int], list[float]]) -> tuple[list[list[str]], list[str]]:
+    """bench train's table rows and the lines below it for runs that measured ``samples`` (samples/s per repeat
+    of each (name, world size)), as `bench train` aggregates its launches."""
+    from horovod_train.bench import train as bench_train
+
+    raw = [
+        {"key": f"{name}-np{world}", "name": name, "engine": name.split("-")[0], "launcher": "x", "world_size": world,
+         "ok": True, "samples_per_second": value, "tokens_per_second": value * 20, "wall_time_s": 3.0,
+         "validation_accuracy": 0.5}
+        for (name, world), values in samples.items() for value in values
+    ]  # fmt: skip
+    rows = bench_train.aggregate(raw)
+    repeats = len(next(iter(samples.values())))
+    lines = bench_train.report_lines(rows, bench_train.ratios(rows), bench_train.single_ratios(rows), repeats)
+    return bench_train.table(rows)[1], lines
+
+
+def test_bench_train_flags_a_ratio_above_what_its_runs_can_reach():
+    """A load spike during the one single run (issue 38): efficiency 5.37 at np=1 and 12.690x at np=2 were printed
+    as results. W ranks do at most W times one process's work: past that the baseline was slowed."""
+    body, lines = bench_train_report(
+        {("single", 1): [350.0], ("horovod-mpi", 1): [1880.0], ("horovod-mpi", 2): [4441.5], ("ddp-gloo", 2): [2000.0]}
+    )
+    assert [row[-1] for row in body] == ["1.00", "5.37?", "6.34?", "2.86?"]
+    assert lines[0].startswith("? horovod-mpi np=1: efficiency 5.37 is no result: it is above the ideal 1x")
+    assert "==> horovod-mpi np=2 / single np=1 samples/s: 12.690x is no result (it is above the ideal 2x" in lines[3]
+    # The Horovod/DDP ratio does not divide by the slowed run: a result, though one run each cannot show its noise.
+    assert lines[-1] == (
+        "==> Horovod/DDP samples/s at np=2: 2.221x, horovod-mpi vs ddp-gloo (one run each: --repeats 3 shows their "
+        "noise; wall-time speed ratio 1.000x)"
+    )
+
+
+def test_bench_train_flags_a_ratio_its_runs_noise_puts_on_both_sides_of_1():
+    body, lines = bench_train_report(
+        {
+            ("single", 1): [1816.0, 1852.0, 1854.0],
+            ("horovod-mpi", 2): [1000.0, 1500.0, 2000.0],
+            ("ddp-gloo", 2): [1916.0, 1933.0, 1981.0],
+        }  # fmt: skip
+    )
+    assert [row[-1] for row in body] == ["1.00", "0.40?", "0.52"]
+    assert lines[-1].startswith(
+        "==> Horovod/DDP samples/s at np=2: 0.776x is no result, horovod-mpi vs ddp-gloo (its runs' min..max put it "
+        "anywhere in 0.505..1.044x, on both sides of 1"
+    )
+    resolved = bench_train_report(
+        {
+            ("single", 1): [1816.0, 1852.0, 1854.0],
+            ("horovod-mpi", 2): [1986.0, 2119.0, 2165.0],
+            ("ddp-gloo", 2): [1916.0, 1933.0, 1981.0],
+        }  # fmt: skip
+    )[1]
+    assert resolved[-1] == (
+        "==> Horovod/DDP samples/s at np=2: 1.096x, horovod-mpi vs ddp-gloo (1.003..1.130 over the runs' min..max, "
+        "medians of 3; wall-time speed ratio 1.000x)"
+    )
+    assert not [line for line in resolved if "no result" in line]

@@ -4,6 +4,7 @@ before anything is downloaded or built; the cache key, the source patch and the 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from horovod_train import cli
-from horovod_train.build_horovod import build, install, toolchain
+from horovod_train.build_horovod import build, install, progress, toolchain
 from horovod_train.build_horovod.plan import Options, Plan, cache_root, make_plan, with_build_tools
 from horovod_train.build_horovod.target import Target, running_target
 from horovod_train.errors import UsageError
@@ -301,3 +302,20 @@ def test_the_command_imports_only_the_standard_library_before_torch() -> None:
             third_party[module] = others - set(sys.stdlib_module_names) - {"torch"}
     assert "horovod_train.build_horovod.build" in seen and "horovod_train.build_horovod.nccl" in seen
     assert {module: found for module, found in third_party.items() if found} == {}
+
+
+def test_a_long_step_says_it_is_alive_and_how_long_it_took(capsys) -> None:
+    """A quiet pip compile of several minutes: a line when it starts, one now and then, one with its time."""
+    with progress.stage("compiling", heartbeat_s=0.05):
+        time.sleep(0.3)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "[horovod] compiling ..." and re.fullmatch(r"\[horovod\] compiling: done in 0\.\d s", lines[-1])
+    beats = lines[1:-1]
+    assert len(beats) >= 2 and all(re.fullmatch(r"\[horovod\] compiling: 0\.\d s so far", b) for b in beats), lines
+    with pytest.raises(RuntimeError), progress.stage("failing", heartbeat_s=60):
+        raise RuntimeError("the build broke")
+    assert capsys.readouterr().out == "[horovod] failing ...\n"  # no "done" for a step that failed
+
+
+def test_durations_read_as_setup_writes_them() -> None:
+    assert [progress.duration(s) for s in (0.04, 12.34, 59.96, 245.2)] == ["0.0 s", "12.3 s", "59.9 s", "4 min 05 s"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -68,6 +69,31 @@ def test_plain_python_is_a_world_of_one():
     found = detect({})
     assert (found.launcher, found.rank, found.world_size, found.master_addr) == ("plain", 0, 1, "127.0.0.1")
     assert found.master_port > 0
+
+
+MPIRUN = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}
+LAUNCHER_ENVS = {
+    "horovodrun": {"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2"},
+    "mpirun": MPIRUN,  # also what `horovodrun --mpi` gives its ranks
+    "torchrun": {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "a", "TORCHELASTIC_RUN_ID": "x"},
+    "srun": SRUN,
+    "plain": {},
+}
+
+
+@pytest.mark.parametrize(
+    ("launcher", "engine"),
+    [("horovodrun", "horovod"), ("mpirun", "horovod"), ("torchrun", "ddp"), ("srun", "ddp"), ("plain", "single")],
+)
+def test_each_launcher_implies_an_engine(launcher, engine):
+    """What `doctor` joins with unless --engine says: mpirun is Horovod's launcher as much as horovodrun."""
+    found = detect(LAUNCHER_ENVS[launcher], resolve_master=False)
+    assert (found.launcher, found.implied_engine()) == (launcher, engine)
+
+
+def test_mpirun_without_horovod_implies_ddp(monkeypatch):
+    monkeypatch.setitem(sys.modules, "horovod", None)  # `import horovod` fails as where it is not installed
+    assert detect(MPIRUN, resolve_master=False).implied_engine() == "ddp"
 
 
 def test_bad_launcher_variables_are_usage_errors():

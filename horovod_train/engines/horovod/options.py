@@ -33,15 +33,15 @@ class HorovodArguments:
     horovod_groups: int | None = field(
         default=None,
         metadata={
-            "help": "hvd.DistributedOptimizer gradient groups (0: per tensor; default on CPU: "
-            "buckets of --horovod_group_mb)."
+            "help": "hvd.DistributedOptimizer gradient groups, 0: per tensor (default: on CPU buckets of "
+            "--horovod_group_mb, on GPU per tensor)."
         },
     )
     horovod_group_mb: float | None = field(
         default=None,
         metadata={
             "help": "On CPU, group the gradients into buckets of at most this many MiB, in backward order, "
-            "each all-reduced once its gradients are ready (default 4)."
+            "each all-reduced once its gradients are ready (default: 4)."
         },
     )
     # Elastic Horovod (horovodrun --min-np/--max-np --host-discovery-script).
