@@ -54,7 +54,7 @@ VERDICT = "a 2-GPU run is required for the NCCL all-reduce between GPUs"
 
 def bench_summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
     """The best plain configuration of the sweep, its Horovod np=1 ratio, and the issue's targets."""
-    runs = [e for e in entries if e["name"].startswith("bench") and e["status"] == "ok"]
+    runs = [e for e in entries if e["name"].startswith("bench") and e["status"] == "ok" and "metrics" in e]
     if not runs:
         return {}
     best = max(runs, key=lambda e: e["metrics"]["single"]["samples_per_second"])

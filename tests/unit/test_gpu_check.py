@@ -230,3 +230,22 @@ def test_the_bundle_carries_what_is_asked_for_and_refuses_to_grow_past_its_limit
     captured = capsys.readouterr()
     assert (tmp_path / "bundle" / next(iter(WHEELS))).exists() and "left out" not in captured.out
     assert captured.err.startswith("error: the bundle is 52.") and "fix:" in captured.err
+
+
+def test_a_failed_dependency_install_skips_the_training_but_not_the_builds_or_the_bench(tmp_path, capsys):
+    """The plan's dependencies, run by the real runner (each command a no-op here): without the wheels the node
+    lacks, the runs that train need them and are skipped, but Horovod is still built and the bench (which
+    imports no datasets) still measures."""
+    parser = argparse.ArgumentParser()
+    check.add_arguments(parser)
+    args = parser.parse_args(["--dry_run", "--scripts_dir", "scripts", "--output_dir", str(tmp_path / "out")])
+    ctx = check.make_context(args)
+    ctx.out.mkdir()
+    plan = steps.plan(ctx)
+    for step in plan:
+        step.cmd, step.check, step.prepare = ["true"], None, None
+    next(s for s in plan if s.name == "deps").error = "missing datasets, evaluate; set HVT_WHEELS to a wheel folder"
+    status = {e["name"]: e["status"] for e in check.run_steps(ctx, plan, plan)["steps"]}
+    assert status["deps"] == "failed" and status["builds"] == "ok" and status["bench_b8"] == "ok"
+    trains = ("equiv_single", "equiv_horovod", "equiv_ddp", "ddp_demo", "horovod_demo", "bert_bf16_ddp", "dp_demo")
+    assert all(status[name] == "skipped" for name in trains), status
