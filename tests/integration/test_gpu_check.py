@@ -23,6 +23,9 @@ SCRIPT = REPO / "scripts" / "gpu_check.sh"
 STATUSES = {"ok", "failed", "skipped"}
 EIGHT_MINUTES = 480
 BACK = re.compile(r"[A-Za-z0-9._-]+")  # the names a lent machine sends back
+# The dry plan in two runs of the documented command, each within its timeout: together every step.
+SETUP_AND_TWO_RANKS = "nvidia_smi,environment,deps,builds,hvd_collectives,bench_b8,equiv_single,equiv_horovod,equiv_ddp"
+TRAINING = "bert_config,bert_fp16,ddp_demo,horovod_demo,bert_bf16_ddp,dp_demo,doctor"
 
 
 def dry_env(cache_dir: Path, out: Path) -> dict[str, str]:
@@ -62,37 +65,68 @@ def assert_it_can_come_back(folder: Path) -> None:
     assert all(f.stat().st_size < 16 * 2**20 for f in files)
 
 
-def test_the_documented_command_run_dry_plans_8_minutes_and_runs_every_step_that_needs_no_cuda(tmp_path, cache_dir):
+def documented_args() -> list[str]:
+    """The documented command's arguments to scripts/gpu_check.sh (its environment is the bundle's folder)."""
     command = documented_command()
     env_words = [w for w in command if re.fullmatch(r"[A-Z_]+=.*", w)]
-    assert command[len(env_words) :][:2] == ["bash", "scripts/gpu_check.sh"]
-    args = command[len(env_words) + 2 :]
-    proc = gpu_check(cache_dir, tmp_path / "OUT", *args, "--dry-run")
+    assert command[len(env_words) :][:2] == ["bash", "scripts/gpu_check.sh"] and "--budget_s" in command
+    return command[len(env_words) + 2 :]
+
+
+def planned_seconds(stdout: str) -> tuple[float, float]:
+    found = re.search(r"budget (\d+)s, (\d+)s planned within it", stdout)
+    assert found, stdout[-2000:]
+    return float(found[1]), float(found[2])
+
+
+def test_the_documented_command_plans_within_its_budget_and_the_default_within_8_minutes(tmp_path, cache_dir):
+    args = documented_args()
+    proc = gpu_check(cache_dir, tmp_path / "OUT", *args, "--plan-only", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    budget, planned = planned_seconds(proc.stdout)
+    assert budget == float(args[args.index("--budget_s") + 1]) and 0 < planned <= budget
+    default = gpu_check(cache_dir, tmp_path / "OUT", "--plan-only", timeout=120)
+    assert planned_seconds(default.stdout)[0] == EIGHT_MINUTES and planned_seconds(default.stdout)[1] <= EIGHT_MINUTES
+    lines = proc.stdout.splitlines()
+    first = [line.split()[0] for line in lines[lines.index(next(x for x in lines if x.startswith("step "))) + 1 :]]
+    assert first[:4] == ["nvidia_smi", "environment", "deps", "builds"]  # the facts before anything can fail
+    assert not (tmp_path / "OUT" / "gpu_check" / "gpu_check.json").exists()  # a plan, nothing run
+
+
+def test_the_two_dry_runs_below_cover_every_step_of_the_dry_plan(monkeypatch):
+    import argparse
+
+    from horovod_train.gpucheck import check, steps
+
+    monkeypatch.delenv("HVT_WHEELS", raising=False)
+    parser = argparse.ArgumentParser()
+    check.add_arguments(parser)
+    ctx = check.make_context(parser.parse_args(["--dry_run", "--scripts_dir", str(REPO / "scripts")]))
+    assert [step.name for step in steps.plan(ctx)] == [*SETUP_AND_TWO_RANKS.split(","), *TRAINING.split(",")]
+
+
+def run_documented_dry(tmp_path: Path, cache_dir: Path, steps: str) -> tuple[dict, Path, str]:
+    proc = gpu_check(cache_dir, tmp_path / "OUT", *documented_args(), "--dry-run", "--steps", steps)
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     folder = tmp_path / "OUT" / "gpu_check"
     assert_it_can_come_back(folder)
     report = read_report(folder)
     assert report["dry_run"] and report["complete"] and report["ok"] and report["failed"] == []
-    budget = float(args[args.index("--budget_s") + 1])
-    assert report["budget_s"] == budget and report["plan_total_s"] <= min(budget, EIGHT_MINUTES)
-    assert [r["name"] for r in report["plan"]][:4] == ["nvidia_smi", "environment", "deps", "builds"]
-    assert f"budget {budget:.0f}s, {report['plan_total_s']:.0f}s planned within it" in proc.stdout
+    assert "gpu-check" not in proc.stderr and "GPU path verified: no" in proc.stdout
+    return report, folder, proc.stdout
+
+
+def test_the_documented_command_run_dry_builds_and_runs_two_ranks_on_one_device(tmp_path, cache_dir):
+    """Horovod's and DDP's real gradient paths with two ranks on one device (the CPU here, the GPU on the node)
+    end with the single process's parameters; NCCL's collectives (Gloo here) and the bench run too."""
+    report, folder, _ = run_documented_dry(tmp_path, cache_dir, SETUP_AND_TWO_RANKS)
     status = {s["name"]: s["status"] for s in report["steps"]}
     expected = ["nvidia_smi", "environment", "deps", "builds", "horovod", "horovod_gloo", "hvd_collectives"]
-    expected += ["bench_b8", "equiv_single", "equiv_horovod", "equiv_ddp", "bert_config", "bert_fp16", "ddp_demo"]
-    expected += ["horovod_demo", "bert_bf16_ddp", "dp_demo", "doctor"]
-    assert list(status) == expected
-    skipped = {"nvidia_smi", "bert_fp16", "bert_config"}  # CUDA only; a dry run's BERT is tiny-bert
-    assert {n for n, s in status.items() if s == "skipped"} == skipped and set(status.values()) <= {"ok", "skipped"}
-    assert_the_steps_measured(report, folder)
-    assert "gpu-check" not in proc.stderr  # no failure line
-    assert "GPU path verified: no" in proc.stdout
-
-
-def assert_the_steps_measured(report: dict, folder: Path) -> None:
+    assert list(status) == [*expected, "bench_b8", "equiv_single", "equiv_horovod", "equiv_ddp"]
+    assert status.pop("nvidia_smi") == "skipped" and set(status.values()) == {"ok"}  # nvidia-smi: CUDA only
     steps = {s["name"]: s for s in report["steps"]}
     assert steps["environment"]["metrics"]["torch"] and steps["environment"]["metrics"]["gpus"] == []
-    for name, engine in (("equiv_horovod", "horovod"), ("equiv_ddp", "ddp")):  # two ranks, one device (here the CPU)
+    for name, engine in (("equiv_horovod", "horovod"), ("equiv_ddp", "ddp")):
         metrics = steps[name]["metrics"]
         assert metrics["engine"] == engine and metrics["world_size"] == 2 and metrics["device"] == "cpu", metrics
         assert 0 < metrics["max_abs_difference"] <= 1e-5  # averaged, not identical: the ranks saw half a batch each
@@ -100,15 +134,35 @@ def assert_the_steps_measured(report: dict, folder: Path) -> None:
     collectives = steps["hvd_collectives"]["metrics"]
     assert sorted(collectives["ops"]) == ["float16", "float32", "float64", "int64", "uint8"]
     assert all(all(ops.values()) for ops in collectives["ops"].values()), collectives
-    assert steps["bench_b8"]["metrics"]["single"]["samples_per_second"] > 0
-    assert report["bench"]["best"] == "bench_b8"
+    assert steps["bench_b8"]["metrics"]["single"]["samples_per_second"] > 0 and report["bench"]["best"] == "bench_b8"
+    states = {p["steps"]: p["state"] for p in report["paths"]}
+    assert states["equiv_horovod"] == states["equiv_ddp"] == "ran on the CPU (dry run)"
+    assert_details(folder, report, ["equiv_single", "equiv_horovod", "equiv_ddp"])
+    with tarfile.open(folder / "details.tar.gz") as tar:
+        assert "details/bench/bench_b8/gpu.json" in tar.getnames()
+
+
+def test_the_documented_command_run_dry_trains_under_every_engine(tmp_path, cache_dir):
+    report, folder, _ = run_documented_dry(tmp_path, cache_dir, TRAINING)
+    status = {s["name"]: s["status"] for s in report["steps"]}
+    assert list(status) == TRAINING.split(",")
+    skipped = {"bert_fp16", "bert_config"}  # fp16's GradScaler needs CUDA; a dry run's BERT is tiny-bert
+    assert {n for n, s in status.items() if s == "skipped"} == skipped and set(status.values()) == {"ok", "skipped"}
+    steps = {s["name"]: s for s in report["steps"]}
+    for name in ("ddp_demo", "horovod_demo", "bert_bf16_ddp", "dp_demo"):
+        metrics = steps[name]["metrics"]
+        assert metrics["last_loss"] < metrics["first_loss"] and metrics["device"] == "cpu", (name, metrics)
+    assert_details(folder, report, ["ddp_demo", "horovod_demo", "bert_bf16_ddp", "dp_demo"])
+
+
+def assert_details(folder: Path, report: dict, runs: list[str]) -> None:
+    """Each run's log and metrics in details.tar.gz; every step's output in gpu_check.log as it went."""
     with tarfile.open(folder / "details.tar.gz") as tar:
         names = set(tar.getnames())
-    for name in ("equiv_single", "equiv_horovod", "equiv_ddp", "ddp_demo", "horovod_demo", "dp_demo"):
+    for name in runs:
         assert {f"details/logs/{name}.log", f"details/runs/{name}/metrics.jsonl"} <= names
-    assert "details/bench/bench_b8/gpu.json" in names
     log = (folder / "gpu_check.log").read_text()
-    assert all(f"==== {name}: " in log for name, s in steps.items() if s["status"] == "ok" and s["cmd"])
+    assert all(f"==== {s['name']}: " in log for s in report["steps"] if s["status"] == "ok" and s["cmd"])
 
 
 def test_a_failing_step_is_named_exits_non_zero_and_the_report_is_written(tmp_path, cache_dir):
