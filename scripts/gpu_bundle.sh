@@ -9,7 +9,8 @@
 #
 # The tree is resolved with `pip install --dry-run --report` for the node's platform (metadata only), then
 # downloaded with --no-deps and trimmed (python -m horovod_train.gpucheck.bundle). HVT_BUNDLE_WITH="pyarrow ..."
-# carries packages the node has anyway (when its version does not fit); HVT_BUNDLE_EXTRA adds requirements.
+# carries packages the node has anyway (when its version does not fit); HVT_BUNDLE_SMALL_MIB (default 1): the wheels
+# under it are carried even when the node has the package (0: none); HVT_BUNDLE_EXTRA adds requirements.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DEST=${1:-$ROOT/.gpu_bundle}
@@ -31,4 +32,5 @@ mapfile -t PINS < <("$PY" -m horovod_train.gpucheck.bundle pins "$WORK/report.js
 echo "[bundle] the tree of ${WANT[*]}: ${#PINS[@]} packages"
 "$PY" -m pip download -q --no-deps -d "$DEST" "${PLATFORM[@]}" "${PINS[@]}"
 "$PY" -m horovod_train.gpucheck.bundle trim "$DEST" --report "$WORK/report.json" \
-    --on_node "$ROOT/scripts/gpu_node_packages.txt" --carry "${HVT_BUNDLE_WITH:-}" --max_mib "${HVT_BUNDLE_MAX_MIB:-50}"
+    --on_node "$ROOT/scripts/gpu_node_packages.txt" --carry "${HVT_BUNDLE_WITH:-}" --max_mib "${HVT_BUNDLE_MAX_MIB:-50}" \
+    --small_mib "${HVT_BUNDLE_SMALL_MIB:-1}"

@@ -56,18 +56,18 @@ def wheel_name(path: Path) -> str:
     return normalized(re.split(r"-\d", path.name, maxsplit=1)[0])
 
 
-def left_out(dest: Path, on_node: set[str], carried: set[str]) -> list[Path]:
-    """The big wheels of packages the node has (unless asked for)."""
+def left_out(dest: Path, on_node: set[str], carried: set[str], small_bytes: float = SMALL_BYTES) -> list[Path]:
+    """The wheels of packages the node has, but those under ``small_bytes`` and those asked for."""
     return [
         path
         for path in sorted(dest.glob("*.whl"))
-        if wheel_name(path) in on_node and wheel_name(path) not in carried and path.stat().st_size >= SMALL_BYTES
+        if wheel_name(path) in on_node and wheel_name(path) not in carried and path.stat().st_size >= small_bytes
     ]
 
 
 def trim(args: argparse.Namespace) -> int:
     on_node, carried = read_names(args.on_node), {normalized(n) for n in args.carry.split()}
-    for path in left_out(args.dest, on_node, carried):
+    for path in left_out(args.dest, on_node, carried, args.small_mib * MIB):
         needs = "; ".join(requirements_on(args.report, wheel_name(path))) or "no version of it (outside extras)"
         size = path.stat().st_size / MIB
         print(f"[bundle] left out {path.name} ({size:.1f} MiB): the node has {wheel_name(path)} "
@@ -98,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     cut.add_argument("--on_node", type=Path, required=True, help="the node's packages, one pip name a line")
     cut.add_argument("--carry", default="", help="names to carry even though the node has them")
     cut.add_argument("--max_mib", type=float, default=50.0)
+    cut.add_argument("--small_mib", type=float, default=SMALL_BYTES / MIB,
+                     help="wheels under this are carried even when the node has the package (0: none)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.command == "pins":
         print("\n".join(pins(args.report)))

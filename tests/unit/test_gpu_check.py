@@ -197,7 +197,7 @@ def pip_report(path: Path, packages: dict[str, tuple[str, list[str]]]) -> Path:
     return path
 
 
-def trim(tmp_path: Path, sizes: dict[str, int], carry: str = "", max_mib: float = 50) -> int:
+def trim(tmp_path: Path, sizes: dict[str, int], carry: str = "", max_mib: float = 50, *more: str) -> int:
     dest = tmp_path / "bundle"
     dest.mkdir(exist_ok=True)
     for name, size in sizes.items():
@@ -208,7 +208,7 @@ def trim(tmp_path: Path, sizes: dict[str, int], carry: str = "", max_mib: float 
         "pyarrow": ("26.0.1", []), "fsspec": ("2026.9.0", []), "dill": ("0.4.1", [])})  # fmt: skip
     (tmp_path / "node.txt").write_text("# the node\npyarrow\nfsspec\nPyYAML\n")
     args = ["trim", str(dest), "--report", str(report), "--on_node", str(tmp_path / "node.txt"), "--carry", carry]
-    return bundle.main([*args, "--max_mib", str(max_mib)])
+    return bundle.main([*args, "--max_mib", str(max_mib), *more])
 
 
 WHEELS = {"pyarrow-26.0.1-cp312-cp312-manylinux_2_28_x86_64.whl": 52 * 2**20,
@@ -249,3 +249,9 @@ def test_a_failed_dependency_install_skips_the_training_but_not_the_builds_or_th
     assert status["deps"] == "failed" and status["builds"] == "ok" and status["bench_b8"] == "ok"
     trains = ("equiv_single", "equiv_horovod", "equiv_ddp", "ddp_demo", "horovod_demo", "bert_bf16_ddp", "dp_demo")
     assert all(status[name] == "skipped" for name in trains), status
+
+
+def test_the_bundle_can_leave_out_the_small_wheels_too(tmp_path, capsys):
+    assert trim(tmp_path, WHEELS, "pyarrow", 60, "--small_mib", "0") == 0
+    kept = sorted(p.name for p in (tmp_path / "bundle").iterdir())
+    assert kept == sorted(n for n in WHEELS if not n.startswith("fsspec"))  # pyarrow asked for; fsspec on the node
