@@ -147,9 +147,11 @@ class Checkpoints:
         config: dict[str, Any],
         training_state: dict[str, Any],
         write_loadable: Callable[[Path], None] | None = None,
+        weights: dict[str, torch.Tensor] | None = None,
     ) -> Path:
-        """``write_loadable`` adds what ``from_pretrained`` needs besides the weights (config, tokenizer). A full
-        disk is a UsageError; the checkpoints already there are left as they were."""
+        """``write_loadable`` adds what ``from_pretrained`` needs besides the weights (config, tokenizer);
+        ``weights``: ``model``'s whole state dict where ``model`` does not hold it (an engine that shards the model
+        gathers it), else None. A full disk is a UsageError; the checkpoints already there are left as they were."""
         target = self.output_dir / f"{PREFIX}{position.global_step}"
         self.lineage = [name for name in self.lineage if name != target.name] + [target.name]
         trainer_state = {
@@ -160,7 +162,8 @@ class Checkpoints:
             "lineage": self.lineage,
         }
         with refusing_a_full_disk(self.output_dir, target), atomic_directory(target, replace=True) as tmp:
-            write_files(tmp, model, training_state, trainer_state, write_loadable)
+            write_files(tmp, model, model.state_dict() if weights is None else weights, training_state,
+                        trainer_state, write_loadable)  # fmt: skip
         best = position.best_model_checkpoint  # a path: another directory's, not for this rotation to spare
         self.rotate(keep_also=target.name, best=best if best and "/" not in best else None)
         return target
@@ -182,12 +185,13 @@ class Checkpoints:
 def write_files(
     directory: Path,
     model: torch.nn.Module,
+    weights: dict[str, torch.Tensor],
     training_state: dict[str, Any],
     trainer_state: dict[str, Any],
     write_loadable: Callable[[Path], None] | None,
 ) -> None:
     """A checkpoint's files, the manifest last, every one fsynced."""
-    write_model(model, directory)
+    write_model(model, weights, directory)
     with (directory / STATE_FILE).open("wb") as f:  # a file object: its OSError stays the cause of torch's error
         torch.save(training_state, f)
     (directory / TRAINER_FILE).write_text(json.dumps(trainer_state, indent=2, sort_keys=True) + "\n")
@@ -214,10 +218,11 @@ def refusing_a_full_disk(output_dir: Path, target: Path) -> Iterator[None]:
         ) from error
 
 
-def write_model(model: torch.nn.Module, directory: Path) -> None:
-    """The model's files of a checkpoint (see the module's docstring); the training model, as it is."""
+def write_model(model: torch.nn.Module, weights: dict[str, torch.Tensor], directory: Path) -> None:
+    """The model's files of a checkpoint (see the module's docstring): ``weights``, the training model's whole
+    state dict, as it is."""
     if not lora.is_peft(model):
-        save_file(distinct_tensors(model.state_dict(), _tied_copies(model)), directory / MODEL_FILE)
+        save_file(distinct_tensors(weights, _tied_copies(model)), directory / MODEL_FILE)
         return
     merged, rest = lora.split_state(model)
     save_file(distinct_tensors(merged, _tied_copies(model)), directory / MODEL_FILE)

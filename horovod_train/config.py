@@ -31,6 +31,7 @@ from horovod_train.arguments import (
 )
 from horovod_train.domains import EngineName, OptimizerName, ScheduleName, Strategy, check_section, path_problem
 from horovod_train.engines.ddp_options import DDPArguments
+from horovod_train.engines.fsdp import FSDPArguments
 from horovod_train.engines.horovod.options import HorovodArguments
 from horovod_train.errors import UsageError
 
@@ -366,6 +367,7 @@ class RunConfig:
     training: TrainingArguments = field(default_factory=TrainingArguments)
     horovod: HorovodArguments = field(default_factory=HorovodArguments)
     ddp: DDPArguments = field(default_factory=DDPArguments)
+    fsdp: FSDPArguments = field(default_factory=FSDPArguments)
 
     def __post_init__(self) -> None:
         self.horovod.check_with(self.training)

@@ -40,7 +40,7 @@ Check = Callable[[str, Any], None]  # (argument name, value) -> None, or raises 
 
 # The fixed sets, as the dataclasses' field types. EngineName is horovod_train.engines.ENGINES's names and
 # ScheduleName schedule.SCHEDULES (tests/unit/test_domains.py checks both agree; no import back: they import torch).
-EngineName = Literal["ddp", "dp", "horovod", "single"]
+EngineName = Literal["ddp", "dp", "fsdp", "horovod", "single", "zero1"]
 Strategy = Literal["epoch", "steps", "no"]
 ScheduleName = Literal["linear", "cosine", "constant", "constant_with_warmup"]
 # Transformers' names: its Trainer's default is the fused AdamW (one kernel per tensor, not one per operation).
@@ -370,6 +370,8 @@ DOMAINS: dict[str, Check] = {
     "ddp_bucket_cap_mb": count(1, example="25"),
     "ddp_backend": one_of(DDPBackend),
     "ddp_find_unused_parameters": boolean,
+    # --engine fsdp
+    "fsdp_reshard_after_forward": boolean,
 }
 
 

@@ -155,8 +155,14 @@ def with_pad_token(tokenizer: PreTrainedTokenizerBase, name: str) -> PreTrainedT
 
 def param_checksum(model: torch.nn.Module) -> int:
     """A 63-bit digest of every parameter's bytes: equal across ranks only if bit-identical."""
+    return tensors_checksum(sorted(model.state_dict().items()))
+
+
+def tensors_checksum(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
+    """``param_checksum`` of a state dict's (name, tensor) pairs in name order (an iterator: one tensor at a time
+    need exist, as a sharded engine gathers them)."""
     h = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
+    for name, tensor in named_tensors:
         h.update(name.encode())
         # Raw bytes, any dtype: numpy has no bfloat16.
         h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
@@ -224,20 +230,23 @@ def build_model(
     pad_token_id: int | None = None,
     access: HubAccess = HubAccess(),
     problem_type: str = "single_label_classification",
+    on_meta: bool = False,
 ) -> PreTrainedModel:
     """``config_name`` (run_glue.py's --config_name): the configuration to load the weights into, or with
     tiny-bert the architecture to random-init instead of the built-in tiny one. ``pad_token_id``: the
     tokenizer's, given to a model configuration that has none (decoders find the last real token by it).
     ``problem_type``: transformers' (regression: MSE on one output; multi_label_classification:
     BCE-with-logits; single_label_classification: cross-entropy), set so that the model's loss never
-    guesses it from the labels' dtype."""
+    guesses it from the labels' dtype. ``on_meta``: the model's shape alone, on the meta device (no memory, no
+    weights read): what a sharded engine's ranks but rank 0 start from, or a count of its parameters."""
     labels = {
         "num_labels": num_labels,
         "id2label": dict(enumerate(label_names)),
         "label2id": {name: i for i, name in enumerate(label_names)},
         "problem_type": problem_type,
     }
-    model = _build_model(model_name_or_path, labels, vocab_size, seed, dropout, cache_dir, config_name, access)
+    model = _build_model(model_name_or_path, labels, vocab_size, seed, dropout, cache_dir, config_name, access,
+                         on_meta)  # fmt: skip
     if model.config.pad_token_id is None and pad_token_id is not None:
         model.config.pad_token_id = pad_token_id
     return model
@@ -273,12 +282,30 @@ def _build_model(
     cache_dir: str | None,
     config_name: str | None,
     access: HubAccess,
+    on_meta: bool = False,
 ) -> PreTrainedModel:
     config = model_config(model_name_or_path, labels, vocab_size, cache_dir, config_name, access)
     set_dropout(config, dropout)
     torch.manual_seed(seed)  # same random init on every rank (rank 0's is broadcast anyway)
-    if model_name_or_path == TINY_BERT:
+    if on_meta:
+        with torch.device("meta"):
+            model = AutoModelForSequenceClassification.from_config(config, dtype=torch.float32)
+    elif model_name_or_path == TINY_BERT:
         return AutoModelForSequenceClassification.from_config(config, dtype=torch.float32)
+    else:
+        model = _from_pretrained(model_name_or_path, config, cache_dir, access)
+    embeddings = model.get_input_embeddings().num_embeddings
+    if embeddings < vocab_size:
+        raise UsageError(
+            f"tokenizer has {vocab_size} tokens but model {model_name_or_path!r} embeds only {embeddings}",
+            "use the tokenizer that belongs to the model (drop --tokenizer_name)",
+        )
+    return model
+
+
+def _from_pretrained(
+    model_name_or_path: str, config: PreTrainedConfig, cache_dir: str | None, access: HubAccess
+) -> PreTrainedModel:
     try:
         model = AutoModelForSequenceClassification.from_pretrained(
             model_name_or_path,
@@ -291,12 +318,6 @@ def _build_model(
         )
     except (OSError, ValueError) as exc:
         raise loading_error("model", model_name_or_path, exc) from None
-    embeddings = model.get_input_embeddings().num_embeddings
-    if embeddings < vocab_size:
-        raise UsageError(
-            f"tokenizer has {vocab_size} tokens but model {model_name_or_path!r} embeds only {embeddings}",
-            "use the tokenizer that belongs to the model (drop --tokenizer_name)",
-        )
     return model
 
 

@@ -10,8 +10,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from torch import nn
-
 from horovod_train import amp, rng
 from horovod_train import checkpoint as ckpt
 from horovod_train import data as data_lib
@@ -83,7 +81,7 @@ class Trainer:
         position = build.start_position(resumed, self.parts.plan)
         in_place = bool(resumed and resumed["in_place"])
         if resumed:
-            resume.restore_training_state(resumed, self.parts.optimizer, self.precision)
+            resume.restore_training_state(resumed, engine, self.parts.model, self.parts.optimizer, self.precision)
             if in_place and self.parts.policy.finished(position):
                 self.finished_before = self.rank_zero.read_in_setup(
                     lambda: resume.read_finished_results(self.output_dir, position.global_step)
@@ -112,13 +110,16 @@ class Trainer:
         config, args, engine = self.config, self.args, self.engine
         tokenizer, tokenized = build.prepare_data(config, engine, self.cache_dir, self.rank_zero)
         build.check_task_shape(args, tokenized, config.data.task_name)
-        model = build.build_model(config, tokenizer, tokenized)
+        self.rank_zero.first(lambda: build.check_memory(config, engine, tokenizer, tokenized))
+        model = build.build_model(config, tokenizer, tokenized, on_meta=engine.builds_model_on_meta)
         compatibility = build.run_compatibility(config, engine, tokenizer, tokenized, model)
-        optimizer = build.build_optimizer(args, engine, model)
         resumed = None
         if args.resume_from_checkpoint and not self.rank_zero.joining:
-            resumed = self.load_checkpoint(model, compatibility)
-        model, optimizer = engine.wrap(model, optimizer)
+            resumed = self.read_checkpoint(compatibility)
+        # The engine builds the optimizer before or after wrapping (a sharded one steps its own shards).
+        model, optimizer = engine.prepare(model, lambda module: build.build_optimizer(args, engine, module))
+        if resumed:
+            engine.load_model_state(model, resumed.pop("tensors"))
         train_set = build.build_train_set(tokenized, args.audit_samples)
         train_loader = build.build_train_loader(train_set, tokenizer, args, engine)
         plan = build.plan_run(args, len(train_loader), engine.world_size)
@@ -131,7 +132,8 @@ class Trainer:
         )  # fmt: skip
         return parts, resumed
 
-    def load_checkpoint(self, model: nn.Module, compatibility: ckpt.Compatibility) -> dict[str, Any] | None:
+    def read_checkpoint(self, compatibility: ckpt.Compatibility) -> dict[str, Any] | None:
+        """The checkpoint to resume from, on every rank (rank 0 reads it), or None: a fresh start."""
         args = self.args
 
         def read() -> dict[str, Any] | None:
@@ -140,7 +142,7 @@ class Trainer:
                 self.console.warn, best_needed=args.load_best_model_at_end,
             )  # fmt: skip
 
-        return resume.load_checkpoint(model, self.rank_zero, self.console, self.output_dir, read)
+        return resume.load_checkpoint(self.rank_zero, self.console, self.output_dir, read)
 
     def write_run_config(self, fresh: bool) -> None:
         self.run_dir.begin(fresh)
@@ -186,15 +188,16 @@ class Trainer:
         engine, parts, position = self.engine, loop.parts, loop.position
         self.signals.wait()  # the last step's stop flags are still being summed
         self.console.bar.close()
-        model = engine.unwrap(parts.model)
         train_metrics = results.train_metrics(position, parts.plan, loop.first_step, len(parts.train_set), wall_time_s)
         summary = {**train_metrics, "epoch": parts.plan.epoch_float(position), "step": position.global_step}
         position.log_history.append(summary)
         evaluation = {**evaluation, **loop.evaluator.describe()}
-        found = results.gather_results(engine, model, parts.plan, position, evaluation, train_metrics, wall_time_s)
+        found = results.gather_results(engine, parts.model, parts.plan, position, evaluation, train_metrics,
+                                       wall_time_s)  # fmt: skip
         predictions = loop.evaluator.predict() if self.args.do_predict else {}
+        weights = engine.full_model_state(parts.model)  # rank 0's, gathered where the model is sharded
         if engine.is_main:
             state = results.trainer_state(self.args, self.run_dir, parts.plan, position)
-            results.write_outputs(self.run_dir, model, parts.tokenizer, predictions, position.log_history, found,
-                                  train_metrics, state)  # fmt: skip
+            results.write_outputs(self.run_dir, engine.unwrap(parts.model), weights, parts.tokenizer, predictions,
+                                  position.log_history, found, train_metrics, state)  # fmt: skip
         return found

@@ -19,6 +19,7 @@ from typing import Any
 from horovod_train import domains, launchers
 from horovod_train.bench import common, fit
 from horovod_train.errors import UsageError
+from horovod_train.memory import memory_available
 from horovod_train.run_directory import claimed
 from horovod_train.tables import format_table
 
@@ -140,14 +141,6 @@ def measure_activations(config: Any, seq: int, kind: str, lora_r: int = 8, batch
         saved[layers] = fit.saved_bytes(lambda m=model, x=inputs: m(**x).loss, exclude=tensors)
     layer = (saved[2] - saved[1]) / batch
     return fit.Activations(seq, config.hidden_size, layer, saved[1] / batch - layer)
-
-
-def memory_available() -> int:
-    """MemAvailable of /proc/meminfo, in bytes (what other processes leave this machine now)."""
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def runnable(model: fit.Model, mode: str, world_size: int, margin_gb: float) -> bool:

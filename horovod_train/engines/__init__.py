@@ -22,10 +22,13 @@ __all__ = ["ENGINES", "Engine", "available_engines", "create_engine"]
 def _registry() -> dict[str, type[Engine]]:
     from horovod_train.engines.ddp import DDPEngine
     from horovod_train.engines.dp import DataParallelEngine
+    from horovod_train.engines.fsdp import FSDPEngine
     from horovod_train.engines.horovod import HorovodEngine
     from horovod_train.engines.single import SingleEngine
+    from horovod_train.engines.zero1 import Zero1Engine
 
-    return {engine.name: engine for engine in (DDPEngine, DataParallelEngine, HorovodEngine, SingleEngine)}
+    engines = (DDPEngine, DataParallelEngine, FSDPEngine, HorovodEngine, SingleEngine, Zero1Engine)
+    return {engine.name: engine for engine in engines}
 
 
 def __getattr__(name: str) -> Any:

@@ -12,16 +12,20 @@ import json
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import nn
 from torch.optim import Optimizer
 
 from horovod_train import amp
-from horovod_train.config import RunConfig
+from horovod_train import checkpoint as ckpt
 from horovod_train.engines.payload import broadcast_from_root
 from horovod_train.engines.policy import RunPolicy
+from horovod_train.model import param_checksum
+
+if TYPE_CHECKING:
+    from horovod_train.config import RunConfig
 
 T = TypeVar("T")
 
@@ -37,6 +41,11 @@ def classification_loss(model: nn.Module, batch: dict[str, torch.Tensor], label_
 
 
 class Engine(ABC):
+    """Replicated engines (single, dp, horovod, ddp) hold the whole model, its gradients and the optimizer's state
+    on every rank; a sharded engine (zero1: the optimizer's state; fsdp: all three) overrides the methods of the
+    model's state below, which the trainer, its checkpoints, evaluation and results call instead of reading the
+    model or the optimizer themselves."""
+
     name: str = ""
     rank: int = 0
     local_rank: int = 0
@@ -75,6 +84,19 @@ class Engine(ABC):
     def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, torch.optim.Optimizer]:
         """Make model and optimizer data-parallel and identical on every rank."""
 
+    def prepare(
+        self, model: nn.Module, build_optimizer: Callable[[nn.Module], Optimizer]
+    ) -> tuple[nn.Module, Optimizer]:
+        """The trained model and its optimizer: ``build_optimizer`` over the model's parameters, before wrapping
+        (replicated engines) or after it (a sharded engine's optimizer steps its own shards)."""
+        return self.wrap(model, build_optimizer(model))
+
+    @property
+    def builds_model_on_meta(self) -> bool:
+        """True where this rank builds only the model's shape (the meta device) for ``prepare`` to fill: fsdp's ranks
+        but 0, whose shards come from rank 0's model. Elsewhere every rank builds the whole model."""
+        return False
+
     def train_sampler(self, dataset: Any, seed: int) -> Any:
         """A sampler with begin_epoch/record_step (see data.ResumableDistributedSampler); None: that one."""
         return None
@@ -98,6 +120,45 @@ class Engine(ABC):
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model
 
+    # ---- the model's state, however it is spread over the ranks ----------------------------------------------
+    def full_model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """Collective: the whole model's state dict on rank 0 (for ``save_pretrained`` and checkpoints), {} on the
+        others. A replicated engine's are the model's own tensors, not copies."""
+        return self.unwrap(model).state_dict() if self.is_main else {}
+
+    def load_model_state(self, model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+        """Load a checkpoint's tensors (every rank holds them) into the prepared model, on every rank."""
+        module = self.unwrap(model)
+        module.load_state_dict(ckpt.model_state(tensors, module))
+
+    def full_optimizer_state(self, model: nn.Module, optimizer: Optimizer) -> dict[str, Any] | None:
+        """Collective: the optimizer's whole state on rank 0 (None on the others), in torch's format: the
+        parameters numbered in the order of ``build_optimizer``'s groups, the same under every engine, so a
+        checkpoint continues under another engine or world size."""
+        return optimizer.state_dict() if self.is_main else None
+
+    def load_optimizer_state(self, model: nn.Module, optimizer: Optimizer, state: dict[str, Any]) -> None:
+        """Load a checkpoint's whole optimizer state (every rank holds it), after ``prepare``."""
+        load_keeping_implementation(optimizer, state)
+
+    def eval_module(self, model: nn.Module) -> nn.Module:
+        """The module evaluation and prediction run (no gradient: no engine wrapper needed)."""
+        return self.unwrap(model)
+
+    # True where the model's forward is a collective (fsdp all-gathers each block's parameters): every rank must
+    # then run as many forward passes as the others, in evaluation too.
+    forward_is_collective: bool = False
+
+    def state_bytes_per_rank(self, params: int, trainable: int) -> float:
+        """Bytes of training state a rank holds for a model of ``params`` parameters, ``trainable`` of them trained:
+        fp32 weights (4), and for each trained one its gradient (4) and AdamW's two moments (8)."""
+        return 4 * params + 12 * trainable
+
+    def parameter_checksum(self, model: nn.Module) -> int:
+        """Collective: the digest of the whole model's parameters (model.param_checksum), the same on every rank
+        exactly when the ranks train the same model."""
+        return param_checksum(self.unwrap(model))
+
     def forward_loss(
         self, model: nn.Module, batch: dict[str, torch.Tensor], label_smoothing: float = 0.0
     ) -> torch.Tensor:
@@ -110,7 +171,8 @@ class Engine(ABC):
     def clip_and_step(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float, scaler: Any = None
     ) -> None:
-        """Unscale (fp16's GradScaler), clip the gradient norm, step. Without a scaler: clip and step."""
+        """Unscale (fp16's GradScaler), clip the norm of the whole (averaged) gradient, step. Without a scaler:
+        clip and step."""
         amp.unscale(optimizer, scaler)
         if max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
@@ -172,3 +234,12 @@ class Engine(ABC):
 
     def shutdown(self) -> None:  # noqa: B027 (an optional hook: most engines have nothing to tear down)
         pass
+
+
+def load_keeping_implementation(optimizer: Optimizer, state: dict[str, Any]) -> None:
+    """``optimizer.load_state_dict(state)``: the groups' settings come back from the checkpoint, the implementation
+    (fused or not) stays the one this run asked for."""
+    implementation = [group.get("fused") for group in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, fused in zip(optimizer.param_groups, implementation, strict=True):
+        group["fused"] = fused

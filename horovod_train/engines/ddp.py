@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -18,9 +18,11 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from horovod_train import distributed_env
-from horovod_train.config import RunConfig
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
+
+if TYPE_CHECKING:
+    from horovod_train.config import RunConfig
 
 
 class DDPEngine(Engine):

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 from horovod_train import checkpoint as ckpt
 from horovod_train import data as data_lib
-from horovod_train import lora
+from horovod_train import lora, memory
 from horovod_train import model as model_lib
 from horovod_train.config import RunConfig, TrainingArguments
 from horovod_train.domains import ADAMW_FUSED
@@ -97,7 +97,8 @@ def check_metric_for_best_model(metric: str | None, tokenized: DatasetDict, task
         )
 
 
-def build_model(config: RunConfig, tokenizer: Any, tokenized: DatasetDict) -> torch.nn.Module:
+def build_model(config: RunConfig, tokenizer: Any, tokenized: DatasetDict, on_meta: bool = False) -> torch.nn.Module:
+    """``on_meta``: the model's shape alone, on the meta device (model_lib.build_model)."""
     c, args = config, config.training
     label_names = data_lib.label_names(tokenized)  # checked against --num_labels when the data loaded
     model = model_lib.build_model(
@@ -112,6 +113,7 @@ def build_model(config: RunConfig, tokenizer: Any, tokenized: DatasetDict) -> to
         pad_token_id=tokenizer.pad_token_id,
         access=hub_access(c),
         problem_type=data_lib.problem_type(tokenized),
+        on_meta=on_meta,
     )
     if args.gradient_checkpointing:
         model_lib.enable_gradient_checkpointing(model)
@@ -120,6 +122,17 @@ def build_model(config: RunConfig, tokenizer: Any, tokenized: DatasetDict) -> to
     if args.torch_compile:
         model.compile()  # in place: state_dict keys and save_pretrained are unchanged
     return model
+
+
+def check_memory(config: RunConfig, engine: Engine, tokenizer: Any, tokenized: DatasetDict) -> None:
+    """Refuse a run whose training state, as the engine spreads it, cannot fit the memory free now (counted on the
+    model's shape, before any rank builds it)."""
+    shape = build_model(config, tokenizer, tokenized, on_meta=True)
+    params = sum(p.numel() for p in shape.parameters())
+    trainable = sum(p.numel() for p in shape.parameters() if p.requires_grad)
+    state = engine.state_bytes_per_rank(params, trainable)
+    ranks = engine.local_world_size if engine.device.type == "cpu" else 1
+    memory.check_state_fits(engine.name, params, state, ranks, engine.device)
 
 
 def lora_options(model_args: Any) -> lora.LoraOptions:

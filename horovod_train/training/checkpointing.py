@@ -29,16 +29,23 @@ class CheckpointSaver:
 
     def save(self, position: TrainingPosition, schedule: Schedule, evaluation: dict[str, Any] | None) -> None:
         """``evaluation``: the metrics of an evaluation at this very step, if there was one."""
-        rng_states = self.engine.gather_objects(rng.capture())
+        engine, model = self.engine, self.parts.model
+        rng_states = engine.gather_objects(rng.capture())
+        # Gathered on rank 0 where the engine shards them.
+        weights = engine.full_model_state(model)
+        optimizer_state = engine.full_optimizer_state(model, self.parts.optimizer)
         self.track_best(position, evaluation)
         # Rank 0 writes; its UsageError (a full disk) is every rank's, as the others would wait for it in the next
         # step's all-reduce.
-        RankZero(self.engine).read_for_all(lambda: self.write(position, schedule, rng_states))
+        RankZero(engine).read_for_all(lambda: self.write(position, schedule, rng_states, weights, optimizer_state))
         self.last_saved_step = position.global_step
 
-    def write(self, position: TrainingPosition, schedule: Schedule, rng_states: list[Any]) -> None:
+    def write(
+        self, position: TrainingPosition, schedule: Schedule, rng_states: list[Any], weights: dict[str, Any],
+        optimizer_state: dict[str, Any] | None,
+    ) -> None:  # fmt: skip
         training_state = {
-            "optimizer": self.parts.optimizer.state_dict(),
+            "optimizer": optimizer_state,
             "rng": rng_states,
             # The schedule is a function of the position; its parameters are kept for the record.
             "scheduler": dataclasses.asdict(schedule),
@@ -52,6 +59,7 @@ class CheckpointSaver:
             self.config.to_dict(),
             training_state,
             write_loadable=lambda path: (model.config.save_pretrained(path), tokenizer.save_pretrained(path)),
+            weights=weights,
         )
         self.run_dir.wrote_checkpoint(saved)
 
@@ -80,7 +88,6 @@ def load_best_weights(
     if path == run_dir.checkpoint(position.global_step):
         return False
     weights = rank_zero.read_for_all(lambda: ckpt.load_weights(path))
-    model = engine.unwrap(parts.model)
-    model.load_state_dict(ckpt.model_state(weights, model))
+    engine.load_model_state(parts.model, weights)
     console.log(f"loaded the best model: {path} ({metric} {position.best_metric:.4f})")
     return True

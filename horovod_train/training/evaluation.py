@@ -59,6 +59,7 @@ def gather_outputs(
     dtype = torch.float64 if shape.problem_type == REGRESSION else torch.int64
     rows = [torch.zeros((0, 1 + shape.outputs * (2 if labelled else 1)), dtype=dtype)]
     losses = [torch.zeros(0, dtype=torch.float64)]
+    fillers = forwards_to_fill(engine, len(loader))  # asked before any forward pass
     net.eval()
     for batch in loader:
         index = batch.pop("example_index")
@@ -72,11 +73,29 @@ def gather_outputs(
             losses.append(example_losses(logits, labels, shape, label_smoothing).double().cpu())
             columns.append(labels.reshape(len(index), -1).cpu())
         rows.append(torch.cat([column.to(dtype) for column in columns], dim=1))
+    fill_forwards(engine, net, fillers, precision)
     net.train()
     gathered = engine.all_gather(torch.cat(rows).to(engine.device)).cpu()
     if not labelled:
         return gathered, None
     return gathered, engine.all_gather(torch.cat(losses).to(engine.device)).cpu()
+
+
+def forwards_to_fill(engine: Engine, batches: int) -> int:
+    """Where the model's forward is a collective (fsdp), the forward passes this rank adds after its own ``batches``
+    to run as many as the rank with the most (to be asked before any forward pass); elsewhere 0."""
+    if not engine.forward_is_collective:
+        return 0
+    counts = engine.all_gather(torch.tensor([batches], dtype=torch.int64, device=engine.device))
+    return int(counts.max()) - batches
+
+
+def fill_forwards(engine: Engine, net: nn.Module, count: int, precision: Precision) -> None:
+    """``count`` forward passes on a one-token filler, whose outputs are not used."""
+    filler = {"input_ids": torch.zeros((1, 1), dtype=torch.int64, device=engine.device)}
+    for _ in range(count):
+        with precision.autocast():
+            net(**filler)
 
 
 class Evaluator:
@@ -133,7 +152,7 @@ class Evaluator:
         loader = data_lib.eval_loader(
             self.tokenized[split], self.tokenizer, self.batch_size, engine.world_size, engine.rank
         )
-        net = engine.unwrap(self.model)
+        net = engine.eval_module(self.model)
         return gather_outputs(engine, net, loader, self.precision, labelled, self.label_smoothing, self.shape)
 
 

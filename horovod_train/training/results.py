@@ -8,7 +8,6 @@ from typing import Any
 import torch
 
 from horovod_train import lora, outputs
-from horovod_train import model as model_lib
 from horovod_train.config import TrainingArguments
 from horovod_train.engines.base import Engine
 from horovod_train.files import follow_umask
@@ -24,7 +23,7 @@ def gather_results(
     train_metrics: dict[str, Any], wall_time_s: float,
 ) -> dict[str, Any]:  # fmt: skip
     """Collective: the run's results, with every rank's parameter checksum and peak memory."""
-    checksum = torch.tensor([model_lib.param_checksum(model)], dtype=torch.int64, device=engine.device)
+    checksum = torch.tensor([engine.parameter_checksum(model)], dtype=torch.int64, device=engine.device)
     peak_memory = torch.tensor([peak_memory_mb(engine.device)], dtype=torch.float64, device=engine.device)
     return {
         **train_metrics,
@@ -76,18 +75,21 @@ def trainer_state(args: TrainingArguments, run_dir: RunDirectory, plan: RunPlan,
 
 
 def write_outputs(
-    run_dir: RunDirectory, model: torch.nn.Module, tokenizer: Any, predictions: dict[str, list[int]],
-    log_history: list[dict[str, Any]], results: dict[str, Any], train_metrics: dict[str, Any], state: dict,
+    run_dir: RunDirectory, model: torch.nn.Module, weights: dict[str, torch.Tensor], tokenizer: Any,
+    predictions: dict[str, list[int]], log_history: list[dict[str, Any]], results: dict[str, Any],
+    train_metrics: dict[str, Any], state: dict,
 ) -> None:  # fmt: skip
-    """Rank 0's files; all_results.json last: it marks a finished run."""
+    """Rank 0's files; all_results.json last: it marks a finished run. ``weights``: ``model``'s whole state dict
+    (gathered where the engine shards the model)."""
     output_dir = run_dir.path
     with run_dir.recording():
         if lora.is_peft(model):  # the adapter as peft saves it, and beside it the model it makes, for pipeline()
             model.save_pretrained(output_dir / lora.ADAPTER_DIR)
             model = lora.merge_in_place(model)  # the model's last use
-        model.save_pretrained(output_dir)
-        for weights in output_dir.glob("*.safetensors"):  # safetensors writes 0600 whatever the umask
-            follow_umask(weights)
+            weights = model.state_dict()
+        model.save_pretrained(output_dir, state_dict=weights)
+        for saved in output_dir.glob("*.safetensors"):  # safetensors writes 0600 whatever the umask
+            follow_umask(saved)
         tokenizer.save_pretrained(output_dir)
         outputs.write_predictions(output_dir, predictions, model.config.id2label)
         plot_training_curves(log_history, output_dir / "training_curves.png")

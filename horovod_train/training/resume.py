@@ -56,28 +56,28 @@ def drop_unreadable_best(trainer_state: dict[str, Any], run_dir: RunDirectory, w
 
 
 def load_checkpoint(
-    model: torch.nn.Module, rank_zero: RankZero, console: Console, output_dir: Path, read: Callable[[], Any]
+    rank_zero: RankZero, console: Console, output_dir: Path, read: Callable[[], Any]
 ) -> dict[str, Any] | None:
-    """Rank 0 reads (``read``) and broadcasts the checkpoint, every rank loads its weights into ``model``
-    and raises the same error. The training state, with the trainer state under ``trainer_state`` and
-    ``in_place`` (the checkpoint is the run directory's own); None: no valid checkpoint, the run starts fresh."""
+    """Rank 0 reads (``read``) and broadcasts the checkpoint, every rank gets it or raises the same error. The
+    training state, with the model's tensors under ``tensors`` (the engine loads them into the prepared model), the
+    trainer state under ``trainer_state`` and ``in_place`` (the checkpoint is the run directory's own); None: no
+    valid checkpoint, the run starts fresh."""
     resumed = rank_zero.read_for_all(read)
     if resumed is None:
         console.log(f"no valid checkpoint in {output_dir}: starting fresh")
         return None
-    tensors, trainer_state = resumed.pop("tensors"), resumed["trainer_state"]
-    model.load_state_dict(ckpt.model_state(tensors, model))
+    trainer_state = resumed["trainer_state"]
     console.log(f"resumed from step {trainer_state['global_step']} (epoch {trainer_state['epoch']})")
     return resumed
 
 
-def restore_training_state(resumed: dict[str, Any], optimizer: torch.optim.Optimizer, precision: amp.Precision) -> None:
-    # After wrapping: Horovod's DistributedOptimizer is a new optimizer with empty state.
-    # The groups' settings come back from the checkpoint; the implementation stays the one this run asked for.
-    implementation = [group.get("fused") for group in optimizer.param_groups]
-    optimizer.load_state_dict(resumed["optimizer"])
-    for group, fused in zip(optimizer.param_groups, implementation, strict=True):
-        group["fused"] = fused
+def restore_training_state(
+    resumed: dict[str, Any], engine: Engine, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+    precision: amp.Precision,
+) -> None:  # fmt: skip
+    # After prepare(): Horovod's DistributedOptimizer is a new optimizer with empty state, a sharded engine's
+    # optimizer holds its own shards of the whole state the checkpoint has.
+    engine.load_optimizer_state(model, optimizer, resumed["optimizer"])
     precision.load_state_dict(resumed)
 
 

@@ -75,6 +75,18 @@ CASES = {
         "cannot load tokenizer",
     ),
     "elastic without horovod": lambda tmp: (["--engine", "ddp", "--elastic"], "--elastic needs --engine horovod"),
+    "elastic under a sharded engine": lambda tmp: (
+        ["--engine", "fsdp", "--elastic"],
+        "--elastic needs --engine horovod",
+    ),
+    # 400B parameters: 6 TB of weights, gradients and AdamW, more than any machine this runs on; counted on the meta
+    # device, so refusing it costs no memory.
+    "training state beyond the memory": lambda tmp: (
+        ["--config_name", str(_huge_decoder_config(tmp)), "--synthetic_num_examples", "40"],
+        "--engine single needs",
+    ),
+    "fsdp with fp16": lambda tmp: (["--engine", "fsdp", "--fp16"], "--engine fsdp cannot use --fp16"),
+    "fsdp with LoRA": lambda tmp: (["--engine", "fsdp", "--use_peft"], "--engine fsdp does not train LoRA"),
     "text in a number field": lambda tmp: (["--learning_rate", "fast"], "invalid float value"),
     "adasum with clipping": lambda tmp: (["--engine", "horovod", "--op", "adasum"], "--op adasum cannot clip"),
     "adasum with fp16": lambda tmp: (
@@ -161,6 +173,15 @@ def _small_vocab_model(tmp: Path) -> Path:
         vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, num_labels=3
     )
     BertForSequenceClassification(config).save_pretrained(target)
+    return target
+
+
+def _huge_decoder_config(tmp: Path) -> Path:
+    from transformers import Qwen2Config
+
+    target = tmp / "huge-decoder"
+    Qwen2Config(hidden_size=16384, num_hidden_layers=120, intermediate_size=53248, num_attention_heads=128,
+                num_key_value_heads=8, num_labels=3).save_pretrained(target)  # fmt: skip
     return target
 
 

@@ -1,6 +1,7 @@
 """The engine contract, checked over every engine under its real launcher: what the trainer relies on
 (ranks, exact collectives, rank-0 broadcast, local-main-first, identical replicas after wrap and after a
-step, the default policy) holds for each of them."""
+step, the default policy, the model's and the optimizer's whole state gathered on rank 0 and loaded back,
+evaluation in step over uneven shards) holds for each of them."""
 
 from __future__ import annotations
 
@@ -37,5 +38,15 @@ def test_engine_contract(name, tmp_path, cache_dir):
         assert len(set(report["checksums_after_step"])) == 1, "replicas differ after a step"
         assert report["checksums_after_step"] != report["checksums_after_wrap"], "the step changed nothing"
         assert report["default_policy"] and not report["joins_running_job"]
+        # The model's whole state (gathered where sharded) and the optimizer's in torch's format, on rank 0.
+        state = report["state"]
+        assert state["reloaded_checksum"] == state["parameter_checksum"] == report["checksums_after_step"][0]
+        assert state["zeroed_checksum"] != state["parameter_checksum"]
+        assert report["evaluated_unevenly"]
+    main = reports[0]["state"]
+    assert main["whole_model_checksum"] == main["parameter_checksum"]
+    assert main["optimizer_indices"] == list(range(len(reports[0]["parameter_shapes"])))
+    assert main["optimizer_shapes"] == reports[0]["parameter_shapes"], "the optimizer's state is not whole"
+    assert main["reloaded_optimizer_digest"] == main["optimizer_digest"]
     order = (tmp_path / "local_main_first.txt").read_text().split()
     assert order[0] == "0" and sorted(order) == sorted(str(r["local_rank"]) for r in reports)

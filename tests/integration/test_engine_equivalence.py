@@ -1,15 +1,19 @@
 """Same training, provably: every engine under its real launcher ends with the same parameters.
 
 W=2 ranks of per-rank batch b (Horovod with the Gloo and the MPI controller, DDP under torchrun and
-mpirun) against one process with 2b (single, DataParallel), with and without gradient accumulation;
-see docs/equivalence.md. The sampler test checks the data side exactly (index sets per global batch).
+mpirun, ZeRO-1 and FSDP under torchrun) against one process with 2b (single, DataParallel), with and without
+gradient accumulation; see docs/equivalence.md. The sampler test checks the data side exactly (index sets per
+global batch). The sharded engines' runs also checkpoint half-way, and those checkpoints continue under another
+engine and at another world size to the same parameters (their launches are shared, one per case).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 from support.jobs import assert_ok, horovodrun, mpirun, read_results, run, torchrun, train_cmd
 
@@ -22,16 +26,25 @@ JOB = EQUIVALENCE_JOB
 B = EQUIVALENCE_BATCH  # per-rank batch of the 2-rank runs
 STEPS = int(JOB[JOB.index("--max_steps") + 1])
 
+# The sharded engines' runs checkpoint at half-way for the resume tests below (checkpoints change no parameter).
+HALF_WAY = ["--save_strategy", "steps", "--save_steps", str(STEPS // 2)]
+# Evaluation over uneven shards: 79 examples in batches of 13 are 4 batches on rank 0, 3 on rank 1, which FSDP's
+# collective forward must keep in step.
+UNEVEN_EVAL = ["--max_eval_samples", "79", "--per_device_eval_batch_size", "13"]
 CASES = {
     "horovod-gloo": (horovodrun, "horovod", B, 1),
     "horovod-mpi": (mpirun, "horovod", B, 1),
-    "ddp-torchrun": (torchrun, "ddp", B, 1),
+    "ddp-torchrun": (torchrun, "ddp", B, 1, *HALF_WAY),
     "ddp-mpirun": (mpirun, "ddp", B, 1),
     "dp": (None, "dp", 2 * B, 1),
     "single-accum": (None, "single", B, 2),
     "horovod-gloo-accum": (horovodrun, "horovod", B // 2, 2),
     "ddp-torchrun-accum": (torchrun, "ddp", B // 2, 2),
     "dp-accum": (None, "dp", B, 2),
+    "zero1": (torchrun, "zero1", B, 1, *HALF_WAY),
+    "zero1-accum": (torchrun, "zero1", B // 2, 2),
+    "fsdp": (torchrun, "fsdp", B, 1, *HALF_WAY, *UNEVEN_EVAL),  # ZeRO-3: resharded after forward
+    "fsdp-zero2-accum": (torchrun, "fsdp", B // 2, 2, "--fsdp_reshard_after_forward", "false"),
 }
 
 
@@ -58,10 +71,23 @@ def baseline(tmp_path_factory, cache_dir) -> Path:
     return train(tmp_path_factory.mktemp("single"), cache_dir, None, "single", 2 * B, 1)
 
 
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, cache_dir) -> Callable[[str], Path]:
+    """A case's model.safetensors, trained once per module (the resume tests read the sharded runs' checkpoints)."""
+    done: dict[str, Path] = {}
+
+    def case_run(case: str) -> Path:
+        if case not in done:
+            done[case] = train(tmp_path_factory.mktemp(case), cache_dir, *CASES[case])
+        return done[case]
+
+    return case_run
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
-def test_engine_matches_single_process(case, baseline, tmp_path, cache_dir, record_property):
-    params = train(tmp_path / case, cache_dir, *CASES[case])
+def test_engine_matches_single_process(case, baseline, trained, record_property):
+    params = trained(case)
     differences = parameter_differences(baseline, params)
     name = max(differences, key=differences.get)
     difference = differences[name]
@@ -81,15 +107,18 @@ MEMORY_CASES = {
     "dp": (None, "dp", 2 * B),
 }
 
+GRADIENT_CHECKPOINTING_CASES = {**MEMORY_CASES, "fsdp": (torchrun, "fsdp", B)}
+LORA_CASES = {**MEMORY_CASES, "zero1": (torchrun, "zero1", B)}  # fsdp refuses --use_peft (test_bad_input.py)
 LORA = ["--use_peft", "--lora_r", "4", "--lora_dropout", "0", "--learning_rate", "2e-3"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", list(MEMORY_CASES))
+@pytest.mark.parametrize("case", list(GRADIENT_CHECKPOINTING_CASES))
 def test_gradient_checkpointing_learns_what_storing_the_activations_learns(case, baseline, tmp_path, cache_dir):
-    """Recomputing the activations in the backward pass (non-reentrant, which DDP's reducer accepts) gives the
-    parameters of the run that stored them, under every engine."""
-    launcher, engine, batch = MEMORY_CASES[case]
+    """Recomputing the activations in the backward pass (non-reentrant, which DDP's reducer accepts; FSDP gathers a
+    block's parameters again for the recomputation) gives the parameters of the run that stored them, under every
+    engine."""
+    launcher, engine, batch = GRADIENT_CHECKPOINTING_CASES[case]
     params = train(tmp_path / case, cache_dir, launcher, engine, batch, 1, "--gradient_checkpointing")
     difference = max(parameter_differences(baseline, params).values())
     print(f"{case} with --gradient_checkpointing vs single without: max-abs parameter difference {difference:.3e}")
@@ -102,14 +131,56 @@ def lora_baseline(tmp_path_factory, cache_dir) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", list(MEMORY_CASES))
+@pytest.mark.parametrize("case", list(LORA_CASES))
 def test_lora_trains_the_same_adapters_under_every_engine(case, lora_baseline, tmp_path, cache_dir):
-    """--use_peft: every engine all-reduces the adapters' and the head's gradients alone, and ends with the
-    single process's merged model; the adapter is saved as peft saves it."""
-    launcher, engine, batch = MEMORY_CASES[case]
+    """--use_peft: every engine all-reduces the adapters' and the head's gradients alone (zero1 shards their
+    optimizer state), and ends with the single process's merged model; the adapter is saved as peft saves it."""
+    launcher, engine, batch = LORA_CASES[case]
     params = train(tmp_path / case, cache_dir, launcher, engine, batch, 1, *LORA)
     difference = max(parameter_differences(lora_baseline, params).values())
     print(f"{case} with LoRA vs single with LoRA: max-abs difference of the merged models {difference:.3e}")
     assert difference <= TOLERANCE
     adapter = load_file(params.parent / "adapter" / "adapter_model.safetensors")
     assert adapter and all("lora_" in k or "modules_to_save" in k or "classifier" in k for k in adapter), list(adapter)
+
+
+# (the run whose half-way checkpoint is resumed, the launcher, engine, world size and per-rank batch that continue
+# it): the global batch stays 2B, which is all a checkpoint asks of a world size.
+RESUMES = {
+    "fsdp-under-ddp": ("fsdp", torchrun, "ddp", 2, B),
+    "ddp-under-fsdp": ("ddp-torchrun", torchrun, "fsdp", 2, B),
+    "fsdp-on-one-rank": ("fsdp", torchrun, "fsdp", 1, 2 * B),
+    "zero1-on-one-rank": ("zero1", torchrun, "zero1", 1, 2 * B),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("resume", list(RESUMES))
+def test_a_checkpoint_continues_under_another_engine_or_world_size(resume, baseline, trained, tmp_path, cache_dir):
+    """The checkpoint holds the plain model and the whole optimizer state (gathered from the shards), so another
+    engine or world size continues it: the end is the single process's, within the tolerance."""
+    source, launcher, engine, world, batch = RESUMES[resume]
+    checkpoint = trained(source).parent / f"checkpoint-{STEPS // 2}"
+    out = tmp_path / resume
+    args = [*JOB, "--engine", engine, "--per_device_train_batch_size", str(batch), "--output_dir", str(out),
+            "--resume_from_checkpoint", str(checkpoint)]  # fmt: skip
+    proc = run(launcher(world, *args), cache_dir, timeout=300)
+    assert_ok(proc)
+    assert f"resumed from step {STEPS // 2}" in proc.stdout
+    results = read_results(out)
+    assert (results["engine"], results["world_size"], results["global_step"]) == (engine, world, STEPS)
+    difference = max(parameter_differences(baseline, out / "model.safetensors").values())
+    print(f"{resume}: max-abs parameter difference to single {difference:.3e}")
+    assert difference <= TOLERANCE
+
+
+@pytest.mark.slow
+def test_an_fsdp_run_ends_with_a_model_that_from_pretrained_and_a_pipeline_load(trained):
+    from transformers import AutoModelForSequenceClassification, pipeline
+
+    out = trained("fsdp").parent
+    model = AutoModelForSequenceClassification.from_pretrained(out)
+    saved = load_file(out / "model.safetensors")
+    assert all(torch.equal(model.state_dict()[name], tensor) for name, tensor in saved.items())
+    predicted = pipeline("text-classification", model=str(out), device="cpu")("a lamp. a lamp moves.")
+    assert predicted[0]["label"] in model.config.label2id

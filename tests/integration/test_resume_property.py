@@ -5,7 +5,8 @@ resumed with ``--resume_from_checkpoint auto`` must end with the parameters of t
 (max-abs 0.0), the same per-epoch history, and every epoch must have trained on each example once.
 
 Single-rank draws run in this process; world size 2 is drawn at the sampler level (every rank's sampler
-built here) and in a few real two-rank runs under horovodrun. The draws are derandomized and no example
+built here) and in a few real two-rank runs: Horovod under horovodrun, the sharded engines (zero1, fsdp) under
+torchrun, whose checkpoints gather the optimizer's state from every rank. The draws are derandomized and no example
 database is kept, so every run of the suite draws the same jobs."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch
 from hypothesis import HealthCheck, Phase, assume, example, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
-from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run
+from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, torchrun
 
 from horovod_train import checkpoint as ckpt
 from horovod_train.cli import quiet_libraries
@@ -211,27 +212,36 @@ def test_a_run_stopped_at_any_step_resumes_exactly(draws: tuple[Job, int], workd
         shutil.rmtree(root, ignore_errors=True)
 
 
-@example(draws=(Job(200, 16, 2, 2, True, 0.1, 2, 0, "steps", 2), 3))
-@given(draws=jobs(world_size=2, max_total_steps=16))
+# Each engine's launcher for two ranks.
+LAUNCHERS = {"horovod": horovodrun, "zero1": torchrun, "fsdp": torchrun}
+
+
+@example(draws=(Job(200, 16, 2, 2, True, 0.1, 2, 0, "steps", 2), 3), engine="fsdp")
+@example(draws=(Job(90, 8, 1, 2, False, 0.1, 2, 0, "epoch", 0), 7), engine="zero1")
+@given(draws=jobs(world_size=2, max_total_steps=16), engine=st.just("horovod"))
 @settings(DRAWS, max_examples=1, phases=[Phase.explicit, Phase.generate])
 @pytest.mark.slow
-def test_two_ranks_resume_exactly_from_a_checkpoint_of_any_step(draws: tuple[Job, int], tmp_path_factory, cache_dir):
+def test_two_ranks_resume_exactly_from_a_checkpoint_of_any_step(
+    draws: tuple[Job, int], engine: str, tmp_path_factory, cache_dir
+):
     """A crash after step ``stop`` leaves its checkpoint (saved every ``stop`` steps, the epoch's last
     included); a directory holding only that resumes to the uninterrupted run's parameters."""
     job, stop = draws
     stop = min(stop, job.total_steps - 1)  # the run's last checkpoint is rewritten at its end
     root = tmp_path_factory.mktemp("two-ranks")
-    args = [*job.args(), "--save_strategy", "steps", "--save_steps", str(stop)]
-    assert_ok(run(horovodrun(2, *args, "--output_dir", str(root / "full")), cache_dir))
+    args = [*job.args(), "--engine", engine, "--save_strategy", "steps", "--save_steps", str(stop)]
+    launcher = LAUNCHERS[engine]
+    assert_ok(run(launcher(2, *args, "--output_dir", str(root / "full")), cache_dir))
     resumed = root / "resumed"
     resumed.mkdir()
     shutil.copytree(root / "full" / f"{ckpt.PREFIX}{stop}", resumed / f"{ckpt.PREFIX}{stop}")
-    proc = run(horovodrun(2, *args, "--output_dir", str(resumed), "--resume_from_checkpoint", "auto"), cache_dir)
+    proc = run(launcher(2, *args, "--output_dir", str(resumed), "--resume_from_checkpoint", "auto"), cache_dir)
     assert_ok(proc)
     assert f"resumed from step {stop}" in proc.stdout
     diff = max_abs_diff(parameters(root / "full"), parameters(resumed))
-    assert diff == 0.0, f"{job} resumed at {stop}: max-abs {diff:.3e}"
+    assert diff == 0.0, f"{engine} {job} resumed at {stop}: max-abs {diff:.3e}"
     full, again = read_results(root / "full"), read_results(resumed)
+    assert full["engine"] == again["engine"] == engine
     assert comparable(again["history"]) == comparable(full["history"])
     check_audits(job, full["history"])
     shutil.rmtree(root, ignore_errors=True)

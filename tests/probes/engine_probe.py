@@ -13,10 +13,12 @@ from pathlib import Path
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
+from horovod_train.amp import Precision
 from horovod_train.config import RunConfig, TrainingArguments
 from horovod_train.engines import create_engine
 from horovod_train.engines.policy import RunPolicy
-from horovod_train.model import param_checksum
+from horovod_train.model import tensors_checksum
+from horovod_train.training.evaluation import fill_forwards, forwards_to_fill
 
 
 def tiny_model(seed: int) -> torch.nn.Module:
@@ -35,8 +37,52 @@ def tiny_model(seed: int) -> torch.nn.Module:
 
 
 def checksums(engine, model) -> list[int]:
-    local = torch.tensor([param_checksum(engine.unwrap(model))], dtype=torch.int64, device=engine.device)
+    local = torch.tensor([engine.parameter_checksum(model)], dtype=torch.int64, device=engine.device)
     return engine.all_gather(local).cpu().tolist()
+
+
+def state_digest(state: dict) -> int:
+    """The digest of a whole optimizer state's tensors, in index order."""
+    return tensors_checksum((f"{i}.{k}", v) for i, entry in sorted(state["state"].items())
+                            for k, v in sorted(entry.items()))  # fmt: skip
+
+
+def model_state(engine, model, optimizer) -> dict:
+    """What the engine gathers (rank 0) of the model and its optimizer, and what loading it back leaves."""
+    whole = engine.full_model_state(model)
+    optimizer_state = engine.full_optimizer_state(model, optimizer)
+    found = {"parameter_checksum": engine.parameter_checksum(model)}
+    if engine.is_main:
+        found["whole_model_checksum"] = tensors_checksum(sorted(whole.items()))
+        found["optimizer_indices"] = sorted(optimizer_state["state"])
+        found["optimizer_shapes"] = [list(optimizer_state["state"][i]["exp_avg"].shape)
+                                     for i in sorted(optimizer_state["state"])]  # fmt: skip
+        found["optimizer_digest"] = state_digest(optimizer_state)
+    # Loaded back on every rank (as a resume does, from rank 0's copy), then gathered again: the same state.
+    # Copies: a replicated engine's are the model's own tensors, which the zeros below overwrite.
+    whole = {k: v.clone() for k, v in whole.items()}
+    whole, optimizer_state = engine.broadcast_object((whole, optimizer_state))
+    engine.load_model_state(model, {k: torch.zeros_like(v) for k, v in whole.items()})
+    found["zeroed_checksum"] = engine.parameter_checksum(model)
+    engine.load_model_state(model, whole)
+    engine.load_optimizer_state(model, optimizer, optimizer_state)
+    again = engine.full_optimizer_state(model, optimizer)
+    found["reloaded_checksum"] = engine.parameter_checksum(model)
+    if engine.is_main:
+        found["reloaded_optimizer_digest"] = state_digest(again)
+    return found
+
+
+def evaluate_unevenly(engine, model) -> bool:
+    """Rank r has r + 1 batches, as evaluation's uneven shards: the ranks with fewer add forward passes."""
+    net = engine.eval_module(model)
+    fillers = forwards_to_fill(engine, engine.rank + 1)
+    with torch.no_grad():
+        for _ in range(engine.rank + 1):
+            net(input_ids=torch.randint(0, 50, (2, 6), device=engine.device))
+        fill_forwards(engine, net, fillers, Precision("fp32", engine.device))
+    engine.barrier()
+    return True
 
 
 def probe(engine, out: Path) -> dict:
@@ -61,8 +107,8 @@ def probe(engine, out: Path) -> dict:
     engine.barrier()
 
     model = tiny_model(seed=rank)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model, optimizer = engine.wrap(model, optimizer)
+    shapes = [list(p.shape) for p in model.parameters()]
+    model, optimizer = engine.prepare(model, lambda module: torch.optim.AdamW(module.parameters(), lr=1e-2))
     report["checksums_after_wrap"] = checksums(engine, model)
     torch.manual_seed(100 + rank)  # each rank its own batch: the step must still leave them equal
     batch = {
@@ -75,6 +121,9 @@ def probe(engine, out: Path) -> dict:
         engine.forward_loss(model, batch).backward()
     engine.clip_and_step(model, optimizer, 1.0)
     report["checksums_after_step"] = checksums(engine, model)
+    report["parameter_shapes"] = shapes
+    report["state"] = model_state(engine, model, optimizer)
+    report["evaluated_unevenly"] = evaluate_unevenly(engine, model)
     report["default_policy"] = type(engine.policy(model, optimizer, None, 100)) is RunPolicy
     report["joins_running_job"] = engine.joins_running_job(str(out))
     return report

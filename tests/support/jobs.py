@@ -90,14 +90,18 @@ def torchrun(np: int, *args: str) -> list[str]:
     return launch_commands.torchrun_command(train_cmd(*args), np, torchrun=str(BIN / "torchrun"))
 
 
+TORCHRUN_ENGINES = ("ddp", "zero1", "fsdp")  # the engines torchrun starts
+
+
 def probe_launch(launcher: str, program: list[str]) -> list[str]:
     """A program (a tests/probes script with its arguments) under 2 real ranks: `horovod-gloo` (horovodrun --gloo),
-    `horovod-mpi` (the tests' mpirun) or `ddp` (torchrun --standalone); any other name runs it as one process."""
+    `horovod-mpi` (the tests' mpirun) or `ddp`, `zero1`, `fsdp` (torchrun --standalone); any other name runs it as
+    one process."""
     if launcher == "horovod-gloo":
         return [str(BIN / "horovodrun"), "-np", "2", "--gloo", *program]
     if launcher == "horovod-mpi":
         cmd = mpirun(2)
         return [*cmd[: cmd.index(str(BIN / "python"))], *program]
-    if launcher == "ddp":
+    if launcher in TORCHRUN_ENGINES:
         return [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "--no-python", *program]
     return program

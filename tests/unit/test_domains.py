@@ -117,6 +117,7 @@ BAD: dict[str, list[str]] = {
     "ddp_bucket_cap_mb": ["0", "-25"],
     "ddp_backend": ["mpi"],
     "ddp_find_unused_parameters": ["x"],
+    "fsdp_reshard_after_forward": ["x"],
 }
 NEEDS = {"autotune_log": ["--autotune"]}  # arguments whose domain is only reached with another one
 

@@ -139,8 +139,8 @@ def test_a_lora_checkpoint_of_the_earlier_format_still_resumes_exactly(tmp_path,
     """Earlier checkpoints held the peft model's state under peft's names in model.safetensors."""
     from safetensors.torch import save_file
 
-    def earlier_format(model: torch.nn.Module, directory) -> None:
-        save_file(ckpt.distinct_tensors(model.state_dict()), directory / ckpt.MODEL_FILE)
+    def earlier_format(model: torch.nn.Module, weights: dict, directory) -> None:
+        save_file(ckpt.distinct_tensors(weights), directory / ckpt.MODEL_FILE)
 
     monkeypatch.setattr(ckpt, "write_model", earlier_format)
     model = trained_lora_model("bert")

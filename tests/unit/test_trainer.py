@@ -85,7 +85,8 @@ def test_optim_picks_adamws_implementation_and_a_resume_keeps_it(optim, fused):
     saved = optimizer.state_dict()
     for group in saved["param_groups"]:
         group["fused"] = other
-    resume.restore_training_state({"optimizer": saved}, optimizer, amp.Precision("fp32", torch.device("cpu")))
+    precision = amp.Precision("fp32", torch.device("cpu"))
+    resume.restore_training_state({"optimizer": saved}, SingleEngine(config), model, optimizer, precision)
     assert [g["fused"] for g in optimizer.param_groups] == [fused, fused]
     assert optimizer.state_dict()["state"].keys() == saved["state"].keys()
     optimizer.step()
