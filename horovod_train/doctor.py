@@ -7,9 +7,10 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from horovod_train import __version__, distributed_env
+from horovod_train import __version__
 from horovod_train.config import RunConfig, TrainingArguments
 from horovod_train.errors import UsageError
+from horovod_train.launching import environment
 from horovod_train.tables import format_table
 
 FRAMEWORKS = {"torch": "PyTorch", "tensorflow": "TensorFlow", "mxnet": "MXNet"}
@@ -79,13 +80,13 @@ def torch_support() -> list[str]:
 
 def device_rules(used: set[str]) -> list[str]:
     """What each device rule in the table means."""
-    return [f"device_rule {rule}: {distributed_env.DEVICE_RULES[rule]}" for rule in sorted(used)]
+    return [f"device_rule {rule}: {environment.DEVICE_RULES[rule]}" for rule in sorted(used)]
 
 
 def main(args: argparse.Namespace) -> int:
     from horovod_train.engines import available_engines, create_engine
 
-    env = distributed_env.detect(resolve_master=False)
+    env = environment.detect(resolve_master=False)
     name = env.implied_engine() if args.engine == "auto" else args.engine
     if name == "dp":
         raise UsageError("doctor joins a job with one process per rank", "use --engine horovod, ddp or single")
@@ -94,7 +95,7 @@ def main(args: argparse.Namespace) -> int:
         row = {
             "rank": engine.rank,
             "local_rank": engine.local_rank,
-            "host": distributed_env.hostname(),
+            "host": environment.hostname(),
             "device": str(engine.device),
             "device_rule": engine.device_rule,
         }

@@ -26,13 +26,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # horovod_train.launch_commands needs only the standard library
-from horovod_train.launch_commands import horovodrun_command, mpirun_command  # noqa: E402
+sys.path.insert(0, str(ROOT))  # horovod_train.launching needs only the standard library
+from horovod_train.launching.commands import horovodrun_command, mpirun_command  # noqa: E402
 
 PREFIX = "hvtbench"
 HOSTS = "nodea:1,nodeb:1"
 ENV = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-# The mpirun command lines compared, from launch_commands.mpirun_command: name -> (exclude_ofi, yield_when_idle).
+# The mpirun command lines compared, from the mpirun row: name -> (exclude_ofi, yield_when_idle).
 # Before issue 12 launch/mpirun.sh and horovodrun --mpi ran Horovod's documented flags only; after, Open MPI's
 # libfabric BTL is excluded too.
 MPI_VARIANTS = {

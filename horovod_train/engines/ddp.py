@@ -16,10 +16,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from horovod_train import distributed_env
 from horovod_train.config import RunConfig
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
+from horovod_train.launching import environment
 
 
 class DDPEngine(Engine):
@@ -34,7 +34,7 @@ class DDPEngine(Engine):
             raise UsageError(f"--ddp_bucket_cap_mb must be > 0 (got {self.options.ddp_bucket_cap_mb})", "pass e.g. 25")
 
     def setup(self) -> None:
-        env = distributed_env.detect()
+        env = environment.detect()
         env.export()
         self.launcher = env.launcher
         self.local_rank, self.local_world_size = env.local_rank, env.local_world_size
@@ -46,7 +46,7 @@ class DDPEngine(Engine):
             )
         if torch.cuda.is_available() and self.options.ddp_backend != "gloo":
             # By local rank (global ranks exceed a node's GPUs), or the task's only GPU.
-            self.device, self.device_rule = distributed_env.pin_cuda_device(env.local_rank)
+            self.device, self.device_rule = environment.pin_cuda_device(env.local_rank)
             self.backend, options["device_id"] = "nccl", self.device
         # --ddp_timeout: long enough for rank 0's one-sided work (writing a checkpoint) while the others wait.
         timeout = timedelta(seconds=self.training.ddp_timeout)

@@ -449,7 +449,7 @@ def bert_args(ctx: Context, bert_dir: Path) -> list[str]:
 
 
 def training_steps(ctx: Context) -> list[Step]:
-    from horovod_train.launch_commands import horovodrun_command, torchrun_command  # not in the image's build stage
+    from horovod_train.launching.commands import horovodrun_command, torchrun_command  # not in the image's build stage
 
     hvd = horovodrun_command([], 1, horovodrun=ctx.tool("horovodrun"))  # a launcher prefix: the program follows
     ddp = torchrun_command([], 1, torchrun=ctx.tool("torchrun"))

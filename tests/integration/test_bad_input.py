@@ -12,7 +12,7 @@ import pytest
 from support.jobs import BIN, REPO, base_env, run, train_cmd
 
 from horovod_train import synthetic
-from horovod_train.launch_commands import RANK_VARIABLES
+from horovod_train.launching.commands import RANK_VARIABLES
 from horovod_train.run_directory import record
 
 

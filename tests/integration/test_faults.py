@@ -13,7 +13,7 @@ from support.jobs import REPO, SMALL_JOB, assert_ok, base_env, horovodrun, read_
 from support.processes import find_rank_process, wait_for
 
 from horovod_train import checkpoint as ckpt
-from horovod_train.launch_commands import RANK_VARIABLES
+from horovod_train.launching.commands import RANK_VARIABLES
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from support.jobs import REPO
 
-from horovod_train.launch_commands import (
+from horovod_train.launching.commands import (
     horovodrun_command,
 )
 
@@ -45,7 +45,7 @@ def test_the_command_line_needs_only_the_standard_library(tmp_path: Path) -> Non
     """launch/slurm/horovod_apptainer.sbatch builds its srun with the node's python3, which has no torch."""
     argv = ["srun", "--mpi", "pmix", "--", "x"]
     probe = f"import sys, runpy; sys.modules['torch'] = None; sys.argv[1:] = {argv!r}"
-    probe += "; runpy.run_module('horovod_train.launch_commands', run_name='__main__')"
+    probe += "; runpy.run_module('horovod_train.launching', run_name='__main__')"
     proc = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\0")[:-1] == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "x"]

@@ -32,7 +32,7 @@ from support.jobs import (
 from support.processes import find_rank_process, wait_for
 
 from horovod_train import checkpoint as ckpt
-from horovod_train.launch_commands import RANK_VARIABLES
+from horovod_train.launching.commands import RANK_VARIABLES
 from horovod_train.stopping import STOPPED_EXIT_CODE
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ import subprocess
 from support.jobs import BIN, REPO, SMALL_JOB, base_env, read_results
 from support.launch import free_port
 
-from horovod_train.launch_commands import torchrun_command
+from horovod_train.launching.commands import torchrun_command
 
 
 def test_nodes_with_their_own_caches_train_on_rank_0s_tokenizer(tmp_path, cache_dir):

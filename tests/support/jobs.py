@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from horovod_train import launch_commands
+from horovod_train.launching import commands as launch_commands
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

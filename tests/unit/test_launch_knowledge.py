@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from support.jobs import REPO
 
-from horovod_train import launch_commands
-from horovod_train.launch_commands import (
+from horovod_train.launching import commands as launch_commands
+from horovod_train.launching.commands import (
     horovodrun_command,
     mpirun_command,
     srun_command,
     torchrun_command,
 )
 
-SOURCE = REPO / "horovod_train" / "launch_commands.py"
+SOURCE = REPO / "horovod_train" / "launching" / "commands.py"
 
 THIS = Path(__file__).resolve()
 

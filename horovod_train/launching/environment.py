@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from horovod_train.errors import UsageError
-from horovod_train.launch_commands import (
+from horovod_train.launching.commands import (
     MPI_RANK_PREFIX,
     RANK_VARIABLES,
     SLURM_RANK_VARIABLES,
