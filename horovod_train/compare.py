@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shutil
 import statistics
 import subprocess
 import sys
@@ -20,12 +19,11 @@ from typing import Any
 from horovod_train.config import SECTIONS, RunConfig, add_run_arguments, parse_run_config
 from horovod_train.errors import UsageError
 from horovod_train.files import write_json_atomic
-from horovod_train.launching.commands import horovodrun_command, mpirun_command, torchrun_command
+from horovod_train.launching import Launcher, launcher
 from horovod_train.run_directory import claimed
 from horovod_train.tables import format_table
 
 DEFAULT_OUTPUT_DIR = "runs/compare"
-BIN = Path(sys.executable).parent
 # Set per run by compare itself, so not passed through from the command line.
 PER_RUN = {"output_dir", "overwrite_output_dir", "engine", "per_device_train_batch_size"}
 
@@ -34,33 +32,19 @@ PER_RUN = {"output_dir", "overwrite_output_dir", "engine", "per_device_train_bat
 class Run:
     name: str  # e.g. horovod-gloo
     engine: str  # the --engine it trains with
-    launcher: str  # as shown in the table
+    launcher: str  # its row in the launcher table (LAUNCHERS)
     world_size: int  # processes; single and dp take world_size x the per-rank batch instead
+
+    def row(self) -> Launcher:
+        return launcher(self.launcher)
 
     def command(self, train_args: list[str]) -> list[str]:
         return self.launch([sys.executable, "-m", "horovod_train", "train", "--engine", self.engine, *train_args])
 
     def launch(self, program: list[str], env: Mapping[str, str] | None = None) -> list[str]:
-        """``program`` under this run's launcher. horovodrun and torchrun hand their environment to the
-        ranks; mpirun is told to forward the variables of ``env`` the ranks need (commands.mpi_forwarded)."""
-        n = self.world_size
-        if self.launcher == "horovodrun":
-            return horovodrun_command(program, n, horovodrun=tool("horovodrun"))
-        if self.launcher == "mpirun":
-            # Local runs share the cores: more ranks than cores, and idle ranks must yield, not busy-poll.
-            return mpirun_command(program, n, env=env, oversubscribe=True, yield_when_idle=True, mpirun=tool("mpirun"))
-        if self.launcher == "torchrun":
-            return torchrun_command(program, n, torchrun=tool("torchrun"))
-        return program
-
-
-def tool(name: str) -> str:
-    local = BIN / name
-    return str(local) if local.is_file() else (shutil.which(name) or name)
-
-
-def has_tool(name: str) -> bool:
-    return (BIN / name).is_file() or shutil.which(name) is not None
+        """``program`` under this run's launcher, its ranks on this machine. horovodrun and torchrun hand their
+        environment to the ranks; mpirun is told to forward the variables of ``env`` the ranks need."""
+        return self.row().local_command(program, self.world_size, env)
 
 
 def machine_world_size() -> int:
@@ -80,16 +64,16 @@ def supported_runs(world: int) -> list[Run]:
     try:
         import horovod.torch as hvd
 
-        if hvd.gloo_built() and has_tool("horovodrun"):
+        if hvd.gloo_built() and launcher("horovodrun").tool_installed():
             runs.append(Run("horovod-gloo", "horovod", "horovodrun", world))
-        if hvd.mpi_built() and has_tool("mpirun"):
+        if hvd.mpi_built() and launcher("mpirun").tool_installed():
             runs.append(Run("horovod-mpi", "horovod", "mpirun", world))
     except (ImportError, OSError):
         pass
     backend_ok = dist.is_nccl_available() if gpus else dist.is_gloo_available()
-    if dist.is_available() and backend_ok and has_tool("torchrun"):
+    if dist.is_available() and backend_ok and launcher("torchrun").tool_installed():
         runs.append(Run(f"ddp-{'nccl' if gpus else 'gloo'}", "ddp", "torchrun", world))
-    runs += [Run("single", "single", "python", 1), Run("dp", "dp", "python", 1)]
+    runs += [Run("single", "single", "plain", 1), Run("dp", "dp", "plain", 1)]
     return runs
 
 
@@ -128,7 +112,8 @@ def execute(cmd: list[str], log: Path, env: Mapping[str, str] | None = None) -> 
 
 def summarize(run: Run, run_dir: Path, returncode: int, log: Path) -> dict[str, Any]:
     """One launched training run's outcome from its output directory."""
-    row: dict[str, Any] = {**dataclasses.asdict(run), "ok": False, "log": str(log)}
+    # The launcher as users type it (python, not plain).
+    row: dict[str, Any] = {**dataclasses.asdict(run), "launcher": run.row().tool, "ok": False, "log": str(log)}
     results_file = run_dir / "all_results.json"
     if returncode != 0 or not results_file.is_file():
         return {**row, "error": f"exit code {returncode}"}
@@ -229,7 +214,7 @@ def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[Run], w
         per_process = batch if run.world_size > 1 else batch * world
         run_dir, log = out / run.name, out / "logs" / f"{run.name}.log"
         cmd = run.command([*common, "--per_device_train_batch_size", str(per_process), "--output_dir", str(run_dir)])
-        print(f"[{i}/{len(runs)}] {run.name}: {run.launcher}, {run.world_size} process(es)", flush=True)
+        print(f"[{i}/{len(runs)}] {run.name}: {run.row().tool}, {run.world_size} process(es)", flush=True)
         started = time.perf_counter()
         returncode = execute(cmd, log)
         rows.append(summarize(run, run_dir, returncode, log))

@@ -10,7 +10,8 @@ from pathlib import Path
 from horovod_train import __version__
 from horovod_train.config import RunConfig, TrainingArguments
 from horovod_train.errors import UsageError
-from horovod_train.launching import environment
+from horovod_train.launching import LAUNCHERS, environment
+from horovod_train.launching.base import hostname
 from horovod_train.tables import format_table
 
 FRAMEWORKS = {"torch": "PyTorch", "tensorflow": "TensorFlow", "mxnet": "MXNet"}
@@ -23,12 +24,15 @@ HOROVOD_BUILD_HINT = [
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--engine",
-        default="auto",
-        help="engine used to join the job (auto: horovod under horovodrun and mpirun, ddp under torchrun and srun, "
-        "single under plain python)",
-    )
+    parser.add_argument("--engine", default="auto", help=f"engine used to join the job (auto: {implied_engines()})")
+
+
+def implied_engines() -> str:
+    """``horovod under horovodrun and mpirun, ...``: the engine each launcher of the table implies."""
+    under: dict[str, list[str]] = {}
+    for row in LAUNCHERS.values():
+        under.setdefault(row.engine, []).append(f"plain {row.tool}" if row.fallback else row.name)
+    return ", ".join(f"{engine} under {' and '.join(names)}" for engine, names in under.items())
 
 
 def checkbox(flag: bool) -> str:
@@ -95,7 +99,7 @@ def main(args: argparse.Namespace) -> int:
         row = {
             "rank": engine.rank,
             "local_rank": engine.local_rank,
-            "host": environment.hostname(),
+            "host": hostname(),
             "device": str(engine.device),
             "device_rule": engine.device_rule,
         }

@@ -88,7 +88,7 @@ def summarize(run: compare.Run, trace_dir: Path, skip: int, samples_per_second: 
     """Medians over ranks and measured steps of each part of the step (the timeline's parts: NaN, not yet read)."""
     per_rank = [json.loads(p.read_text())["steps"] for p in sorted(trace_dir.glob("rank*.steps.json"))]
     measured = [s for steps in per_rank for s in steps[skip:]]
-    row: dict[str, Any] = {"name": run.name, "launcher": run.launcher, "world_size": run.world_size}
+    row: dict[str, Any] = {"name": run.name, "launcher": run.row().tool, "world_size": run.world_size}
     row["steps"] = len(per_rank[0]) - skip if per_rank else 0
     row["samples_per_second"] = samples_per_second
     for part in MAIN_PARTS:

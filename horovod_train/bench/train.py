@@ -78,9 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def plan(world_sizes: list[int], wanted: list[str] | None) -> list[compare.Run]:
     """Every supported multi-process run at each world size, plus the single-engine baseline at 1."""
-    runs = [compare.Run("single", "single", "python", 1)]
+    runs = [compare.Run("single", "single", "plain", 1)]
     for world in world_sizes:
-        runs += [r for r in compare.supported_runs(world) if r.launcher not in ("python",)]
+        runs += [r for r in compare.supported_runs(world) if not r.row().fallback]
     selected = compare.select_runs(runs, wanted)
     if not any(r.engine == "single" for r in selected):
         selected.insert(0, runs[0])  # the baseline of the scaling efficiency

@@ -449,10 +449,12 @@ def bert_args(ctx: Context, bert_dir: Path) -> list[str]:
 
 
 def training_steps(ctx: Context) -> list[Step]:
-    from horovod_train.launching.commands import horovodrun_command, torchrun_command  # not in the image's build stage
+    # Not in the image's build stage; the two rows alone (the mpirun row may talk to MPI, through mpi4py).
+    from horovod_train.launching.horovodrun import Horovodrun
+    from horovod_train.launching.torchrun import Torchrun
 
-    hvd = horovodrun_command([], 1, horovodrun=ctx.tool("horovodrun"))  # a launcher prefix: the program follows
-    ddp = torchrun_command([], 1, torchrun=ctx.tool("torchrun"))
+    hvd = Horovodrun().command([], 1, executable=ctx.tool("horovodrun"))  # a launcher prefix: the program follows
+    ddp = Torchrun().command([], 1, executable=ctx.tool("torchrun"))
     demo = ["--config", ctx.args.demo_config, *(DRY_DEMO if ctx.dry else [])]
     bert_dir = ctx.work / "bert-model"
     bert = bert_args(ctx, bert_dir)

@@ -11,9 +11,7 @@ from pathlib import Path
 
 from support.jobs import REPO
 
-from horovod_train.launching.commands import (
-    horovodrun_command,
-)
+from horovod_train.launching import LAUNCHERS
 
 PROGRAM = ["/opt/my env/bin/python", "-m", "horovod_train", "train", "--output_dir", "runs/a b"]
 
@@ -31,7 +29,7 @@ def test_scripts_read_the_command_word_for_word() -> None:
                                 "--", *program)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     words = re.findall(r"<(.*?)>\n", proc.stdout, flags=re.S)
-    assert words == horovodrun_command(program, 2, options=["--timeline-filename", "/t/a b"])
+    assert words == LAUNCHERS["horovodrun"].command(program, 2, options=["--timeline-filename", "/t/a b"])
 
 
 def test_scripts_stop_on_a_bad_command_with_one_error_line() -> None:

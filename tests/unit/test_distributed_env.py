@@ -9,7 +9,8 @@ import pytest
 
 from horovod_train.errors import UsageError
 from horovod_train.launching import environment
-from horovod_train.launching.environment import detect, expand_tasks_per_node
+from horovod_train.launching.environment import detect
+from horovod_train.launching.srun import expand_tasks_per_node
 
 SRUN = {
     "SLURM_PROCID": "3",

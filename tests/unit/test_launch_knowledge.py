@@ -1,4 +1,4 @@
-"""One source of launch knowledge (horovod_train/launch_commands.py): the exact command lines its builders make, the
+"""One source of launch knowledge (horovod_train/launching/): the exact command lines its launchers write, the
 command line the launch/ scripts read from it, and no second copy of an mpirun flag list or of the rank variables
 anywhere in the repository's .py and .sh files."""
 
@@ -12,15 +12,14 @@ from pathlib import Path
 import pytest
 from support.jobs import REPO
 
-from horovod_train.launching import commands as launch_commands
-from horovod_train.launching.commands import (
-    horovodrun_command,
-    mpirun_command,
-    srun_command,
-    torchrun_command,
-)
+from horovod_train.errors import UsageError
+from horovod_train.launching import LAUNCHERS, open_mpi, signalled_rank_variables, srun
 
-SOURCE = REPO / "horovod_train" / "launching" / "commands.py"
+SOURCE = REPO / "horovod_train" / "launching"
+mpirun_command = LAUNCHERS["mpirun"].command
+horovodrun_command = LAUNCHERS["horovodrun"].command
+torchrun_command = LAUNCHERS["torchrun"].command
+srun_command = LAUNCHERS["srun"].command
 
 THIS = Path(__file__).resolve()
 
@@ -56,13 +55,13 @@ def test_mpirun_command_as_root_on_hosts_with_ssh_and_interfaces() -> None:
 
 @pytest.mark.parametrize(("euid", "expected"), [(0, True), (1000, False)])
 def test_allow_run_as_root_follows_the_effective_user(monkeypatch, euid: int, expected: bool) -> None:
-    monkeypatch.setattr(launch_commands.os, "geteuid", lambda: euid)
+    monkeypatch.setattr(open_mpi.os, "geteuid", lambda: euid)
     assert ("--allow-run-as-root" in mpirun_command(["x"], 2, env={})) == expected
 
 
 def test_the_ofi_exclusion_is_on_every_mpirun_and_off_only_on_request() -> None:
-    assert launch_commands.mpirun_flags() == [*DOCUMENTED, *NO_OFI]
-    assert launch_commands.mpirun_flags(exclude_ofi=False) == DOCUMENTED
+    assert open_mpi.mpirun_flags() == [*DOCUMENTED, *NO_OFI]
+    assert open_mpi.mpirun_flags(exclude_ofi=False) == DOCUMENTED
     assert mpirun_command(["x"], 2, env={}, root=False, exclude_ofi=False) == ["mpirun", "-np", "2", *DOCUMENTED,
                                                                                 "-x", "PATH", "x"]  # fmt: skip
 
@@ -79,12 +78,12 @@ def test_horovodrun_command_exact_argv() -> None:
 
 
 def test_horovodrun_refuses_an_unknown_controller() -> None:
-    with pytest.raises(launch_commands.UsageError, match="neither gloo nor mpi"):
+    with pytest.raises(UsageError, match="neither gloo nor mpi"):
         horovodrun_command(PROGRAM, 2, controller="nccl")
 
 
 def test_torchrun_command_exact_argv() -> None:
-    assert torchrun_command(PROGRAM, 2, torchrun="/v/bin/torchrun") == [
+    assert torchrun_command(PROGRAM, 2, executable="/v/bin/torchrun") == [
         "/v/bin/torchrun", "--standalone", "--nproc_per_node", "2", "--no-python", *PROGRAM,
     ]  # fmt: skip
     module = ["-m", "horovod_train", "train", "--engine", "ddp"]
@@ -96,18 +95,18 @@ def test_torchrun_command_exact_argv() -> None:
 
 def test_srun_command_exact_argv() -> None:
     assert srun_command(PROGRAM, mpi="pmix") == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", *PROGRAM]
-    assert srun_command(["torchrun"], ntasks=2, ntasks_per_node=1, cpus_per_task=8) == [
+    assert srun_command(["torchrun"], 2, ntasks_per_node=1, cpus_per_task=8) == [
         "srun", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=8", "--kill-on-bad-exit=1", "torchrun",
     ]  # fmt: skip
-    assert srun_command(["bash"], overlap=True, nodes=2, ntasks=2, ntasks_per_node=1) == [
+    assert srun_command(["bash"], 2, overlap=True, nodes=2, ntasks_per_node=1) == [
         "srun", "--overlap", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "bash",
     ]  # fmt: skip
 
 
 def test_signalled_rank_variables() -> None:
     """A stop signal goes to processes with these (SLURM_PROCID: every srun task has it, launchers too)."""
-    assert launch_commands.signalled_rank_variables() == [
-        "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "LOCAL_RANK",
+    assert signalled_rank_variables() == [
+        "LOCAL_RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
     ]  # fmt: skip
 
 
@@ -120,8 +119,7 @@ MPI_FLAG_PATTERNS = {
 }
 
 RANK_NAMES = sorted(
-    {names[0] for names in launch_commands.RANK_VARIABLES.values()}
-    | {launch_commands.SLURM_RANK_VARIABLES[0], *launch_commands.PMI_RANK_VARIABLES}
+    {row.variables.rank for row in LAUNCHERS.values() if row.variables} | {srun.RANK, *srun.PMI_RANK_VARIABLES}
 )
 
 RANK_NAME = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(RANK_NAMES) + r")(?![A-Za-z0-9_])")
@@ -134,7 +132,12 @@ def repo_files() -> Iterator[Path]:
         parts = path.relative_to(REPO).parts
         if any(part.startswith(".") or part in SKIPPED_DIRS or part.endswith(".egg-info") for part in parts):
             continue
-        if path.suffix in (".py", ".sh", ".sbatch") and path.is_file() and path.resolve() not in (SOURCE, THIS):
+        if (
+            path.suffix in (".py", ".sh", ".sbatch")
+            and path.is_file()
+            and SOURCE not in path.resolve().parents
+            and path.resolve() != THIS
+        ):
             yield path
 
 
@@ -192,7 +195,7 @@ def knowledge_copies(path: Path, text: str) -> list[str]:
 
 def test_launch_knowledge_has_one_source() -> None:
     copies = [copy for path in repo_files() for copy in knowledge_copies(path.relative_to(REPO), path.read_text())]
-    assert not copies, "use horovod_train/launch_commands.py instead:\n" + "\n".join(copies)
+    assert not copies, "use horovod_train/launching/ instead:\n" + "\n".join(copies)
 
 
 @pytest.mark.parametrize(
