@@ -58,6 +58,7 @@ class Launcher:
     # A process with one of these may be a training rank a stop signal is for (launch/slurm/common.sh).
     signalled: ClassVar[tuple[str, ...]] = ()
     fallback: ClassVar[bool] = False  # matches every process: detected only when no other row is
+    local: ClassVar[bool] = True  # starts ranks on this machine alone (compare, bench, the tests)
     help: ClassVar[str | None] = None  # its `python -m horovod_train.launching` subcommand; None: none
 
     def detects(self, env: Mapping[str, str]) -> bool:
@@ -84,6 +85,8 @@ class Launcher:
     def local_command(self, program: Sequence[str], processes: int, env: Mapping[str, str] | None = None) -> list[str]:
         """``program`` as ``processes`` ranks on this machine, as compare, bench and the tests start it (``env``:
         the environment the ranks will have, for launchers that forward it)."""
+        if not self.local:
+            raise UsageError(f"{self.name} starts no ranks on this machine alone", "use one of its launch/ scripts")
         return self.command(program, processes, executable=self.find_tool())
 
     def find_tool(self) -> str:

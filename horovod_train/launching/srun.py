@@ -64,6 +64,7 @@ class Srun(Launcher):
     name = tool = "srun"
     engine = "ddp"
     signalled = PMI_RANK_VARIABLES  # not SLURM_PROCID: every srun task has it, launchers included
+    local = False  # its tasks run in a Slurm allocation (launch/slurm/)
     help = "srun, one program per task"
 
     def detects(self, env: Mapping[str, str]) -> bool:
@@ -98,9 +99,6 @@ class Srun(Launcher):
         options += [f"{name}={value}" for name, value in counts.items() if value is not None]
         options += ["--kill-on-bad-exit=1"] if kill_on_bad_exit else []
         return [executable or self.tool, *options, *program]
-
-    def local_command(self, program: Sequence[str], processes: int, env: Mapping[str, str] | None = None) -> list[str]:
-        raise UsageError("srun starts tasks in a Slurm allocation, not on this machine alone", "use launch/slurm/")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--mpi")

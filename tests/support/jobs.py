@@ -89,6 +89,6 @@ def torchrun(np: int, *args: str) -> list[str]:
 
 
 def probe_launch(launcher: str, program: list[str]) -> list[str]:
-    """A program (a tests/probes script with its arguments) under a launcher of the table: 2 real ranks, or one
+    """A program (a tests/probes script, a command of the package) under a launcher of the table: 2 real ranks, or one
     process under plain python."""
     return launch(launcher, program, 1 if LAUNCHERS[launcher].fallback else 2)
