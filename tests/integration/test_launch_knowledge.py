@@ -1,6 +1,5 @@
-"""One source of launch knowledge (horovod_train/launch_commands.py): the exact command lines its builders make, the
-command line the launch/ scripts read from it, and no second copy of an mpirun flag list or of the rank variables
-anywhere in the repository's .py and .sh files."""
+"""One source of launch knowledge (horovod_train/launching/): the command line the launch/ scripts read from it, word
+for word, its one-line errors, and that it runs without torch."""
 
 from __future__ import annotations
 
