@@ -13,7 +13,6 @@ from horovod_train.arguments import FALSE_VALUES, TRUE_VALUES, ArgumentParser, a
 from horovod_train.build_horovod import command as build_horovod
 from horovod_train.config import CONFIG_HELP, SECTIONS, RunConfig, parse_run_config
 from horovod_train.console import write_line
-from horovod_train.domains import fit_max_seq_length
 from horovod_train.errors import UsageError, exit_with
 from horovod_train.glue import METRIC_NAMES
 from horovod_train.launching import environment
@@ -69,6 +68,7 @@ def quiet_libraries() -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from horovod_train.engines import create_engine
+    from horovod_train.model import fit_max_seq_length
 
     config = parse_run_config(namespace=args)
     quiet_libraries()

@@ -135,6 +135,30 @@ def test_the_gpu_check_imports_only_the_standard_library():
     assert {name: third_party_imports(found[name]) for name in reached if third_party_imports(found[name])} == {}
 
 
+HUB_MODEL_OR_DATA = ("transformers", "huggingface_hub", "datasets", "horovod_train.model")
+
+
+def test_the_argument_checks_do_no_io_and_read_registries_cheap_to_import():
+    """domains.py checks values: it reads no model or tokenizer configuration (model.fit_max_seq_length does, where
+    the run starts building), and the registries it reads (the engine table's names, the schedules, the trackers,
+    GLUE's tasks) import neither torch nor transformers: the CLI parses its arguments before either is needed."""
+    found = modules()
+    direct = imported_modules(found["horovod_train.domains"])
+    assert not {name for name in direct if f"{name}.".startswith(tuple(f"{m}." for m in HUB_MODEL_OR_DATA))}
+    reached, todo = set(), ["horovod_train.domains"]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo += imported_modules(found[name], at_import=True) & set(found)
+    heavy = {name: tops for name in reached if (tops := tops_at_import(found[name]) & {"torch", "transformers"})}
+    assert heavy == {}
+
+
+def tops_at_import(path: Path) -> set[str]:
+    return {name.split(".")[0] for name in imported_modules(path, at_import=True)}
+
+
 def readme_layout() -> set[str]:
     """The paths of modules the layout block of README.md's Design section names, relative to the package."""
     design = (REPO / "README.md").read_text().split("## Design", 1)[1]
