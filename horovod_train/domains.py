@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from horovod_train.engines import ENGINE_NAMES
+from horovod_train.engines.table import ENGINE_NAMES
 from horovod_train.errors import UsageError
 from horovod_train.glue import check_task
 from horovod_train.schedule import SCHEDULES

@@ -1,8 +1,7 @@
-"""The engines, by ``--engine`` name. Adding an engine is adding an ``Engine`` subclass and a row here.
+"""The engines, by ``--engine`` name: the table (table.py) and the engine a run asks for.
 
-The engine classes are imported on first use, by name (``ENGINE_CLASSES``): config.py imports the engines'
-option modules (engines/horovod/options.py, engines/ddp_options.py) and the argument checks (domains.py) the
-names, while the engines import config. The Engine interface is engines/base.py.
+The engine classes are imported on first use: config.py imports the engines' option modules
+(engines/horovod/options.py, engines/ddp_options.py) and the engines import config.
 """
 
 from __future__ import annotations
@@ -11,6 +10,7 @@ import functools
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from horovod_train.engines.table import ENGINE_CLASSES, ENGINE_NAMES
 from horovod_train.errors import UsageError
 
 if TYPE_CHECKING:
@@ -18,15 +18,6 @@ if TYPE_CHECKING:
     from horovod_train.engines.base import Engine
 
 __all__ = ["ENGINES", "ENGINE_NAMES", "available_engines", "create_engine"]
-
-# --engine name -> its class, as "module:Class" (the form of a package's entry point).
-ENGINE_CLASSES = {
-    "ddp": "horovod_train.engines.ddp:DDPEngine",
-    "dp": "horovod_train.engines.dp:DataParallelEngine",
-    "horovod": "horovod_train.engines.horovod:HorovodEngine",
-    "single": "horovod_train.engines.single:SingleEngine",
-}
-ENGINE_NAMES = tuple(ENGINE_CLASSES)
 
 
 @functools.cache

@@ -55,7 +55,7 @@ class Launcher:
     tool: ClassVar[str]  # the program a user types (compare's table shows it)
     engine: ClassVar[str]  # the engine its processes join with where none is named (doctor)
     variables: ClassVar[RankVariables | None] = None  # where its processes find their ranks
-    # A process with one of these may be a training rank a stop signal is for (launch/slurm/common.sh).
+    # A process with one of these may be a training rank, which the SLURM jobs forward a stop signal to.
     signalled: ClassVar[tuple[str, ...]] = ()
     fallback: ClassVar[bool] = False  # matches every process: detected only when no other row is
     local: ClassVar[bool] = True  # starts ranks on this machine alone (compare, bench, the tests)
@@ -86,7 +86,7 @@ class Launcher:
         """``program`` as ``processes`` ranks on this machine, as compare, bench and the tests start it (``env``:
         the environment the ranks will have, for launchers that forward it)."""
         if not self.local:
-            raise UsageError(f"{self.name} starts no ranks on this machine alone", "use one of its launch/ scripts")
+            raise UsageError(f"{self.name} starts no ranks on this machine alone", "launch it where it runs (its job)")
         return self.command(program, processes, executable=self.find_tool())
 
     def find_tool(self) -> str:

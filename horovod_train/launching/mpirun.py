@@ -48,8 +48,8 @@ def check_mpi_world(env: Mapping[str, str], mpi_size: int) -> None:
 
 class Mpirun(Launcher):
     name = tool = "mpirun"
-    # Horovod's launcher as much as horovodrun (`horovodrun --mpi` runs mpirun; launch/mpirun.sh is Horovod's
-    # documented mpirun); DDP where Horovod is not installed.
+    # Horovod's launcher as much as horovodrun (`horovodrun --mpi` runs mpirun, and the checkout's mpirun script is
+    # Horovod's documented one); DDP where Horovod is not installed.
     engine = "horovod"
     variables = RankVariables(*(f"{MPI_RANK_PREFIX}{name}" for name in ("RANK", "LOCAL_RANK", "SIZE", "LOCAL_SIZE")))
     signalled = (variables.rank,)

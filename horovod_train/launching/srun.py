@@ -64,7 +64,7 @@ class Srun(Launcher):
     name = tool = "srun"
     engine = "ddp"
     signalled = PMI_RANK_VARIABLES  # not SLURM_PROCID: every srun task has it, launchers included
-    local = False  # its tasks run in a Slurm allocation (launch/slurm/)
+    local = False  # its tasks run in a Slurm allocation, started by the SLURM job scripts
     help = "srun, one program per task"
 
     def detects(self, env: Mapping[str, str]) -> bool:
