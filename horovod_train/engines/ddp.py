@@ -1,6 +1,6 @@
 """PyTorch DistributedDataParallel: one process per device, NCCL on GPUs and Gloo on CPUs.
 
-Starts under torchrun, mpirun or srun: horovod_train.distributed_env turns each launcher's variables
+Starts under torchrun, mpirun or srun: horovod_train.launching.environment turns each launcher's variables
 into the MASTER_ADDR/RANK/WORLD_SIZE that ``init_process_group("env://")`` reads.
 """
 
