@@ -39,6 +39,17 @@ TINY_BERT_CONFIG = dict(
     attention_probs_dropout_prob=0.0,
 )
 TINY_VOCAB_SIZE = 2000
+# bert-base-cased's architecture, built locally (no download): about 108M parameters in ~200 tensors. The
+# benchmarks measure it, and the GPU check trains it (random init, `--config_name` with tiny-bert's tokenizer).
+BERT_BASE_CASED = dict(
+    vocab_size=28996,
+    hidden_size=768,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    intermediate_size=3072,
+    max_position_embeddings=512,
+    type_vocab_size=2,
+)
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # The names transformers' configurations give their dropout probabilities: hidden_dropout_prob (BERT, RoBERTa),
 # dropout and seq_classif_dropout (DistilBERT), mlp_dropout (ModernBERT), attention_dropout (Llama, Qwen2),
