@@ -8,14 +8,14 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from horovod_train import bench, compare, distributed_env, doctor
+from horovod_train import bench, compare, doctor
 from horovod_train.arguments import FALSE_VALUES, TRUE_VALUES, ArgumentParser, add_dataclass_arguments
 from horovod_train.build_horovod import command as build_horovod
 from horovod_train.config import CONFIG_HELP, SECTIONS, RunConfig, parse_run_config
 from horovod_train.console import write_line
-from horovod_train.domains import fit_max_seq_length
 from horovod_train.errors import UsageError, exit_with
 from horovod_train.glue import METRIC_NAMES
+from horovod_train.launching import environment
 from horovod_train.metrics import SINGLE_LABEL
 from horovod_train.stopping import STOPPED_EXIT_CODE, TrainingStopped
 
@@ -68,6 +68,7 @@ def quiet_libraries() -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from horovod_train.engines import create_engine
+    from horovod_train.model import fit_max_seq_length
 
     config = parse_run_config(namespace=args)
     quiet_libraries()
@@ -96,7 +97,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def warn_on_rank_0(message: str) -> None:
     """Before the engine joins the job: rank 0 by the launcher's variables."""
-    if distributed_env.detect(resolve_master=False).rank == 0:
+    if environment.detect(resolve_master=False).rank == 0:
         write_line(message, sys.stderr)
 
 

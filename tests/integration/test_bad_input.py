@@ -10,7 +10,7 @@ import pytest
 from support.bad_input import CASES, _small_vocab_model, assert_refused, snapshot
 from support.jobs import BIN, REPO, base_env, run, train_cmd
 
-from horovod_train.launch_commands import RANK_VARIABLES
+from horovod_train.launching import LAUNCHERS
 from horovod_train.run_directory import record
 
 # A case of each kind, as a real program: refused while the arguments are read, while the data is read (after the
@@ -102,7 +102,8 @@ def test_debug_shows_the_traceback(tmp_path, cache_dir):
 
 
 # Open MPI's rank variables of a 2-rank job (rank, local rank, size, local size), left in a shell without mpirun.
-STALE_OPEN_MPI = dict(zip(RANK_VARIABLES["mpirun"], ("0", "0", "2", "2"), strict=True))
+MPI_VARIABLES = LAUNCHERS["mpirun"].variables
+STALE_OPEN_MPI = dict(zip(MPI_VARIABLES, ("0", "0", "2", "2"), strict=True))
 
 
 @pytest.mark.parametrize("command", ["doctor", "train"])
@@ -120,7 +121,7 @@ def test_stale_open_mpi_variables_without_mpirun_are_one_line(command, tmp_path,
         text=True,
         timeout=180,
     )
-    assert_refused(proc, f"{RANK_VARIABLES['mpirun'][2]}=2 but MPI started 1 process(es)")
+    assert_refused(proc, f"{MPI_VARIABLES.world_size}=2 but MPI started 1 process(es)")
     assert all(name in proc.stderr for name in STALE_OPEN_MPI) and "or launch with mpirun" in proc.stderr
     assert time.monotonic() - started < 120
     assert snapshot(tmp_path) == before

@@ -14,13 +14,14 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from horovod_train import amp, distributed_env
+from horovod_train import amp
 from horovod_train.config import RunConfig
 from horovod_train.console import write_line
 from horovod_train.engines.base import Engine
 from horovod_train.engines.horovod import elastic, env
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.errors import UsageError
+from horovod_train.launching import environment
 from horovod_train.training import phases
 
 
@@ -44,7 +45,7 @@ class HorovodEngine(Engine):
         if warning and self.is_main:
             write_line(warning, sys.stderr)
         if torch.cuda.is_available():  # by local rank (global ranks exceed a node's GPUs), or a task's only GPU
-            self.device, self.device_rule = distributed_env.pin_cuda_device(self.local_rank)
+            self.device, self.device_rule = environment.pin_cuda_device(self.local_rank)
         self.set_cpu_threads()
 
     def read_topology(self) -> None:
