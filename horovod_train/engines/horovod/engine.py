@@ -6,6 +6,7 @@ Gradients are all-reduced by Horovod's background thread as the backward pass pr
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,7 @@ from horovod_train.engines.horovod import elastic, env
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.errors import UsageError
 from horovod_train.launching import environment
+from horovod_train.launching.mpirun import Mpirun, check_mpi_world
 from horovod_train.training import phases
 
 
@@ -41,6 +43,8 @@ class HorovodEngine(Engine):
         self.horovod_env = env.apply(self.options, cuda, self.training.ddp_timeout)  # read by hvd.init
         hvd.init()
         self.read_topology()
+        if Mpirun.variables.world_size in os.environ:  # mpirun's, or left over: Horovod's MPI then starts a world of 1
+            check_mpi_world(os.environ, self.world_size)
         warning = env.nccl_warning(hvd, cuda)
         if warning and self.is_main:
             write_line(warning, sys.stderr)
