@@ -11,16 +11,18 @@ from datasets import DatasetDict
 from torch import nn
 from torch.utils.data import DataLoader
 
-from horovod_train import data as data_lib
 from horovod_train.amp import Precision
 from horovod_train.config import TrainingArguments
+from horovod_train.data.labels import label_names, problem_type
+from horovod_train.data.loaders import eval_loader
+from horovod_train.data.splits import eval_split_names, test_split_names
 from horovod_train.engines.base import Engine
 from horovod_train.metrics import CLASSIFICATION, MULTI_LABEL, REGRESSION, TaskShape, exact_metrics
 
 
 def eval_prefixes(tokenized: DatasetDict) -> dict[str, str]:
     """Each validation split's metric prefix: ``eval`` for the first (primary), ``eval_<split>`` after."""
-    names = data_lib.eval_split_names(tokenized)
+    names = eval_split_names(tokenized)
     return {name: "eval" if i == 0 else f"eval_{name}" for i, name in enumerate(names)}
 
 
@@ -112,14 +114,14 @@ class Evaluator:
 
     def describe(self) -> dict[str, Any]:
         """The results' record of what was scored (the result line reads it): the task's shape, the primary split."""
-        split = data_lib.eval_split_names(self.tokenized)[0]
+        split = eval_split_names(self.tokenized)[0]
         return {"problem_type": self.shape.problem_type, "num_labels": self.shape.num_labels, "validation_split": split}
 
     def predict(self) -> dict[str, list]:
         """Predictions of every test split, in example order (all ranks take part; rank 0 keeps them): a
         class id, a float (regression) or the list of predicted class ids (multi-label) per example."""
         found = {}
-        for name in data_lib.test_split_names(self.tokenized):
+        for name in test_split_names(self.tokenized):
             rows, _ = self.outputs(name, labelled=False)
             ordered = rows[torch.argsort(rows[:, 0].long()), 1:]
             if self.shape.problem_type == MULTI_LABEL:
@@ -130,13 +132,11 @@ class Evaluator:
 
     def outputs(self, split: str, labelled: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         engine = self.engine
-        loader = data_lib.eval_loader(
-            self.tokenized[split], self.tokenizer, self.batch_size, engine.world_size, engine.rank
-        )
+        loader = eval_loader(self.tokenized[split], self.tokenizer, self.batch_size, engine.world_size, engine.rank)
         net = engine.unwrap(self.model)
         return gather_outputs(engine, net, loader, self.precision, labelled, self.label_smoothing, self.shape)
 
 
 def task_shape(tokenized: DatasetDict, task_name: str | None, threshold: float = 0.5) -> TaskShape:
     """The run's TaskShape, from its tokenized labels (their feature says the problem type)."""
-    return TaskShape(data_lib.problem_type(tokenized), len(data_lib.label_names(tokenized)), task_name, threshold)
+    return TaskShape(problem_type(tokenized), len(label_names(tokenized)), task_name, threshold)

@@ -14,14 +14,9 @@ from support.data_files import write_glue_mnli
 
 from horovod_train import synthetic
 from horovod_train.config import DataArguments
-from horovod_train.data import (
-    dataset_digest,
-    load_raw_datasets,
-    tokenize_to_disk,
-    tokenized_cache_path,
-    tokenizer_digest,
-    train_loader,
-)
+from horovod_train.data.loaders import train_loader
+from horovod_train.data.splits import load_raw_datasets
+from horovod_train.data.tokenize import dataset_digest, tokenize_to_disk, tokenized_cache_path, tokenizer_digest
 from horovod_train.errors import UsageError
 from horovod_train.model import load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
 

@@ -18,7 +18,9 @@ from support.task_data import TOPICS, write_multi_label_jsonl, write_regression_
 
 from horovod_train import outputs
 from horovod_train.config import DataArguments, parse_run_config
-from horovod_train.data import collator, label_names, load_raw_datasets, problem_type, task_line
+from horovod_train.data.labels import label_names, problem_type, task_line
+from horovod_train.data.loaders import collator
+from horovod_train.data.splits import load_raw_datasets
 from horovod_train.errors import UsageError
 from horovod_train.metrics import MULTI_LABEL, REGRESSION, SINGLE_LABEL, TaskShape, exact_metrics
 from horovod_train.model import TINY_BERT, build_model, load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
