@@ -14,14 +14,13 @@ import numpy as np
 import pyarrow as pa
 from datasets import ClassLabel, Dataset
 
-from horovod_train import glue, glue_files, synthetic
+from horovod_train import domains, glue, glue_files, synthetic
 from horovod_train.config import DataArguments
 from horovod_train.data.columns import LABEL_COLUMN
 from horovod_train.errors import UsageError
 
 SYNTHETIC = "synthetic-nli"
 FILE_SEPARATORS = {".csv": ",", ".tsv": "\t"}
-FILE_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
 Splits = dict[str, Dataset]
 
 
@@ -34,13 +33,9 @@ def read_file(path: str, flag: str, cache_dir: Path, task_name: str | None = Non
     cached under ``cache_dir``/files, built once: each node's local main rank reads first, see
     training/build.py). A file the builder refuses, or one without rows, is read again in memory as before,
     for its exact message (or its rows: pandas also reads a CSV whose chunks infer other types)."""
+    domains.data_file(flag.removeprefix("--"), path)  # as the arguments were checked: it may be gone since
     file = Path(path)
     suffix = file.suffix.lower()
-    if suffix not in FILE_SUFFIXES:
-        raise UsageError(f"{flag} {path} has unsupported extension {suffix!r}", "use .csv, .tsv, .json, .jsonl "
-                         "or .parquet")  # fmt: skip
-    if not file.is_file():
-        raise UsageError(f"{flag} {path} does not exist", f"pass an existing file to {flag}")
     names = glue_files.headerless_columns(task_name, file)
     dataset = _build(file, names, cache_dir)
     if dataset is None:
