@@ -197,6 +197,6 @@ class Trainer:
         predictions = loop.evaluator.predict() if self.args.do_predict else {}
         if engine.is_main:
             state = results.trainer_state(self.args, self.run_dir, parts.plan, position)
-            results.write_outputs(self.run_dir, model, parts.tokenizer, predictions, position.log_history, found,
-                                  train_metrics, state)  # fmt: skip
+            results.write_outputs(self.run_dir, model, parts.tokenizer, predictions, loop.evaluator.shape,
+                                  position.log_history, found, train_metrics, state)  # fmt: skip
         return found

@@ -8,9 +8,11 @@ import math
 from collections.abc import Sequence, Sized
 
 import torch
-from datasets import Dataset, LargeList, List
+from datasets import Dataset
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
+
+from horovod_train.tasks import registry
 
 
 class ResumableDistributedSampler(DistributedSampler):
@@ -154,26 +156,9 @@ def eval_loader(
     )
 
 
-class MultiHotCollator:
-    """Pads as DataCollatorWithPadding and turns each example's list of label ids into a float32 multi-hot
-    row (BCE-with-logits' target). A class, not a closure: loader workers may pickle it."""
-
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, num_labels: int) -> None:
-        self.pad, self.num_labels = DataCollatorWithPadding(tokenizer), num_labels
-
-    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
-        hot = torch.zeros(len(features), self.num_labels, dtype=torch.float32)
-        for row, example in enumerate(features):
-            hot[row, list(example["labels"])] = 1.0
-        batch = self.pad([{k: v for k, v in example.items() if k != "labels"} for example in features])
-        batch["labels"] = hot
-        return batch
-
-
 def collator(dataset: Dataset, tokenizer: PreTrainedTokenizerBase):
-    """The collator of a tokenized split: multi-hot labels for a multi-label one; a regression's float
-    labels stay float32 (DataCollatorWithPadding makes a float32 tensor of floats, int64 of ids)."""
+    """The collator of a tokenized split, its task shape's (padding alone for a split without labels)."""
     feature = dataset.features.get("labels")
-    if isinstance(feature, List | LargeList):
-        return MultiHotCollator(tokenizer, len(feature.feature.names))
-    return DataCollatorWithPadding(tokenizer)
+    if feature is None:
+        return DataCollatorWithPadding(tokenizer)
+    return registry.holding(feature).collator(tokenizer, feature)

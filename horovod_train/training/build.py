@@ -15,7 +15,7 @@ from horovod_train import lora
 from horovod_train import model as model_lib
 from horovod_train.config import RunConfig, TrainingArguments
 from horovod_train.data.columns import text_columns
-from horovod_train.data.labels import label_names, problem_type
+from horovod_train.data.labels import label_names, shape_of
 from horovod_train.data.loaders import train_loader
 from horovod_train.data.splits import load_raw_datasets
 from horovod_train.data.tokenize import (
@@ -28,7 +28,6 @@ from horovod_train.data.tokenize import (
 from horovod_train.domains import ADAMW_FUSED
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
-from horovod_train.metrics import SINGLE_LABEL
 from horovod_train.position import TrainingPosition
 from horovod_train.training.evaluation import eval_prefixes, task_shape
 from horovod_train.training.parts import RunPlan
@@ -71,10 +70,11 @@ def prepare_data(config: RunConfig, engine: Engine, cache_dir: Path, rank_zero: 
 
 
 def check_task_shape(args: TrainingArguments, tokenized: DatasetDict, task_name: str | None) -> None:
-    """Options the data's shape rules out: label smoothing is for single-label classification alone."""
+    """Options the data's shape rules out: label smoothing is for a shape that smooths labels alone
+    (single-label classification)."""
     shape = task_shape(tokenized, task_name)
-    if args.label_smoothing_factor and shape.problem_type != SINGLE_LABEL:
-        raise UsageError(f"--label_smoothing_factor smooths class labels but this run is a {shape.problem_type}",
+    if args.label_smoothing_factor and not shape.smooths_labels:
+        raise UsageError(f"--label_smoothing_factor smooths class labels but this run is a {shape.name}",
                          "drop --label_smoothing_factor")  # fmt: skip
     check_metric_for_best_model(args.metric_for_best_model, tokenized, task_name)
 
@@ -121,7 +121,7 @@ def build_model(config: RunConfig, tokenizer: Any, tokenized: DatasetDict) -> to
         config_name=c.model.config_name,
         pad_token_id=tokenizer.pad_token_id,
         access=hub_access(c),
-        problem_type=problem_type(tokenized),
+        shape=shape_of(tokenized),
     )
     if args.gradient_checkpointing:
         model_lib.enable_gradient_checkpointing(model)

@@ -9,7 +9,7 @@ import pytest
 from support.jobs import SMALL_JOB, run, train_cmd
 
 from horovod_train.config import parse_run_config
-from horovod_train.metrics import metric_module
+from horovod_train.tasks.scores import metric_module
 
 JOB = [*SMALL_JOB, "--engine", "single", "--synthetic_num_examples", "600", "--logging_steps", "3"]
 
