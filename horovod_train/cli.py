@@ -14,10 +14,9 @@ from horovod_train.build_horovod import command as build_horovod
 from horovod_train.config import CONFIG_HELP, SECTIONS, RunConfig, parse_run_config
 from horovod_train.console import write_line
 from horovod_train.errors import UsageError, exit_with
-from horovod_train.glue import METRIC_NAMES
 from horovod_train.launching import environment
-from horovod_train.metrics import SINGLE_LABEL
 from horovod_train.stopping import STOPPED_EXIT_CODE, TrainingStopped
+from horovod_train.tasks.scores import METRIC_NAMES
 
 if TYPE_CHECKING:
     from horovod_train.engines.base import Engine
@@ -124,11 +123,14 @@ def split_scores(results: dict, split: str) -> str:
 
 
 def chance_accuracy(results: dict) -> float | None:
-    """A single-label classification's accuracy by a uniform guess, which a score must beat; None for
-    regression and multi-label, where no one number says it."""
-    if results.get("problem_type") != SINGLE_LABEL or not results.get("num_labels"):
+    """The recorded task shape's first metric by a uniform guess, which a score must beat (a single-label
+    classification's accuracy); None where no one number says it (regression, multi-label, an older run)."""
+    from horovod_train.tasks import registry  # the shapes import datasets: not for every command's start
+
+    shape = registry.named(results.get("problem_type"))
+    if shape is None or not results.get("num_labels"):
         return None
-    return 1 / results["num_labels"]
+    return shape(results["num_labels"]).chance
 
 
 def result_line(results: dict) -> str:

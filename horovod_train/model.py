@@ -24,6 +24,8 @@ from transformers import (
 
 from horovod_train.errors import UsageError
 from horovod_train.files import atomic_directory
+from horovod_train.tasks.base import TaskShape
+from horovod_train.tasks.single_label import SingleLabel
 
 TINY_BERT = "tiny-bert"
 TINY_BERT_CONFIG = dict(
@@ -224,19 +226,19 @@ def build_model(
     config_name: str | None = None,
     pad_token_id: int | None = None,
     access: HubAccess = HubAccess(),
-    problem_type: str = "single_label_classification",
+    shape: type[TaskShape] = SingleLabel,
 ) -> PreTrainedModel:
     """``config_name`` (run_glue.py's --config_name): the configuration to load the weights into, or with
     tiny-bert the architecture to random-init instead of the built-in tiny one. ``pad_token_id``: the
     tokenizer's, given to a model configuration that has none (decoders find the last real token by it).
-    ``problem_type``: transformers' (regression: MSE on one output; multi_label_classification:
-    BCE-with-logits; single_label_classification: cross-entropy), set so that the model's loss never
-    guesses it from the labels' dtype."""
+    ``shape``: the task's, whose transformers ``problem_type`` (regression: MSE on one output;
+    multi_label_classification: BCE-with-logits; single_label_classification: cross-entropy) the configuration
+    carries, so that the model's loss never guesses it from the labels' dtype."""
     labels = {
         "num_labels": num_labels,
         "id2label": dict(enumerate(label_names)),
         "label2id": {name: i for i, name in enumerate(label_names)},
-        "problem_type": problem_type,
+        "problem_type": shape.problem_type,
     }
     model = _build_model(model_name_or_path, labels, vocab_size, seed, dropout, cache_dir, config_name, access)
     if model.config.pad_token_id is None and pad_token_id is not None:

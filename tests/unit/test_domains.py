@@ -18,7 +18,7 @@ from horovod_train import checkpoint, domains
 from horovod_train.bench import BENCHMARKS, _module
 from horovod_train.cli import build_parser
 from horovod_train.config import SECTIONS, DataArguments, parse_run_config
-from horovod_train.data import load_raw_datasets
+from horovod_train.data.splits import load_raw_datasets
 from horovod_train.errors import UsageError
 
 FIELDS = [f.name for section in SECTIONS.values() for f in dataclasses.fields(section)]

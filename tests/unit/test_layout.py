@@ -17,6 +17,18 @@ MAX_CLASS_LINES = 400
 # The products beside the training library (the core): each may import the core, never the other way.
 PRODUCTS = ("horovod_train.bench", "horovod_train.gpucheck")
 ENTRY_POINTS = {"horovod_train.cli", "horovod_train.__main__"}  # the command line: offers `bench` too
+# One-way boundaries inside the core: the task shapes are asked by the data, the model, the evaluation and the
+# outputs, and ask none of them (nor the configuration, whose fields they read); the data knows nothing of the
+# model, the training or the metrics.
+NEVER_IMPORTS = {
+    "horovod_train.tasks": ("horovod_train.config", "horovod_train.data", "horovod_train.metrics",
+                            "horovod_train.model", "horovod_train.outputs", "horovod_train.training",
+                            "horovod_train.trainer"),
+    "horovod_train.data": ("horovod_train.metrics", "horovod_train.model", "horovod_train.training",
+                           "horovod_train.trainer"),
+}  # fmt: skip
+ASK_THE_SHAPES = ("horovod_train.data.labels", "horovod_train.data.loaders", "horovod_train.model",
+                  "horovod_train.training.evaluation", "horovod_train.outputs")  # fmt: skip
 
 
 def modules() -> dict[str, Path]:
@@ -111,6 +123,28 @@ def test_each_product_imports_only_the_core_and_itself():
         if product != "core":
             others = {dep for dep in imports_of(path, set(found)) if product_of(dep) not in ("core", product)}
             assert not others, (name, others)
+
+
+def inside(module: str, parts: tuple[str, ...]) -> bool:
+    return any(module == part or module.startswith(f"{part}.") for part in parts)
+
+
+def test_the_task_shapes_and_the_data_import_one_way():
+    found = modules()
+    crossing = {
+        name: sorted(dep for dep in imports_of(path, set(found)) if inside(dep, forbidden))
+        for part, forbidden in NEVER_IMPORTS.items()
+        for name, path in found.items()
+        if inside(name, (part,))
+    }
+    assert not {name: deps for name, deps in crossing.items() if deps}
+
+
+def test_the_data_model_evaluation_and_outputs_ask_the_task_shapes():
+    found = modules()
+    asking = {name: any(inside(dep, ("horovod_train.tasks",)) for dep in imports_of(found[name], set(found)))
+              for name in ASK_THE_SHAPES}  # fmt: skip
+    assert all(asking.values()), asking
 
 
 def third_party_imports(path: Path) -> set[str]:
