@@ -31,7 +31,7 @@ from horovod_train.arguments import (
 )
 from horovod_train.domains import EngineName, OptimizerName, ScheduleName, Strategy, check_section, path_problem
 from horovod_train.engines.ddp_options import DDPArguments
-from horovod_train.engines.fsdp import FSDPArguments
+from horovod_train.engines.fsdp_options import FSDPArguments
 from horovod_train.engines.horovod.options import HorovodArguments
 from horovod_train.errors import UsageError
 

@@ -195,13 +195,13 @@ hvt_nic_list() {
 }
 
 # hvt_launch_command KIND OPTIONS... -- PROGRAM...: a launcher's command line (KIND: mpirun, horovodrun, torchrun,
-# srun), built by horovod_train/launch_commands.py, the one place that knows launcher flags (see its usage with
+# srun), built by horovod_train/launching/, the one place that knows launcher flags (see its usage with
 # --help); sets HVT_LAUNCH. It needs only the standard library: HVT_PY if found, else python3, with this checkout
 # first on PYTHONPATH. Bad options: its one error line, and this script exits with its code.
 hvt_launch_command() {
     local status
     mapfile -d '' -t HVT_LAUNCH < <(
-        PYTHONPATH="$HVT_REPO${PYTHONPATH:+:$PYTHONPATH}" "${HVT_PY:-python3}" -m horovod_train.launch_commands "$@"
+        PYTHONPATH="$HVT_REPO${PYTHONPATH:+:$PYTHONPATH}" "${HVT_PY:-python3}" -m horovod_train.launching "$@"
         printf '%s\0' "$?"
     )
     status=${HVT_LAUNCH[-1]:-1}

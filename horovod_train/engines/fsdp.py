@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -34,7 +33,6 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.optim import Optimizer
 
-from horovod_train.domains import check_section
 from horovod_train.engines.base import load_keeping_implementation
 from horovod_train.engines.ddp import DDPEngine
 from horovod_train.errors import UsageError
@@ -42,24 +40,6 @@ from horovod_train.model import tensors_checksum
 
 if TYPE_CHECKING:
     from horovod_train.config import RunConfig
-
-
-@dataclass
-class FSDPArguments:
-    """Read by --engine fsdp only."""
-
-    _argument_group_name = "--engine fsdp arguments"
-
-    fsdp_reshard_after_forward: bool = field(
-        default=True,
-        metadata={
-            "help": "Free each block's gathered parameters after its forward, gather them again for backward (ZeRO-3); "
-            "false keeps them until backward (ZeRO-2: more memory, fewer all-gathers)."
-        },
-    )
-
-    def __post_init__(self) -> None:
-        check_section(self)
 
 
 class FSDPEngine(DDPEngine):

@@ -98,10 +98,12 @@ def train_step(ctx: Context, name: str, what: str, launcher: list[str], args: li
 
 def launchers(ctx: Context, python: str | None = None) -> tuple[list[str], list[str]]:
     """horovodrun -np 1 --gloo and torchrun --nproc_per_node 1 prefixes (the program follows)."""
-    from horovod_train.launch_commands import horovodrun_command, torchrun_command  # not in the image's build stage
+    # Not in the image's build stage; the two rows alone (the mpirun row may talk to MPI, through mpi4py).
+    from horovod_train.launching.horovodrun import Horovodrun
+    from horovod_train.launching.torchrun import Torchrun
 
-    hvd = horovodrun_command([], 1, horovodrun=ctx.tool("horovodrun", python))
-    return hvd, torchrun_command([], 1, torchrun=ctx.tool("torchrun", python))
+    hvd = Horovodrun().command([], 1, executable=ctx.tool("horovodrun", python))
+    return hvd, Torchrun().command([], 1, executable=ctx.tool("torchrun", python))
 
 
 # --- the facts and the setup ------------------------------------------------------------------------------------
@@ -194,11 +196,12 @@ def collectives_step(ctx: Context) -> Step:
 def equivalence_steps(ctx: Context) -> list[Step]:
     """One process with batch 16, then two ranks of 8 on the one device (the GPU on the node, the CPU in a dry
     run): Horovod without NCCL and DDP with Gloo, each checked against the one process's parameters."""
-    from horovod_train.launch_commands import horovodrun_command, torchrun_command  # not in the image's build stage
+    from horovod_train.launching.horovodrun import Horovodrun  # not in the image's build stage
+    from horovod_train.launching.torchrun import Torchrun
 
     job = EQUIVALENCE_JOB
-    hvd2 = horovodrun_command([], 2, horovodrun=ctx.tool("horovodrun", ctx.gloo_python))
-    ddp2 = torchrun_command([], 2, torchrun=ctx.tool("torchrun"))
+    hvd2 = Horovodrun().command([], 2, executable=ctx.tool("horovodrun", ctx.gloo_python))
+    ddp2 = Torchrun().command([], 2, executable=ctx.tool("torchrun"))
     batch = ["--per_device_train_batch_size", str(EQUIVALENCE_BATCH)]
     single = ["--engine", "single", "--per_device_train_batch_size", str(2 * EQUIVALENCE_BATCH)]
     # --horovod_groups 0: one all-reduce per gradient, fused by Horovod's background thread, as on a GPU (on CPUs

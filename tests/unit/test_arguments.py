@@ -61,7 +61,8 @@ def test_every_fixed_set_is_a_literal_whose_values_are_its_domain(tmp_path):
 
 def test_help_lists_the_choices():
     help_text = _help("train")
-    assert "--eval_strategy {epoch,steps,no}" in help_text and "--engine {ddp,dp,fsdp,horovod,single,zero1}" in help_text
+    assert "--eval_strategy {epoch,steps,no}" in help_text
+    assert "--engine {ddp,dp,fsdp,horovod,single,zero1}" in help_text
 
 
 def test_hf_argument_parser_spellings():
