@@ -59,6 +59,8 @@ def supported_runs(world: int) -> list[Run]:
     import torch
     import torch.distributed as dist
 
+    from horovod_train.engines import available_engines
+
     gpus = torch.cuda.device_count()
     runs: list[Run] = []
     try:
@@ -72,7 +74,8 @@ def supported_runs(world: int) -> list[Run]:
         pass
     backend_ok = dist.is_nccl_available() if gpus else dist.is_gloo_available()
     if dist.is_available() and backend_ok and launcher("torchrun").tool_installed():
-        runs.append(Run(f"ddp-{'nccl' if gpus else 'gloo'}", "ddp", "torchrun", world))
+        runs += [Run(f"{name}-{'nccl' if gpus else 'gloo'}", name, "torchrun", world)
+                 for name, engine in available_engines().items() if engine.local_launcher == "torchrun"]  # fmt: skip
     runs += [Run("single", "single", "plain", 1), Run("dp", "dp", "plain", 1)]
     return runs
 

@@ -1,7 +1,7 @@
 """The engines, by ``--engine`` name: the table (table.py) and the engine a run asks for.
 
 The engine classes are imported on first use: config.py imports the engines' option modules
-(engines/horovod/options.py, engines/ddp_options.py) and the engines import config.
+(engines/horovod/options.py, engines/ddp_options.py, engines/fsdp_options.py) and the engines import config.
 """
 
 from __future__ import annotations
@@ -22,9 +22,20 @@ __all__ = ["ENGINES", "ENGINE_NAMES", "available_engines", "create_engine"]
 
 @functools.cache
 def _registry() -> dict[str, type[Engine]]:
-    return {name: _engine_class(where) for name, where in ENGINE_CLASSES.items()}
+    """The classes loaded so far, by name (a test may put its own in, with monkeypatch)."""
+    return {}
 
 
+def _loaded() -> dict[str, type[Engine]]:
+    """Every row of the table as it is now (a row added after import, a test's toy engine, too), loaded once."""
+    registry = _registry()
+    for name, where in ENGINE_CLASSES.items():
+        if name not in registry:
+            registry[name] = _engine_class(where)
+    return registry
+
+
+@functools.cache
 def _engine_class(where: str) -> type[Engine]:
     module, _, name = where.partition(":")
     return getattr(importlib.import_module(module), name)
@@ -32,16 +43,17 @@ def _engine_class(where: str) -> type[Engine]:
 
 def __getattr__(name: str) -> Any:
     if name == "ENGINES":
-        return _registry()
+        return _loaded()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def available_engines() -> dict[str, type[Engine]]:
-    return dict(_registry())
+    loaded = _loaded()
+    return {name: loaded[name] for name in ENGINE_CLASSES}
 
 
 def create_engine(config: RunConfig) -> Engine:
     engine = config.training.engine
     if engine not in ENGINE_CLASSES:
-        raise UsageError(f"unknown engine {engine!r}", f"use --engine {' or '.join(ENGINE_NAMES)}")
-    return _registry()[engine](config)
+        raise UsageError(f"unknown engine {engine!r}", f"use --engine {' or '.join(ENGINE_CLASSES)}")
+    return _loaded()[engine](config)

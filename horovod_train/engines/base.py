@@ -47,6 +47,9 @@ class Engine(ABC):
     model or the optimizer themselves."""
 
     name: str = ""
+    # The launcher table's row that starts this engine's ranks on one machine, read by compare, bench and the
+    # engine contract test (plain python: a world of one).
+    local_launcher: str = "plain"
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1

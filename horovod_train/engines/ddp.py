@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 class DDPEngine(Engine):
     name = "ddp"
+    local_launcher = "torchrun"
     launcher = "plain"
     backend = "gloo"
 

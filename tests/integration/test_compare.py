@@ -25,7 +25,7 @@ JOB = [
     "--disable_tqdm",
 ]
 
-CPU_RUNS = ["horovod-gloo", "horovod-mpi", "ddp-gloo", "single", "dp"]
+CPU_RUNS = ["horovod-gloo", "horovod-mpi", "ddp-gloo", "fsdp-gloo", "zero1-gloo", "single", "dp"]
 
 
 @pytest.mark.slow
@@ -36,8 +36,8 @@ def test_compare_runs_every_engine_on_the_same_job(tmp_path, cache_dir):
     report = json.loads((out / "compare.json").read_text())
     runs = report["runs"]
     assert [r["name"] for r in runs] == CPU_RUNS and all(r["ok"] for r in runs)
-    assert [r["world_size"] for r in runs] == [2, 2, 2, 1, 1] and report["global_batch"] == 16
-    assert [len(r["peak_memory_mb_per_rank"]) for r in runs] == [2, 2, 2, 1, 1]
+    assert [r["world_size"] for r in runs] == [2, 2, 2, 2, 2, 1, 1] and report["global_batch"] == 16
+    assert [len(r["peak_memory_mb_per_rank"]) for r in runs] == [2, 2, 2, 2, 2, 1, 1]
     assert all(m > 50 for r in runs for m in r["peak_memory_mb_per_rank"])
     assert all(r["samples_per_second"] > 0 and r["tokens_per_second"] > 0 for r in runs)
     # The same job: same global batches and gradients, so the same loss and accuracy on every engine.

@@ -18,10 +18,14 @@ PROBE = [str(BIN / "python"), str(REPO / "tests" / "probes" / "engine_probe.py")
 
 def contract_launches() -> list[tuple[str, str]]:
     """(launcher, engine): every launcher that starts ranks here with the engine it implies, then every engine of
-    the registry that none implies (dp) as one plain python process."""
+    the registry that none implies under the launcher it names for this machine (zero1 and fsdp under torchrun, dp
+    as one plain python process)."""
     launches = [(row.name, row.engine) for row in LAUNCHERS.values() if row.local]
     implied = {engine for _, engine in launches}
-    return [*launches, *(("plain", engine) for engine in available_engines() if engine not in implied)]
+    return [
+        *launches,
+        *((cls.local_launcher, name) for name, cls in available_engines().items() if name not in implied),
+    ]
 
 
 @pytest.mark.slow
