@@ -3,8 +3,8 @@
 W=2 ranks of per-rank batch b (Horovod with the Gloo and the MPI controller, DDP under torchrun and
 mpirun, ZeRO-1 and FSDP under torchrun) against one process with 2b (single, DataParallel), with and without
 gradient accumulation; see docs/equivalence.md. The sampler test checks the data side exactly (index sets per
-global batch). The sharded engines' runs also checkpoint half-way, and those checkpoints continue under another
-engine and at another world size to the same parameters (their launches are shared, one per case).
+global batch). The fsdp and torchrun ddp runs also checkpoint half-way, and each checkpoint continues under the
+other engine (fsdp's at another world size too) to the same parameters; each case is launched once.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ HALF_WAY = ["--save_strategy", "steps", "--save_steps", str(STEPS // 2)]
 # Evaluation over uneven shards: 79 examples in batches of 13 are 4 batches on rank 0, 3 on rank 1, which FSDP's
 # collective forward must keep in step.
 UNEVEN_EVAL = ["--max_eval_samples", "79", "--per_device_eval_batch_size", "13"]
+ZERO2 = ["--fsdp_reshard_after_forward", "false"]
 CASES = {
     "horovod-gloo": (horovodrun, "horovod", B, 1),
     "horovod-mpi": (mpirun, "horovod", B, 1),
@@ -41,10 +42,11 @@ CASES = {
     "horovod-gloo-accum": (horovodrun, "horovod", B // 2, 2),
     "ddp-torchrun-accum": (torchrun, "ddp", B // 2, 2),
     "dp-accum": (None, "dp", B, 2),
-    "zero1": (torchrun, "zero1", B, 1, *HALF_WAY),
+    "zero1": (torchrun, "zero1", B, 1),
     "zero1-accum": (torchrun, "zero1", B // 2, 2),
     "fsdp": (torchrun, "fsdp", B, 1, *HALF_WAY, *UNEVEN_EVAL),  # ZeRO-3: resharded after forward
-    "fsdp-zero2-accum": (torchrun, "fsdp", B // 2, 2, "--fsdp_reshard_after_forward", "false"),
+    # ZeRO-2, and the activations recomputed in backward (FSDP gathers a block again for it): one launch for both.
+    "fsdp-zero2-accum-recomputed": (torchrun, "fsdp", B // 2, 2, *ZERO2, "--gradient_checkpointing"),
 }
 
 
@@ -107,18 +109,15 @@ MEMORY_CASES = {
     "dp": (None, "dp", 2 * B),
 }
 
-GRADIENT_CHECKPOINTING_CASES = {**MEMORY_CASES, "fsdp": (torchrun, "fsdp", B)}
-LORA_CASES = {**MEMORY_CASES, "zero1": (torchrun, "zero1", B)}  # fsdp refuses --use_peft (test_bad_input.py)
 LORA = ["--use_peft", "--lora_r", "4", "--lora_dropout", "0", "--learning_rate", "2e-3"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", list(GRADIENT_CHECKPOINTING_CASES))
+@pytest.mark.parametrize("case", list(MEMORY_CASES))
 def test_gradient_checkpointing_learns_what_storing_the_activations_learns(case, baseline, tmp_path, cache_dir):
-    """Recomputing the activations in the backward pass (non-reentrant, which DDP's reducer accepts; FSDP gathers a
-    block's parameters again for the recomputation) gives the parameters of the run that stored them, under every
-    engine."""
-    launcher, engine, batch = GRADIENT_CHECKPOINTING_CASES[case]
+    """Recomputing the activations in the backward pass (non-reentrant, which DDP's reducer accepts) gives the
+    parameters of the run that stored them, under every engine."""
+    launcher, engine, batch = MEMORY_CASES[case]
     params = train(tmp_path / case, cache_dir, launcher, engine, batch, 1, "--gradient_checkpointing")
     difference = max(parameter_differences(baseline, params).values())
     print(f"{case} with --gradient_checkpointing vs single without: max-abs parameter difference {difference:.3e}")
@@ -131,11 +130,11 @@ def lora_baseline(tmp_path_factory, cache_dir) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", list(LORA_CASES))
+@pytest.mark.parametrize("case", list(MEMORY_CASES))
 def test_lora_trains_the_same_adapters_under_every_engine(case, lora_baseline, tmp_path, cache_dir):
-    """--use_peft: every engine all-reduces the adapters' and the head's gradients alone (zero1 shards their
-    optimizer state), and ends with the single process's merged model; the adapter is saved as peft saves it."""
-    launcher, engine, batch = LORA_CASES[case]
+    """--use_peft: every engine all-reduces the adapters' and the head's gradients alone, and ends with the
+    single process's merged model; the adapter is saved as peft saves it."""
+    launcher, engine, batch = MEMORY_CASES[case]
     params = train(tmp_path / case, cache_dir, launcher, engine, batch, 1, *LORA)
     difference = max(parameter_differences(lora_baseline, params).values())
     print(f"{case} with LoRA vs single with LoRA: max-abs difference of the merged models {difference:.3e}")
@@ -147,10 +146,8 @@ def test_lora_trains_the_same_adapters_under_every_engine(case, lora_baseline, t
 # (the run whose half-way checkpoint is resumed, the launcher, engine, world size and per-rank batch that continue
 # it): the global batch stays 2B, which is all a checkpoint asks of a world size.
 RESUMES = {
-    "fsdp-under-ddp": ("fsdp", torchrun, "ddp", 2, B),
+    "fsdp-under-ddp-on-one-rank": ("fsdp", torchrun, "ddp", 1, 2 * B),
     "ddp-under-fsdp": ("ddp-torchrun", torchrun, "fsdp", 2, B),
-    "fsdp-on-one-rank": ("fsdp", torchrun, "fsdp", 1, 2 * B),
-    "zero1-on-one-rank": ("zero1", torchrun, "zero1", 1, 2 * B),
 }
 
 
