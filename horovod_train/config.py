@@ -3,9 +3,9 @@ HfArgumentParser (arguments.py), and an optional YAML/JSON ``--config`` whose ke
 
 Precedence: the fields' defaults < the ``--config`` file < the command line. Each dataclass is a section
 of ``--help`` and checks itself when built (``__post_init__``: its fields' domains from domains.py, then
-the rules between them); ``RunConfig`` checks the rules between sections. The engine-only sections live
-with their engine (engines/horovod/options.py, engines/ddp_options.py) and are read by it alone; the
-flags keep one flat namespace, so a config file needs no section headers.
+the rules between them); ``RunConfig`` checks the rules between sections. The engine-only sections are
+the engine table's (engines/table.py ENGINE_SECTIONS), each read by its engine alone; the flags keep one
+flat namespace, so a config file needs no section headers.
 """
 
 from __future__ import annotations
@@ -30,9 +30,7 @@ from horovod_train.arguments import (
     unknown_names_fix,
 )
 from horovod_train.domains import EngineName, OptimizerName, ScheduleName, Strategy, check_section, path_problem
-from horovod_train.engines.ddp_options import DDPArguments
-from horovod_train.engines.fsdp_options import FSDPArguments
-from horovod_train.engines.horovod.options import HorovodArguments
+from horovod_train.engines.table import ENGINE_SECTIONS, load
 from horovod_train.errors import UsageError
 
 PACKAGED_CONFIGS = "configs"  # horovod_train/configs/<name>.yaml, found by name after any install
@@ -360,17 +358,16 @@ class TrainingArguments:
             )
 
 
-@dataclass
-class RunConfig:
-    model: ModelArguments = field(default_factory=ModelArguments)
-    data: DataArguments = field(default_factory=DataArguments)
-    training: TrainingArguments = field(default_factory=TrainingArguments)
-    horovod: HorovodArguments = field(default_factory=HorovodArguments)
-    ddp: DDPArguments = field(default_factory=DDPArguments)
-    fsdp: FSDPArguments = field(default_factory=FSDPArguments)
+class RunConfigRules:
+    """RunConfig's methods: the rules between its sections, and its values by flag name."""
+
+    training: TrainingArguments
 
     def __post_init__(self) -> None:
-        self.horovod.check_with(self.training)
+        for section in dataclasses.fields(self):  # type: ignore[arg-type]
+            check_with = getattr(getattr(self, section.name), "check_with", None)
+            if check_with:  # an engine's options' rules with the training arguments (--elastic's, --op adasum's)
+                check_with(self.training)
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> RunConfig:
@@ -381,8 +378,23 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         """Every argument by its flag name (the sections share one namespace), as recorded in run_config.json,
         checkpoints and trackers: a --token is never written out."""
-        values = {k: v for f in dataclasses.fields(self) for k, v in dataclasses.asdict(getattr(self, f.name)).items()}
+        values = {k: v for f in dataclasses.fields(self) for k, v in dataclasses.asdict(getattr(self, f.name)).items()}  # type: ignore[arg-type]
         return {**values, "token": "<redacted>"} if values.get("token") else values
+
+
+def section(name: str, options: type) -> tuple[str, type, Any]:
+    return name, options, field(default_factory=options)
+
+
+# The run's sections: model, data, training, then each engine's own from the engine table (config imports no
+# engine). A dataclass: RunConfig(ddp=DDPArguments(...)) and dataclasses.fields work as for any other.
+RunConfig = dataclasses.make_dataclass(
+    "RunConfig",
+    [section("model", ModelArguments), section("data", DataArguments), section("training", TrainingArguments),
+     *(section(name, load(where)) for name, where in ENGINE_SECTIONS.items())],
+    bases=(RunConfigRules,),
+)  # fmt: skip
+RunConfig.__module__ = __name__  # pickles and reprs name it here
 
 
 SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(RunConfig)}  # type: ignore[misc]

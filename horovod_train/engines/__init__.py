@@ -1,16 +1,15 @@
 """The engines, by ``--engine`` name: the table (table.py) and the engine a run asks for.
 
-The engine classes are imported on first use: config.py imports the engines' option modules
-(engines/horovod/options.py, engines/ddp_options.py, engines/fsdp_options.py) and the engines import config.
+The engine classes are imported on first use: config.py loads the engines' option sections (the table's
+ENGINE_SECTIONS) and the engines import config.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 from typing import TYPE_CHECKING, Any
 
-from horovod_train.engines.table import ENGINE_CLASSES, ENGINE_NAMES
+from horovod_train.engines.table import ENGINE_CLASSES, ENGINE_NAMES, load
 from horovod_train.errors import UsageError
 
 if TYPE_CHECKING:
@@ -37,8 +36,7 @@ def _loaded() -> dict[str, type[Engine]]:
 
 @functools.cache
 def _engine_class(where: str) -> type[Engine]:
-    module, _, name = where.partition(":")
-    return getattr(importlib.import_module(module), name)
+    return load(where)
 
 
 def __getattr__(name: str) -> Any:

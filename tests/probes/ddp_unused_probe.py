@@ -8,8 +8,9 @@ import sys
 
 import torch
 
-from horovod_train.config import DDPArguments, RunConfig, TrainingArguments
+from horovod_train.config import RunConfig, TrainingArguments
 from horovod_train.engines import create_engine
+from horovod_train.engines.ddp_options import DDPArguments
 
 
 class TwoHeads(torch.nn.Module):

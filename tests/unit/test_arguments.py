@@ -12,7 +12,8 @@ import pytest
 from horovod_train.arguments import FOREIGN_NAMES, FieldType, field_types
 from horovod_train.bench import gpu
 from horovod_train.cli import build_parser, main
-from horovod_train.config import SECTIONS, HorovodArguments, RunConfig, TrainingArguments, parse_run_config
+from horovod_train.config import SECTIONS, RunConfig, TrainingArguments, parse_run_config
+from horovod_train.engines.horovod.options import HorovodArguments
 from horovod_train.errors import UsageError
 
 CHOICE_FIELDS = {

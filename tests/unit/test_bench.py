@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from horovod_train.cli import main
-from horovod_train.config import HorovodArguments
+from horovod_train.engines.horovod.options import HorovodArguments
 
 
 def test_mfu_counts_bert_base_without_its_embeddings():

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from horovod_train.cli import main
-from horovod_train.config import HorovodArguments, RunConfig, TrainingArguments
+from horovod_train.config import RunConfig, TrainingArguments
 from horovod_train.engines.dp import DataParallelEngine
 from horovod_train.engines.horovod import env as horovod_env
+from horovod_train.engines.horovod.options import HorovodArguments
 
 
 def test_predivide_factor_is_refused_with_explicit_groups(tmp_path, capsys):
