@@ -93,7 +93,8 @@ def main(args: argparse.Namespace) -> int:
     env = environment.detect(resolve_master=False)
     name = env.implied_engine() if args.engine == "auto" else args.engine
     if name == "dp":
-        raise UsageError("doctor joins a job with one process per rank", "use --engine horovod, ddp or single")
+        joining = [engine for engine in available_engines() if engine != "dp"]  # the table's, dp's one process aside
+        raise UsageError("doctor joins a job with one process per rank", f"use --engine {' or '.join(joining)}")
     engine = create_engine(RunConfig(training=TrainingArguments(engine=name)))
     with engine.running():
         row = {

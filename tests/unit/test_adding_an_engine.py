@@ -89,3 +89,14 @@ def test_an_engine_added_from_a_test_module_trains_checkpoints_and_resumes_elsew
                  "--resume_from_checkpoint", str(toy / "checkpoint-2")]) == 0  # fmt: skip
     again = load_file(resumed / "model.safetensors")
     assert max((again[name] - tensor).abs().max().item() for name, tensor in saved.items()) == 0.0
+
+
+def test_doctor_names_the_engines_of_the_table(toy_row, capsys):
+    """doctor's fix for --engine dp (one process for every device) lists the table's other engines, the toy's too."""
+    with pytest.raises(SystemExit) as exited:
+        main(["doctor", "--engine", "dp"])
+    err = capsys.readouterr().err.strip()
+    assert exited.value.code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("error: doctor joins a job with one process per rank; fix: use --engine ")
+    named = err.split("use --engine ", 1)[1].split(" or ")
+    assert set(named) == {"ddp", "fsdp", "horovod", "single", "zero1", "toy"}, named
