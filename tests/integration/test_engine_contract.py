@@ -53,6 +53,9 @@ def test_engine_contract(launcher, engine, tmp_path, cache_dir):
         assert state["reloaded_checksum"] == state["parameter_checksum"] == report["checksums_after_step"][0]
         assert state["zeroed_checksum"] != state["parameter_checksum"]
         assert report["evaluated_unevenly"]
+        # No gradient leaves a rank on an accumulation micro-step; FSDP reduce-scatters after the last one.
+        assert report["reduce_scatters"][0] == 0, "a reduce-scatter on an accumulation micro-step"
+        assert report["reduce_scatters"][1] > 0 or engine != "fsdp", "FSDP's gradient was never reduce-scattered"
     main = reports[0]["state"]
     assert main["whole_model_checksum"] == main["parameter_checksum"]
     assert main["optimizer_indices"] == list(range(len(reports[0]["parameter_shapes"])))

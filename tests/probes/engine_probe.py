@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from transformers import BertConfig, BertForSequenceClassification
 
 from horovod_train.amp import Precision
@@ -85,6 +86,27 @@ def evaluate_unevenly(engine, model) -> bool:
     return True
 
 
+def accumulate(engine, model, batch: dict) -> list[int]:
+    """Two micro-steps of half the batch each; the reduce-scatters (the real collective, counted) after each: a
+    sharded engine reduce-scatters the gradient once per optimizer step, after the last."""
+    counts, real = [], dist.reduce_scatter_single
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    dist.reduce_scatter_single = counted
+    try:
+        for half, last in ((slice(0, 2), False), (slice(2, 4), True)):
+            with engine.accumulation_context(model, is_last_micro_step=last):
+                engine.forward_loss(model, {k: v[half] for k, v in batch.items()}).backward()
+            counts.append(len(calls))
+    finally:
+        dist.reduce_scatter_single = real
+    return counts
+
+
 def probe(engine, out: Path) -> dict:
     rank = engine.rank
     report = {
@@ -117,8 +139,7 @@ def probe(engine, out: Path) -> dict:
         "labels": torch.randint(0, 3, (4,)),
     }
     batch = {k: v.to(engine.device) for k, v in batch.items()}
-    with engine.accumulation_context(model, is_last_micro_step=True):
-        engine.forward_loss(model, batch).backward()
+    report["reduce_scatters"] = accumulate(engine, model, batch)
     engine.clip_and_step(model, optimizer, 1.0)
     report["checksums_after_step"] = checksums(engine, model)
     report["parameter_shapes"] = shapes
