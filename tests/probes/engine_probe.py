@@ -151,7 +151,8 @@ def probe(engine, out: Path) -> dict:
 
 
 def main(engine_name: str, out: Path) -> None:
-    engine = create_engine(RunConfig(training=TrainingArguments(engine=engine_name)))
+    # Two micro-steps per optimizer step (accumulate()), as Horovod's optimizer is told.
+    engine = create_engine(RunConfig(training=TrainingArguments(engine=engine_name, gradient_accumulation_steps=2)))
     with engine.running():
         report = probe(engine, out)
     (out / f"rank-{report['rank']}.json").write_text(json.dumps(report))
