@@ -42,8 +42,10 @@ bench: setup  # samples/s per engine and Horovod/DDP ratios: the demo job, then 
 	@$(PY) -m horovod_train bench train --model_size bert-base --repeats 3 --output_dir runs/bench/train-bert-base \
 		--overwrite_output_dir
 
-# On a GPU node, no network: Horovod with NCCL from a local sdist, then train and bench (docs/performance.md).
-# GPU_CHECK_ARGS=--dry-run runs the plumbing on CPU. `make gpu-bundle` (with network) makes the folder it needs.
+# On a GPU node, no network: the node's facts, Horovod built offline, then the GPU paths most valuable first within
+# --budget_s (default 8 minutes; docs/performance.md gives the command for a lent machine). GPU_CHECK_ARGS=--dry-run
+# runs the plumbing on CPU, --plan-only prints the plan. `make gpu-bundle` (with network) makes the folder it
+# needs: at most 50 MiB, printing what it leaves out.
 gpu-check:
 	@bash scripts/gpu_check.sh $(GPU_CHECK_ARGS)
 

@@ -8,16 +8,15 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from horovod_train import bench, compare, distributed_env, doctor
+from horovod_train import bench, compare, doctor
 from horovod_train.arguments import FALSE_VALUES, TRUE_VALUES, ArgumentParser, add_dataclass_arguments
 from horovod_train.build_horovod import command as build_horovod
 from horovod_train.config import CONFIG_HELP, SECTIONS, RunConfig, parse_run_config
 from horovod_train.console import write_line
-from horovod_train.domains import fit_max_seq_length
 from horovod_train.errors import UsageError, exit_with
-from horovod_train.glue import METRIC_NAMES
-from horovod_train.metrics import SINGLE_LABEL
+from horovod_train.launching import environment
 from horovod_train.stopping import STOPPED_EXIT_CODE, TrainingStopped
+from horovod_train.tasks.scores import METRIC_NAMES
 
 if TYPE_CHECKING:
     from horovod_train.engines.base import Engine
@@ -68,6 +67,7 @@ def quiet_libraries() -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from horovod_train.engines import create_engine
+    from horovod_train.model import fit_max_seq_length
 
     config = parse_run_config(namespace=args)
     quiet_libraries()
@@ -104,7 +104,7 @@ def launch_rank() -> int:
     """This process's rank by its launcher's variables (0 without a launcher, and where they make no sense: then
     it speaks)."""
     try:
-        return distributed_env.detect(resolve_master=False).rank
+        return environment.detect(resolve_master=False).rank
     except UsageError:
         return 0
 
@@ -132,11 +132,14 @@ def split_scores(results: dict, split: str) -> str:
 
 
 def chance_accuracy(results: dict) -> float | None:
-    """A single-label classification's accuracy by a uniform guess, which a score must beat; None for
-    regression and multi-label, where no one number says it."""
-    if results.get("problem_type") != SINGLE_LABEL or not results.get("num_labels"):
+    """The recorded task shape's first metric by a uniform guess, which a score must beat (a single-label
+    classification's accuracy); None where no one number says it (regression, multi-label, an older run)."""
+    from horovod_train.tasks import registry  # the shapes import datasets: not for every command's start
+
+    shape = registry.named(results.get("problem_type"))
+    if shape is None or not results.get("num_labels"):
         return None
-    return 1 / results["num_labels"]
+    return shape(results["num_labels"]).chance
 
 
 def result_line(results: dict) -> str:

@@ -1,21 +1,138 @@
 """`horovod-train compare`: one job under every engine this machine supports, each under its real
-launcher, with the same global batch; then a table, compare.json and a bar chart."""
+launcher, with the same global batch; then a table, compare.json and a bar chart. Its runs (an engine under a
+launcher: ``Run``, ``supported_runs``, ``execute``, ``summarize``) serve the benchmarks too."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import statistics
+import subprocess
+import sys
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from horovod_train import launchers
-from horovod_train.config import RunConfig, add_run_arguments, parse_run_config
+from horovod_train.config import SECTIONS, RunConfig, add_run_arguments, parse_run_config
 from horovod_train.errors import UsageError
 from horovod_train.files import write_json_atomic
+from horovod_train.launching import Launcher, launcher
 from horovod_train.run_directory import claimed
 from horovod_train.tables import format_table
 
 DEFAULT_OUTPUT_DIR = "runs/compare"
+# Set per run by compare itself, so not passed through from the command line.
+PER_RUN = {"output_dir", "overwrite_output_dir", "engine", "per_device_train_batch_size"}
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str  # e.g. horovod-gloo
+    engine: str  # the --engine it trains with
+    launcher: str  # its row in the launcher table (LAUNCHERS)
+    world_size: int  # processes; single and dp take world_size x the per-rank batch instead
+
+    def row(self) -> Launcher:
+        return launcher(self.launcher)
+
+    def command(self, train_args: list[str]) -> list[str]:
+        return self.launch([sys.executable, "-m", "horovod_train", "train", "--engine", self.engine, *train_args])
+
+    def launch(self, program: list[str], env: Mapping[str, str] | None = None) -> list[str]:
+        """``program`` under this run's launcher, its ranks on this machine. horovodrun and torchrun hand their
+        environment to the ranks; mpirun is told to forward the variables of ``env`` the ranks need."""
+        return self.row().local_command(program, self.world_size, env)
+
+
+def machine_world_size() -> int:
+    """Ranks per multi-process run: one per GPU, or 2 on a CPU-only machine."""
+    import torch
+
+    return torch.cuda.device_count() or 2
+
+
+def supported_runs(world: int) -> list[Run]:
+    """Every engine/launcher pair this machine can run."""
+    import torch
+    import torch.distributed as dist
+
+    gpus = torch.cuda.device_count()
+    runs: list[Run] = []
+    try:
+        import horovod.torch as hvd
+
+        if hvd.gloo_built() and launcher("horovodrun").tool_installed():
+            runs.append(Run("horovod-gloo", "horovod", "horovodrun", world))
+        if hvd.mpi_built() and launcher("mpirun").tool_installed():
+            runs.append(Run("horovod-mpi", "horovod", "mpirun", world))
+    except (ImportError, OSError):
+        pass
+    backend_ok = dist.is_nccl_available() if gpus else dist.is_gloo_available()
+    if dist.is_available() and backend_ok and launcher("torchrun").tool_installed():
+        runs.append(Run(f"ddp-{'nccl' if gpus else 'gloo'}", "ddp", "torchrun", world))
+    runs += [Run("single", "single", "plain", 1), Run("dp", "dp", "plain", 1)]
+    return runs
+
+
+def select_runs(runs: list[Run], wanted: list[str] | None) -> list[Run]:
+    if not wanted:
+        return runs
+    tokens = [t for item in wanted for t in item.split(",") if t]
+    known = {r.name for r in runs} | {r.engine for r in runs}
+    unknown = [t for t in tokens if t not in known]
+    if unknown or not tokens:
+        raise UsageError(
+            f"--engines {' '.join(unknown or wanted)} is not supported on this machine",
+            f"choose from {', '.join(r.name for r in runs)}",
+        )
+    return [r for r in runs if r.name in tokens or r.engine in tokens]
+
+
+def passthrough_args(namespace: argparse.Namespace) -> list[str]:
+    """The training arguments given on the command line, as arguments for each run's `train`."""
+    args = ["--config", namespace.config] if namespace.config else []
+    for section in SECTIONS.values():
+        for f in dataclasses.fields(section):
+            value = getattr(namespace, f.name, None)
+            if value is not None and f.name not in PER_RUN:
+                args += [f"--{f.name}", str(value)]
+    return args
+
+
+def execute(cmd: list[str], log: Path, env: Mapping[str, str] | None = None) -> int:
+    """Run one launch with its output in ``log`` (the command line first); return its exit code."""
+    with log.open("w") as log_file:
+        log_file.write(" ".join(cmd) + "\n")
+        log_file.flush()
+        return subprocess.run(cmd, stdout=log_file, stderr=subprocess.STDOUT, check=False, env=env).returncode
+
+
+def summarize(run: Run, run_dir: Path, returncode: int, log: Path) -> dict[str, Any]:
+    """One launched training run's outcome from its output directory."""
+    # The launcher as users type it (python, not plain).
+    row: dict[str, Any] = {**dataclasses.asdict(run), "launcher": run.row().tool, "ok": False, "log": str(log)}
+    results_file = run_dir / "all_results.json"
+    if returncode != 0 or not results_file.is_file():
+        return {**row, "error": f"exit code {returncode}"}
+    results = json.loads(results_file.read_text())
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
+    return {
+        **row,
+        "ok": True,
+        "world_size": results["world_size"],
+        # Medians over the logging intervals: the first interval includes start-up, later ones evaluation.
+        "samples_per_second": statistics.median(r["samples_per_second"] for r in records),
+        "tokens_per_second": statistics.median(r["tokens_per_second"] for r in records),
+        "final_train_loss": records[-1]["loss"],
+        "validation_accuracy": results.get("eval_accuracy", float("nan")),  # none for a regression, CoLA
+        "peak_memory_mb_per_rank": results["peak_memory_mb_per_rank"],
+        "wall_time_s": results["wall_time_s"],
+    }
+
+
 COLUMNS = ["engine", "launcher", "world", "samples/s", "tokens/s", "train loss", "val acc", "peak MiB/rank"]
 
 
@@ -80,27 +197,27 @@ def main(namespace: argparse.Namespace) -> int:
         raise UsageError("compare runs every engine itself, so --engine does not apply", "select runs with --engines")
     namespace.output_dir = namespace.output_dir or DEFAULT_OUTPUT_DIR
     config = parse_run_config(namespace=namespace)
-    world = launchers.machine_world_size()
-    runs = launchers.select_runs(launchers.supported_runs(world), namespace.engines)
+    world = machine_world_size()
+    runs = select_runs(supported_runs(world), namespace.engines)
     outputs = ["logs", *(run.name for run in runs), "compare.json", "compare.png"]
     with claimed(config.training.output_dir, config.training.overwrite_output_dir, outputs) as out:
         return run_all(namespace, config, runs, world, out)
 
 
-def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[launchers.Run], world: int, out: Path) -> int:
+def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[Run], world: int, out: Path) -> int:
     (out / "logs").mkdir()
     batch = config.training.per_device_train_batch_size
-    common = launchers.passthrough_args(namespace)
+    common = passthrough_args(namespace)
     rows = []
     for i, run in enumerate(runs, 1):
         # The same global batch everywhere: W ranks of b, or one process (single, dp) of W x b.
         per_process = batch if run.world_size > 1 else batch * world
         run_dir, log = out / run.name, out / "logs" / f"{run.name}.log"
         cmd = run.command([*common, "--per_device_train_batch_size", str(per_process), "--output_dir", str(run_dir)])
-        print(f"[{i}/{len(runs)}] {run.name}: {run.launcher}, {run.world_size} process(es)", flush=True)
+        print(f"[{i}/{len(runs)}] {run.name}: {run.row().tool}, {run.world_size} process(es)", flush=True)
         started = time.perf_counter()
-        returncode = launchers.execute(cmd, log)
-        rows.append(launchers.summarize(run, run_dir, returncode, log))
+        returncode = execute(cmd, log)
+        rows.append(summarize(run, run_dir, returncode, log))
         status = "ok" if rows[-1]["ok"] else f"FAILED (exit {returncode}), see {log}"
         print(f"      {status} in {time.perf_counter() - started:.1f}s", flush=True)
 

@@ -7,9 +7,11 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from horovod_train import __version__, distributed_env
+from horovod_train import __version__
 from horovod_train.config import RunConfig, TrainingArguments
 from horovod_train.errors import UsageError
+from horovod_train.launching import LAUNCHERS, environment
+from horovod_train.launching.base import hostname
 from horovod_train.tables import format_table
 
 FRAMEWORKS = {"torch": "PyTorch", "tensorflow": "TensorFlow", "mxnet": "MXNet"}
@@ -22,12 +24,15 @@ HOROVOD_BUILD_HINT = [
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--engine",
-        default="auto",
-        help="engine used to join the job (auto: horovod under horovodrun and mpirun, ddp under torchrun and srun, "
-        "single under plain python)",
-    )
+    parser.add_argument("--engine", default="auto", help=f"engine used to join the job (auto: {implied_engines()})")
+
+
+def implied_engines() -> str:
+    """``horovod under horovodrun and mpirun, ...``: the engine each launcher of the table implies."""
+    under: dict[str, list[str]] = {}
+    for row in LAUNCHERS.values():
+        under.setdefault(row.engine, []).append(f"plain {row.tool}" if row.fallback else row.name)
+    return ", ".join(f"{engine} under {' and '.join(names)}" for engine, names in under.items())
 
 
 def checkbox(flag: bool) -> str:
@@ -79,13 +84,13 @@ def torch_support() -> list[str]:
 
 def device_rules(used: set[str]) -> list[str]:
     """What each device rule in the table means."""
-    return [f"device_rule {rule}: {distributed_env.DEVICE_RULES[rule]}" for rule in sorted(used)]
+    return [f"device_rule {rule}: {environment.DEVICE_RULES[rule]}" for rule in sorted(used)]
 
 
 def main(args: argparse.Namespace) -> int:
     from horovod_train.engines import available_engines, create_engine
 
-    env = distributed_env.detect(resolve_master=False)
+    env = environment.detect(resolve_master=False)
     name = env.implied_engine() if args.engine == "auto" else args.engine
     if name == "dp":
         raise UsageError("doctor joins a job with one process per rank", "use --engine horovod, ddp or single")
@@ -94,7 +99,7 @@ def main(args: argparse.Namespace) -> int:
         row = {
             "rank": engine.rank,
             "local_rank": engine.local_rank,
-            "host": distributed_env.hostname(),
+            "host": hostname(),
             "device": str(engine.device),
             "device_rule": engine.device_rule,
         }

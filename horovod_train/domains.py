@@ -20,7 +20,12 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from horovod_train.engines.table import ENGINE_NAMES
 from horovod_train.errors import UsageError
+from horovod_train.glue import check_task
+from horovod_train.schedule import SCHEDULES
+from horovod_train.stopping import parse_signals
+from horovod_train.trackers import check_report_to
 
 NAME_MAX = 255  # bytes of one path component (Linux file systems)
 PATH_MAX = 4096  # bytes of a whole path, its terminating NUL included
@@ -38,11 +43,11 @@ NOT_STOP_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS"
 
 Check = Callable[[str, Any], None]  # (argument name, value) -> None, or raises UsageError
 
-# The fixed sets, as the dataclasses' field types. EngineName is horovod_train.engines.ENGINES's names and
-# ScheduleName schedule.SCHEDULES (tests/unit/test_domains.py checks both agree; no import back: they import torch).
-EngineName = Literal["ddp", "dp", "horovod", "single"]
+# The fixed sets, as the dataclasses' field types (HfArgumentParser lists their values in --help); those of a
+# registry are read from it: the engine table's names, the learning-rate schedules.
+EngineName = Literal[ENGINE_NAMES]
 Strategy = Literal["epoch", "steps", "no"]
-ScheduleName = Literal["linear", "cosine", "constant", "constant_with_warmup"]
+ScheduleName = Literal[SCHEDULES]
 # Transformers' names: its Trainer's default is the fused AdamW (one kernel per tensor, not one per operation).
 OptimizerName = Literal["adamw_torch_fused", "adamw_torch"]
 # torch.optim.AdamW's ``fused`` for each (None: torch's choice, per-tensor operations on CPU).
@@ -224,8 +229,6 @@ def checkpoint(name: str, value: Any) -> None:
 
 
 def stop_signals(name: str, value: Any) -> None:
-    from horovod_train.stopping import parse_signals
-
     text(name, value)
     try:
         signals = parse_signals(value)
@@ -242,32 +245,25 @@ def stop_signals(name: str, value: Any) -> None:
         raise UsageError(f"--{name} {value} names a signal twice", "name each signal once")
 
 
-ENGINE_NAMES = get_args(EngineName)
-
-
 def engine(name: str, value: Any) -> None:
     if value not in ENGINE_NAMES:
         raise UsageError(f"unknown engine {value!r}", f"use --engine {' or '.join(ENGINE_NAMES)}")
 
 
 def report_to(name: str, value: Any) -> None:
-    from horovod_train.trackers import check_report_to
-
     check_report_to(value)
 
 
 def use_peft(name: str, value: Any) -> None:
     boolean(name, value)
     if value:
-        from horovod_train.lora import check_installed
+        from horovod_train.lora import check_installed  # lora.py imports torch, which --help does not need
 
         check_installed()
 
 
 def task(name: str, value: Any) -> None:
-    from horovod_train import glue
-
-    glue.check_task(value)
+    check_task(value)
 
 
 FRACTION = Number(0.0, 1.0, high_open=True, example="0.1")  # [0, 1): dropout, label smoothing, Adam's betas
@@ -382,60 +378,3 @@ def check_domains(values: dict[str, Any]) -> None:
 def check_section(section: Any) -> None:
     """Each field of an argument dataclass against its domain."""
     check_domains({f.name: getattr(section, f.name) for f in fields(section)})
-
-
-TOKENIZER_UNLIMITED = 10**6  # a tokenizer's model_max_length at or above this means "no limit" (transformers: 1e30)
-
-
-def _model_positions(model: Any) -> tuple[int, str] | None:
-    """(positions, whose) of the model the run builds: tiny-bert's, else --config_name's or the model's config."""
-    from transformers import AutoConfig
-
-    from horovod_train.model import TINY_BERT, TINY_BERT_CONFIG, usable_positions
-
-    name = model.config_name or model.model_name_or_path
-    if name == TINY_BERT:
-        return TINY_BERT_CONFIG["max_position_embeddings"], "tiny-bert's position embeddings"
-    try:
-        config = AutoConfig.from_pretrained(name, cache_dir=model.cache_dir)
-    except (OSError, ValueError):
-        return None  # the model's own loading reports it, in its words
-    usable = usable_positions(config)
-    if usable is None:
-        return None
-    whose, positions = f"the position embeddings of {name}", config.max_position_embeddings
-    if usable < positions:  # RoBERTa's: positions count from its padding index + 1
-        whose += f" ({positions}) less the {positions - usable} its padding reserves"
-    return usable, whose
-
-
-def _tokenizer_limit(model: Any) -> tuple[int, str] | None:
-    from transformers.models.auto.tokenization_auto import get_tokenizer_config
-
-    from horovod_train.model import TINY_BERT
-
-    name = model.tokenizer_name or model.model_name_or_path
-    if name == TINY_BERT:
-        return None  # trained by the run, no limit of its own
-    try:
-        limit = get_tokenizer_config(name, cache_dir=model.cache_dir).get("model_max_length")
-    except (OSError, ValueError):
-        return None
-    if isinstance(limit, int | float) and 0 < limit < TOKENIZER_UNLIMITED:
-        return int(limit), f"the model_max_length of tokenizer {name}"
-    return None
-
-
-def fit_max_seq_length(config: Any, warn: Callable[[str], None]) -> None:
-    """Cap --max_seq_length at what the model and its tokenizer take, with a warning, as run_glue.py does
-    (longer sequences would index past the position embeddings)."""
-    limits = [limit for limit in (_model_positions(config.model), _tokenizer_limit(config.model)) if limit]
-    if not limits:
-        return
-    limit, whose = min(limits)
-    if config.data.max_seq_length > limit:
-        warn(
-            f"warning: --max_seq_length {config.data.max_seq_length} is more than {whose} ({limit}): "
-            f"using --max_seq_length {limit}"
-        )
-        config.data.max_seq_length = limit

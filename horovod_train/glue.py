@@ -45,7 +45,7 @@ TASK_LABEL_NAMES: dict[str, tuple[str, ...]] = {
     "wnli": ("not_entailment", "entailment"),
 }
 TASK_EVAL_SPLITS = {"mnli": ("validation_matched", "validation_mismatched")}  # run_glue evaluates on both
-REGRESSION_TASKS = ("stsb",)  # one float label: problem_type "regression", as run_glue.py sets num_labels=1
+REGRESSION_TASKS = ("stsb",)  # one float label: a regression (tasks/regression.py), as run_glue.py sets num_labels=1
 # run_glue.py's compute_metrics keys ("glue" in evaluate): combined_score is the mean where a task has two scores.
 TASK_METRICS: dict[str, tuple[str, ...]] = {
     "cola": ("matthews_correlation",),
@@ -54,9 +54,6 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
     "stsb": ("pearson", "spearmanr", "combined_score"),
 }
 DEFAULT_TASK_METRICS = ("accuracy",)  # mnli (on each validation split), qnli, rte, sst2, wnli
-# Every metric an evaluation may report (metrics.TaskShape.metric_names picks a run's), for display.
-METRIC_NAMES = ("accuracy", "f1", "matthews_correlation", "combined_score", "pearson", "spearmanr", "mse",
-                "f1_micro", "f1_macro")  # fmt: skip
 
 
 def check_task(task_name: str | None) -> None:

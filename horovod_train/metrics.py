@@ -1,76 +1,27 @@
-"""Exact evaluation metrics over the whole validation set, gathered from every rank."""
+"""Exact evaluation metrics over the whole validation set, gathered from every rank (the task shape scores
+them: horovod_train/tasks/); the training meter; the epoch sample audit."""
 
 from __future__ import annotations
 
 import collections
 import math
 import time
-import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from horovod_train.errors import UsageError
-from horovod_train.glue import REGRESSION_TASKS, task_metric_names
+from horovod_train.tasks.base import TaskShape
 
 if TYPE_CHECKING:
     from horovod_train.engines.base import Engine
 
-METRIC_MODULES = Path(__file__).parent / "evaluate_metrics"
 
-
-@cache
-def metric_module(name: str):
-    import evaluate
-
-    # Shipped with the package: evaluate.load("accuracy") would fetch the script from the hub.
-    return evaluate.load(str(METRIC_MODULES / name), keep_in_memory=True)
-
-
-SINGLE_LABEL = "single_label_classification"
-REGRESSION = "regression"
-MULTI_LABEL = "multi_label_classification"
-PROBLEM_TYPES = (SINGLE_LABEL, REGRESSION, MULTI_LABEL)  # transformers' config.problem_type values
-
-
-@dataclass(frozen=True)
-class TaskShape:
-    """What a model predicts and how it is scored: transformers' ``problem_type``, the label count, the GLUE
-    task (run_glue's metrics) or None (a custom dataset), and the threshold of a multi-label prediction."""
-
-    problem_type: str = SINGLE_LABEL
-    num_labels: int = 2
-    task_name: str | None = None
-    threshold: float = 0.5
-
-    @property
-    def outputs(self) -> int:
-        """Values per example in a prediction (and in a label): the multi-hot row, else one."""
-        return self.num_labels if self.problem_type == MULTI_LABEL else 1
-
-    def metric_names(self) -> tuple[str, ...]:
-        """The evaluation metrics besides ``loss``, under run_glue's names for a GLUE task."""
-        if self.problem_type == MULTI_LABEL:
-            return ("accuracy", "f1_micro", "f1_macro")  # accuracy: subset accuracy (every label right)
-        if self.task_name is not None and (self.problem_type == REGRESSION) == (self.task_name in REGRESSION_TASKS):
-            return task_metric_names(self.task_name)
-        return ("mse", "pearson", "spearmanr") if self.problem_type == REGRESSION else ("accuracy", "f1")
-
-
-CLASSIFICATION = TaskShape()
-
-
-def exact_metrics(
-    rows: torch.Tensor, losses: torch.Tensor, expected_examples: int, shape: TaskShape = CLASSIFICATION
-) -> dict[str, Any]:
+def exact_metrics(rows: torch.Tensor, losses: torch.Tensor, expected_examples: int, shape: TaskShape) -> dict[str, Any]:
     """``rows`` holds (example index, prediction(s), label(s)) and ``losses`` each example's loss, from all
-    ranks. Each example must appear exactly once: the metrics are over the set, not an average of
-    per-rank metrics. A custom dataset's F1 is macro-averaged over the classes."""
+    ranks. Each example must appear exactly once: the metrics are over the set (``shape.score``), not an
+    average of per-rank metrics."""
     index = rows[:, 0].long()
     if index.numel() != expected_examples or torch.unique(index).numel() != expected_examples:
         raise RuntimeError(
@@ -82,42 +33,9 @@ def exact_metrics(
     predictions, references = ordered[:, 1 : 1 + width].numpy(), ordered[:, 1 + width :].numpy()
     if width == 1:
         predictions, references = predictions[:, 0], references[:, 0]
-    scores = score(shape, predictions, references)
+    scores = shape.score(predictions, references)
     loss = float(losses.double().sum() / max(losses.numel(), 1))
     return {"loss": loss, **scores, "samples": int(index.numel())}
-
-
-def score(shape: TaskShape, predictions: np.ndarray, references: np.ndarray) -> dict[str, float]:
-    """``shape.metric_names()`` of predictions against references (in example order), by scikit-learn and
-    scipy (transformers' run_glue computes them with the same functions through evaluate's glue metric)."""
-    from scipy.stats import pearsonr, spearmanr
-    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef, mean_squared_error
-
-    functions: dict[str, Callable[[], float]] = {
-        "accuracy": lambda: accuracy_score(references, predictions),  # subset accuracy for multi-hot rows
-        "f1": lambda: f1_score(references, predictions),  # the positive class (label 1), as run_glue
-        "matthews_correlation": lambda: matthews_corrcoef(references, predictions),
-        "f1_micro": lambda: f1_score(references, predictions, average="micro", zero_division=0),
-        "f1_macro": lambda: f1_score(references, predictions, average="macro", zero_division=0),
-        "mse": lambda: mean_squared_error(references, predictions),
-        "pearson": lambda: pearsonr(predictions, references)[0],
-        "spearmanr": lambda: spearmanr(predictions, references)[0],
-    }
-    names = shape.metric_names()
-    if shape.problem_type == SINGLE_LABEL and shape.task_name is None:  # as before: evaluate's shipped modules
-        return custom_classification_scores(predictions.tolist(), references.tolist())
-    with warnings.catch_warnings():  # constant predictions (early in training): the correlation is nan
-        warnings.simplefilter("ignore")
-        found = {name: float(functions[name]()) for name in names if name != "combined_score"}
-    if "combined_score" in names:
-        found["combined_score"] = float(np.mean(list(found.values())))
-    return found
-
-
-def custom_classification_scores(predictions: list, references: list) -> dict[str, float]:
-    accuracy = metric_module("accuracy").compute(predictions=predictions, references=references)["accuracy"]
-    f1 = metric_module("f1").compute(predictions=predictions, references=references, average="macro")["f1"]
-    return {"accuracy": float(accuracy), "f1": float(f1)}
 
 
 @dataclass

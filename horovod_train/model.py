@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import (
@@ -23,6 +24,8 @@ from transformers import (
 
 from horovod_train.errors import UsageError
 from horovod_train.files import atomic_directory
+from horovod_train.tasks.base import TaskShape
+from horovod_train.tasks.single_label import SingleLabel
 
 TINY_BERT = "tiny-bert"
 TINY_BERT_CONFIG = dict(
@@ -38,6 +41,17 @@ TINY_BERT_CONFIG = dict(
     attention_probs_dropout_prob=0.0,
 )
 TINY_VOCAB_SIZE = 2000
+# bert-base-cased's architecture, built locally (no download): about 108M parameters in ~200 tensors. The
+# benchmarks measure it, and the GPU check trains it (random init, `--config_name` with tiny-bert's tokenizer).
+BERT_BASE_CASED = dict(
+    vocab_size=28996,
+    hidden_size=768,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    intermediate_size=3072,
+    max_position_embeddings=512,
+    type_vocab_size=2,
+)
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # The names transformers' configurations give their dropout probabilities: hidden_dropout_prob (BERT, RoBERTa),
 # dropout and seq_classif_dropout (DistilBERT), mlp_dropout (ModernBERT), attention_dropout (Llama, Qwen2),
@@ -212,19 +226,19 @@ def build_model(
     config_name: str | None = None,
     pad_token_id: int | None = None,
     access: HubAccess = HubAccess(),
-    problem_type: str = "single_label_classification",
+    shape: type[TaskShape] = SingleLabel,
 ) -> PreTrainedModel:
     """``config_name`` (run_glue.py's --config_name): the configuration to load the weights into, or with
     tiny-bert the architecture to random-init instead of the built-in tiny one. ``pad_token_id``: the
     tokenizer's, given to a model configuration that has none (decoders find the last real token by it).
-    ``problem_type``: transformers' (regression: MSE on one output; multi_label_classification:
-    BCE-with-logits; single_label_classification: cross-entropy), set so that the model's loss never
-    guesses it from the labels' dtype."""
+    ``shape``: the task's, whose transformers ``problem_type`` (regression: MSE on one output;
+    multi_label_classification: BCE-with-logits; single_label_classification: cross-entropy) the configuration
+    carries, so that the model's loss never guesses it from the labels' dtype."""
     labels = {
         "num_labels": num_labels,
         "id2label": dict(enumerate(label_names)),
         "label2id": {name: i for i, name in enumerate(label_names)},
-        "problem_type": problem_type,
+        "problem_type": shape.problem_type,
     }
     model = _build_model(model_name_or_path, labels, vocab_size, seed, dropout, cache_dir, config_name, access)
     if model.config.pad_token_id is None and pad_token_id is not None:
@@ -304,3 +318,56 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=non_reentrant)
     model.config.use_cache = False  # decoders: a key/value cache is useless in training and breaks recomputation
+
+
+# ---- --max_seq_length against the model and its tokenizer -------------------------------------------------------
+TOKENIZER_UNLIMITED = 10**6  # a tokenizer's model_max_length at or above this means "no limit" (transformers: 1e30)
+
+
+def _model_positions(model: Any) -> tuple[int, str] | None:
+    """(positions, whose) of the model the run builds: tiny-bert's, else --config_name's or the model's config."""
+    name = model.config_name or model.model_name_or_path
+    if name == TINY_BERT:
+        return TINY_BERT_CONFIG["max_position_embeddings"], "tiny-bert's position embeddings"
+    try:
+        config = AutoConfig.from_pretrained(name, cache_dir=model.cache_dir)
+    except (OSError, ValueError):
+        return None  # the model's own loading reports it, in its words
+    usable = usable_positions(config)
+    if usable is None:
+        return None
+    whose, positions = f"the position embeddings of {name}", config.max_position_embeddings
+    if usable < positions:  # RoBERTa's: positions count from its padding index + 1
+        whose += f" ({positions}) less the {positions - usable} its padding reserves"
+    return usable, whose
+
+
+def _tokenizer_limit(model: Any) -> tuple[int, str] | None:
+    from transformers.models.auto.tokenization_auto import get_tokenizer_config
+
+    name = model.tokenizer_name or model.model_name_or_path
+    if name == TINY_BERT:
+        return None  # trained by the run, no limit of its own
+    try:
+        limit = get_tokenizer_config(name, cache_dir=model.cache_dir).get("model_max_length")
+    except (OSError, ValueError):
+        return None
+    if isinstance(limit, int | float) and 0 < limit < TOKENIZER_UNLIMITED:
+        return int(limit), f"the model_max_length of tokenizer {name}"
+    return None
+
+
+def fit_max_seq_length(config: Any, warn: Callable[[str], None]) -> None:
+    """Cap --max_seq_length at what the model and its tokenizer take, with a warning, as run_glue.py does
+    (longer sequences would index past the position embeddings). Reads their configurations (the hub, or the
+    cache), so it runs where the run starts building, not among the checks of the arguments (domains.py)."""
+    limits = [limit for limit in (_model_positions(config.model), _tokenizer_limit(config.model)) if limit]
+    if not limits:
+        return
+    limit, whose = min(limits)
+    if config.data.max_seq_length > limit:
+        warn(
+            f"warning: --max_seq_length {config.data.max_seq_length} is more than {whose} ({limit}): "
+            f"using --max_seq_length {limit}"
+        )
+        config.data.max_seq_length = limit

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from horovod_train.files import atomic_file, write_json_atomic
+from horovod_train.tasks.base import TaskShape
 
 
 def write_results(output_dir: Path, results: dict[str, Any], train_metrics: dict[str, Any], state: dict) -> None:
@@ -21,20 +22,13 @@ def write_results(output_dir: Path, results: dict[str, Any], train_metrics: dict
     write_json_atomic(output_dir / "all_results.json", {**results, **epoch})  # last: it marks a finished run
 
 
-def shown(prediction: int | float | list[int], id2label: dict[int, str]) -> str:
-    """run_glue's and run_classification's cell: the label name; a regression's value to 3 decimals
-    (``{:3.3f}``); a multi-label prediction's list of label names."""
-    if isinstance(prediction, list):
-        return str([id2label.get(label, label) for label in prediction])
-    if isinstance(prediction, float):
-        return f"{prediction:3.3f}"
-    return str(id2label.get(prediction, prediction))
-
-
-def write_predictions(output_dir: Path, predictions: dict[str, list], id2label: dict[int, str]) -> None:
-    """run_glue's format: a header ``index\\tprediction``, then one line per example (see ``shown``)."""
+def write_predictions(
+    output_dir: Path, predictions: dict[str, list], id2label: dict[int, str], shape: TaskShape
+) -> None:
+    """run_glue's format: a header ``index\\tprediction``, then one line per example, its prediction as the
+    task's shape writes it (``shape.shown``: run_glue's and run_classification's cells)."""
     for split, labels in predictions.items():
         suffix = "" if split == "test" else f"_{split.removeprefix('test_')}"
-        lines = ["index\tprediction", *(f"{i}\t{shown(label, id2label)}" for i, label in enumerate(labels))]
+        lines = ["index\tprediction", *(f"{i}\t{shape.shown(label, id2label)}" for i, label in enumerate(labels))]
         with atomic_file(output_dir / f"predict_results{suffix}.txt") as f:
             f.write("\n".join(lines) + "\n")

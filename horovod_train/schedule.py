@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch  # the argument checks (domains.py) read SCHEDULES: no torch on that path
 
 SCHEDULES = ("linear", "cosine", "constant", "constant_with_warmup")
 

@@ -14,8 +14,10 @@ from torch import nn
 
 from horovod_train import amp, rng
 from horovod_train import checkpoint as ckpt
-from horovod_train import data as data_lib
 from horovod_train.config import RunConfig
+from horovod_train.data.labels import task_line
+from horovod_train.data.sources import default_cache_dir
+from horovod_train.data.splits import eval_split_names
 from horovod_train.engines.base import Engine
 from horovod_train.files import write_json_atomic
 from horovod_train.position import TrainingPosition
@@ -38,7 +40,7 @@ class Trainer:
         self.engine = engine
         self.args = config.training
         self.output_dir = Path(self.args.output_dir)
-        self.cache_dir = Path(config.model.cache_dir) if config.model.cache_dir else data_lib.default_cache_dir()
+        self.cache_dir = Path(config.model.cache_dir) if config.model.cache_dir else default_cache_dir()
         self.precision = amp.Precision.from_args(self.args, engine.device)  # fp32: no autocast, no scaler
         if self.args.tf32 and engine.device.type == "cuda":
             amp.enable_tf32()
@@ -99,7 +101,7 @@ class Trainer:
             self.write_run_config(fresh=not in_place)
         if engine.is_main:
             self.trackers = self.start_trackers()
-        self.console.log(data_lib.task_line(self.parts.tokenized))
+        self.console.log(task_line(self.parts.tokenized))
         self.console.log(self.run_line(self.parts))
         if resumed:
             resume.restore_rng(resumed, engine)
@@ -154,7 +156,7 @@ class Trainer:
 
     def run_line(self, parts: RunParts) -> str:
         engine = self.engine
-        splits = " ".join(f"{name}={len(parts.tokenized[name])}" for name in data_lib.eval_split_names(parts.tokenized))
+        splits = " ".join(f"{name}={len(parts.tokenized[name])}" for name in eval_split_names(parts.tokenized))
         return (
             f"engine={engine.name} world_size={engine.world_size} device={engine.device} "
             f"train={len(parts.train_set)} {splits} global_batch={parts.plan.global_batch} "
@@ -195,6 +197,6 @@ class Trainer:
         predictions = loop.evaluator.predict() if self.args.do_predict else {}
         if engine.is_main:
             state = results.trainer_state(self.args, self.run_dir, parts.plan, position)
-            results.write_outputs(self.run_dir, model, parts.tokenizer, predictions, position.log_history, found,
-                                  train_metrics, state)  # fmt: skip
+            results.write_outputs(self.run_dir, model, parts.tokenizer, predictions, loop.evaluator.shape,
+                                  position.log_history, found, train_metrics, state)  # fmt: skip
         return found

@@ -197,7 +197,7 @@ hvt_nic_list() {
 }
 
 # hvt_launch_command KIND OPTIONS... -- PROGRAM...: a launcher's command line (KIND: mpirun, horovodrun, torchrun,
-# srun), built by horovod_train/launch_commands.py, the one place that knows launcher flags (see its usage with
+# srun), built by horovod_train/launching/, the one place that knows launcher flags (see its usage with
 # --help); sets HVT_LAUNCH. It needs only the standard library: HVT_PY if found, else python3, with this checkout
 # first on its path. Bad options: its one error line, and this script exits with its code.
 hvt_launch_command() {
@@ -206,7 +206,7 @@ hvt_launch_command() {
     # set (mpirun -x PYTHONPATH), and the launcher would not have this one (Open MPI warns of each unset -x).
     mapfile -d '' -t HVT_LAUNCH < <(
         "${HVT_PY:-python3}" -c 'import sys; sys.path.insert(0, sys.argv.pop(1))
-from horovod_train.launch_commands import main; sys.exit(main())' "$HVT_REPO" "$@"
+from horovod_train.launching.__main__ import main; sys.exit(main())' "$HVT_REPO" "$@"
         printf '%s\0' "$?"
     )
     status=${HVT_LAUNCH[-1]:-1}

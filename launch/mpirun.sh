@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Plain mpirun (OpenMPI) with the flags Horovod documents, Horovod's MPI controller in the ranks. The command line
-# comes from horovod_train/launch_commands.py (mpirun_command: the documented flags of mpirun_flags.txt, Open MPI's
+# comes from horovod_train/launching/ (mpirun_command: the documented flags of mpirun_flags.txt, Open MPI's
 # libfabric BTL excluded, --allow-run-as-root only when run as root, and -x for PATH, NCCL_DEBUG, LD_LIBRARY_PATH
 # and every HOROVOD_*, NCCL_*, HF_*, TRANSFORMERS_*, PYTHON* and OMP_NUM_THREADS variable set here, so HOROVOD_*
 # settings reach every rank).
@@ -25,7 +25,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 np="" slots=0
-launch=() # options of horovod_train.launch_commands mpirun
+launch=() # options of python -m horovod_train.launching mpirun
 while [ "$#" -gt 0 ]; do
     case $1 in
     --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;

@@ -26,13 +26,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # horovod_train.launch_commands needs only the standard library
-from horovod_train.launch_commands import horovodrun_command, mpirun_command  # noqa: E402
+sys.path.insert(0, str(ROOT))  # horovod_train.launching needs only the standard library
+from horovod_train.launching import LAUNCHERS  # noqa: E402
 
 PREFIX = "hvtbench"
 HOSTS = "nodea:1,nodeb:1"
 ENV = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-# The mpirun command lines compared, from launch_commands.mpirun_command: name -> (exclude_ofi, yield_when_idle).
+# The mpirun command lines compared, from the mpirun row: name -> (exclude_ofi, yield_when_idle).
 # Before issue 12 launch/mpirun.sh and horovodrun --mpi ran Horovod's documented flags only; after, Open MPI's
 # libfabric BTL is excluded too.
 MPI_VARIANTS = {
@@ -111,8 +111,8 @@ def on_a(*cmd: str, timeout: float = 600) -> subprocess.CompletedProcess:
 def mpirun(variant: tuple[bool, bool], *cmd: str, forward: tuple[str, ...] = ()) -> list[str]:
     """2 ranks, one on each container (as root there), -x PATH and ``forward``."""
     exclude_ofi, yield_when_idle = variant
-    return mpirun_command(cmd, 2, env={}, hosts=HOSTS, forward=forward, exclude_ofi=exclude_ofi,
-                          yield_when_idle=yield_when_idle, root=True)  # fmt: skip
+    return LAUNCHERS["mpirun"].command(cmd, 2, env={}, hosts=HOSTS, forward=forward, exclude_ofi=exclude_ofi,
+                                       yield_when_idle=yield_when_idle, root=True)  # fmt: skip
 
 
 def tcp_rtt(n: int) -> float:
@@ -174,7 +174,7 @@ def main() -> None:
             if not args.skip_training:
                 runs = {
                     "horovodrun --gloo": ["launch/horovodrun_multihost.sh", "-H", HOSTS, "--gloo", "--"],
-                    "horovodrun --mpi, before": horovodrun_command(
+                    "horovodrun --mpi, before": LAUNCHERS["horovodrun"].command(
                         ["python", "-m", "horovod_train", "train"], 2, controller="mpi", hosts=HOSTS, exclude_ofi=False,
                     ),
                     "horovodrun --mpi, launch/horovodrun_multihost.sh": [

@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# One command on a GPU node, no network needed (`make gpu-check`): set up Horovod with NCCL, train and
-# benchmark on the GPU, print a table and write gpu_check.json (in $OUT/gpu_check, else runs/gpu_check).
+# One command on a GPU node, no network needed (`make gpu-check`): the node's facts, the missing wheels, Horovod
+# built offline (with NCCL, and without it for two ranks on one GPU), then NCCL's collectives, BERT-base's
+# throughput and MFU, Horovod's and DDP's gradient all-reduce with two ranks on the one GPU, and the rest, most
+# valuable first, each step only if its estimated time fits in --budget_s (default 480). The report lands in
+# $OUT/gpu_check (else runs/gpu_check): gpu_check.json, .txt, .log, details.tar.gz, the built wheels in parts.
 #
-#   HOROVOD_SDIST=.gpu_bundle/horovod-0.28.1.tar.gz HVT_WHEELS=.gpu_bundle scripts/gpu_check.sh
-#   scripts/gpu_check.sh --dry-run          # or HVT_GPU_CHECK_DRY=1: CPU, tiny sizes, no CUDA step
+#   HVT_WHEELS=.gpu_bundle bash scripts/gpu_check.sh --budget_s 390   # a lent machine (docs/performance.md)
+#   scripts/gpu_check.sh --dry-run          # or HVT_GPU_CHECK_DRY=1: the node's plan, then CPU, tiny sizes
+#   scripts/gpu_check.sh --plan-only        # the plan with each step's estimated seconds
 #
 # The python is $PYTHON, else the node's python3; its torch must be a CUDA build (else exit 2). A system
 # python gets a venv (.venv-gpu, --system-site-packages: the node's torch and libraries stay in use);
 # a python already in a venv is used as it is. Missing dependencies come from $HVT_WHEELS (pip
-# --no-index), Horovod from $HOROVOD_SDIST or a horovod wheel in $HVT_WHEELS; see scripts/gpu_bundle.sh
-# for making that folder on a machine with network. The steps and the report: horovod_train/gpucheck/
-# (`python -m horovod_train.gpucheck --help`, which also runs from an installed wheel); extra arguments are
-# passed to it (--budget_s, --steps a,b, --output_dir, ...).
+# --no-index), Horovod from $HOROVOD_SDIST, a horovod wheel, or the wheel parts an earlier run kept, in
+# $HVT_WHEELS; see scripts/gpu_bundle.sh for making that folder on a machine with network. The steps and the
+# report: horovod_train/gpucheck/ (`python -m horovod_train.gpucheck --help`, which also runs from an
+# installed wheel); extra arguments are passed to it (--budget_s, --steps a,b, --output_dir, ...).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -36,6 +40,7 @@ ARGS=()
 for arg in "$@"; do
     case "$arg" in
         --dry-run | --dry_run) DRY=1 ;;
+        --plan-only | --plan_only) DRY=1; ARGS+=("$arg") ;;  # prints the node's plan anywhere, runs nothing
         *) ARGS+=("$arg") ;;
     esac
 done
@@ -70,6 +75,6 @@ if [ "$DRY" != 1 ]; then
 fi
 
 echo "[gpu-check] python $PY (torch CUDA: ${cuda% *}), dry run: $([ "$DRY" = 1 ] && echo yes || echo no)"
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if [ "$DRY" = 1 ]; then ARGS=(--dry_run "${ARGS[@]+"${ARGS[@]}"}"); fi
 exec "$PY" -m horovod_train.gpucheck --python "$PY" --scripts_dir "$ROOT/scripts" "${ARGS[@]+"${ARGS[@]}"}"

@@ -32,8 +32,8 @@ import torch
 from horovod_train import domains
 from horovod_train.bench import common
 from horovod_train.config import DDPArguments
-from horovod_train.distributed_env import free_port, hostname
 from horovod_train.errors import UsageError
+from horovod_train.launching.base import free_port, hostname
 from horovod_train.tables import format_table
 
 COLUMNS = [

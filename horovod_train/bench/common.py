@@ -29,16 +29,6 @@ UNITS = {
 }  # binary, as nccl-tests' -b/-e sizes
 GB = 1e9  # bandwidths in GB/s (10^9 bytes), as nccl-tests prints them
 
-# bert-base-cased's architecture, built locally (no download): about 108M parameters in ~200 tensors.
-BERT_BASE_CASED = dict(
-    vocab_size=28996,
-    hidden_size=768,
-    num_hidden_layers=12,
-    num_attention_heads=12,
-    intermediate_size=3072,
-    max_position_embeddings=512,
-    type_vocab_size=2,
-)
 MODELS = ("tiny-bert", "bert-base-cased")
 # A Llama-style decoder of about 0.5B parameters (0.51B with a 2000-token vocabulary: its transformer body is
 # Qwen2.5-0.5B's depth at width 1024, head size 64, full multi-head attention), random init.
@@ -106,7 +96,7 @@ def ddp_buckets(tensor_bytes: Sequence[int], bucket_cap_mb: float | None) -> lis
 def bert_config(name: str, num_labels: int = 3) -> Any:
     from transformers import BertConfig
 
-    from horovod_train.model import TINY_BERT_CONFIG, TINY_VOCAB_SIZE
+    from horovod_train.model import BERT_BASE_CASED, TINY_BERT_CONFIG, TINY_VOCAB_SIZE
 
     if name == "tiny-bert":
         return BertConfig(vocab_size=TINY_VOCAB_SIZE, num_labels=num_labels, **TINY_BERT_CONFIG)

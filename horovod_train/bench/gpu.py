@@ -3,15 +3,16 @@
 NOT RUN ON A GPU in this project's sessions so far (no GPU machine was available): the command is
 written for one CUDA GPU and exercised on CPU only in its tiny mode (``--tiny``, automatic without CUDA).
 
-Both engines train in this one process, the same way the trainer does (engine.forward_loss under the
-precision's autocast, Precision.backward, Engine.clip_and_step with the GradScaler, if any): the single
-engine with no wrapper, and the Horovod engine with hvd.DistributedOptimizer at hvd.size() == 1. Timing
-windows alternate between them (--repeats) and medians are reported. The data are random token ids
-with an MNLI-like length distribution (log-normal around --mean_length tokens, clipped to
-[--min_length, --max_seq_length]), padded per batch to a multiple of 8, optionally grouped by length as
---group_by_length does in training. Model FLOPs utilisation = 6 x non-embedding parameters x
-(non-padding) tokens/s / the GPU's dense bf16 peak (PEAK_BF16_TFLOPS by device name, or --peak_tflops):
-embeddings are lookups, with no matmul FLOPs (22.7 M of BERT-base's 108.3 M parameters).
+Both engines train in this one process through the training loop's own step function
+(horovod_train/training/step.py: engine.forward_loss under the precision's autocast, Precision.backward,
+Engine.clip_and_step with the GradScaler, if any, zero_grad): the single engine with no wrapper, and the
+Horovod engine with hvd.DistributedOptimizer at hvd.size() == 1. Timing windows alternate between them
+(--repeats) and medians are reported. The data are random token ids with an MNLI-like length distribution
+(log-normal around --mean_length tokens, clipped to [--min_length, --max_seq_length]), padded per batch to
+a multiple of 8, optionally grouped by length as --group_by_length does in training. Model FLOPs
+utilisation = 6 x non-embedding parameters x (non-padding) tokens/s / the GPU's dense bf16 peak
+(PEAK_BF16_TFLOPS by device name, or --peak_tflops): embeddings are lookups, with no matmul FLOPs
+(22.7 M of BERT-base's 108.3 M parameters).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from horovod_train.config import DataArguments, RunConfig, TrainingArguments
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
 from horovod_train.tables import format_table
+from horovod_train.training.step import accumulate_and_step
 
 ENGINES = ("single", "horovod")
 # Dense (not 2:4 sparse) bf16 tensor-core peaks, TFLOP/s, from NVIDIA's data sheets; the first name that
@@ -202,9 +204,9 @@ def make_batches(args: argparse.Namespace, vocab_size: int, pin: bool) -> list[d
 
 
 class Contender:
-    """One engine's model, optimizer and precision, stepped the way the trainer steps."""
+    """One engine's model, optimizer and precision, stepped by the training loop's own step function."""
 
-    def __init__(self, engine: Engine, args: argparse.Namespace, precision: str) -> None:
+    def __init__(self, engine: Engine, args: argparse.Namespace, precision: str, max_grad_norm: float) -> None:
         from transformers import BertForSequenceClassification
 
         self.engine = engine
@@ -217,15 +219,14 @@ class Contender:
         optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=fused)
         self.model, self.optimizer = engine.wrap(model, optimizer)
         self.precision = Precision(precision, engine.device)
+        self.max_grad_norm = max_grad_norm
 
     def step(self, batch: dict[str, torch.Tensor]) -> None:
-        engine = self.engine
-        batch = {k: v.to(engine.device, non_blocking=True) for k, v in batch.items()}
-        with self.precision.autocast():
-            loss = engine.forward_loss(self.model, batch)
-        self.precision.backward(loss)
-        engine.clip_and_step(self.model, self.optimizer, 1.0, self.precision.scaler)
-        self.optimizer.zero_grad()
+        """One optimizer step of one micro-batch, moved to the device as the loop moves it."""
+        on_device = {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
+        accumulate_and_step(
+            self.engine, self.model, self.optimizer, self.precision, iter([on_device]), 1, self.max_grad_norm
+        )
 
 
 def synchronize(device: torch.device) -> None:
@@ -265,7 +266,9 @@ def main(args: argparse.Namespace) -> int:
     training = TrainingArguments(bf16=args.precision == "bf16", fp16=args.precision == "fp16", max_grad_norm=1.0)
     engines = {name: setup_engine(name, training) for name in args.engines}
     try:
-        contenders = {name: Contender(engine, args, args.precision) for name, engine in engines.items()}
+        contenders = {
+            name: Contender(engine, args, args.precision, training.max_grad_norm) for name, engine in engines.items()
+        }
         batches = make_batches(args, common.bert_config(args.model).vocab_size, pin=cuda)
         for c in contenders.values():
             window(c, batches, args.warmup, 0)

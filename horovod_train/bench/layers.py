@@ -96,8 +96,9 @@ def transformer(name: str, lora_r: int | None = None) -> list[int]:
 
     from horovod_train import lora
     from horovod_train.bench import common
+    from horovod_train.model import BERT_BASE_CASED
 
-    large = {**common.BERT_BASE_CASED, **BERT_LARGE, "intermediate_size": 4096}
+    large = {**BERT_BASE_CASED, **BERT_LARGE, "intermediate_size": 4096}
     if name == "decoder-0.5b":
         config = common.decoder_config()
     else:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from horovod_train import domains, launchers
+from horovod_train import compare, domains
 from horovod_train.bench import common, fit
 from horovod_train.errors import UsageError
 from horovod_train.run_directory import claimed
@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite_output_dir", action="store_true")
 
 
-def validate(args: argparse.Namespace) -> tuple[list[launchers.Run], dict[str, int]]:
+def validate(args: argparse.Namespace) -> tuple[list[compare.Run], dict[str, int]]:
     """Every argument against its domain before anything is built, launched or written."""
     domains.writable_dir("output_dir", args.output_dir)
     for name in ("world_size", "max_seq_length", "lora_r", "fit_batch"):
@@ -74,7 +74,7 @@ def validate(args: argparse.Namespace) -> tuple[list[launchers.Run], dict[str, i
     batches = args.batch_sizes or [DEFAULT_BATCH[a] for a in args.architectures]
     if len(batches) != len(args.architectures) or min(batches) < 1:
         raise UsageError(f"--batch_sizes {batches}: one size >= 1 per architecture", "pass e.g. --batch_sizes 8 2")
-    runs = [] if args.no_runs else launchers.select_runs(launchers.supported_runs(args.world_size), args.engines)
+    runs = [] if args.no_runs else compare.select_runs(compare.supported_runs(args.world_size), args.engines)
     if any(r.engine in ("single", "dp") for r in runs):
         raise UsageError("bench memory measures multi-process engines", "pass --engines horovod-gloo ddp-gloo")
     return runs, dict(zip(args.architectures, batches, strict=True))
@@ -177,7 +177,7 @@ def allreduce_bytes(run_dir: Path, mode: str, lora_r: int) -> tuple[int, int, in
     return params, sum(grads) // fit.GRAD_BYTES, sum(grads)
 
 
-def measured_row(run: launchers.Run, summary: dict[str, Any], run_dir: Path, mode: str, lora_r: int) -> dict:
+def measured_row(run: compare.Run, summary: dict[str, Any], run_dir: Path, mode: str, lora_r: int) -> dict:
     if not summary["ok"]:
         return {"status": f"failed ({summary.get('error')}), see {summary['log']}"}
     params, trainable, nbytes = allreduce_bytes(run_dir, mode, lora_r)
@@ -216,7 +216,7 @@ def main(args: argparse.Namespace) -> int:
         return run_all(args, runs, batches, out)
 
 
-def run_all(args: argparse.Namespace, runs: list[launchers.Run], batches: dict[str, int], out: Path) -> int:
+def run_all(args: argparse.Namespace, runs: list[compare.Run], batches: dict[str, int], out: Path) -> int:
     configs = {name: ARCHITECTURES[name]() for name in args.architectures}
     acts = activations(configs, sorted({*args.activation_seqs, args.max_seq_length}), args.lora_r)
     rows = [] if args.no_runs else train_runs(args, runs, batches, configs, acts, out)
@@ -241,7 +241,7 @@ def activations(configs: dict[str, Any], seqs: list[int], lora_r: int) -> dict[t
             for name, config in configs.items() for kind in ("full", "lora") for seq in seqs}  # fmt: skip
 
 
-def train_runs(args: argparse.Namespace, runs: list[launchers.Run], batches: dict[str, int], configs: dict[str, Any],
+def train_runs(args: argparse.Namespace, runs: list[compare.Run], batches: dict[str, int], configs: dict[str, Any],
                acts: dict, out: Path) -> list[dict[str, Any]]:  # fmt: skip
     rows: list[dict[str, Any]] = []
     for name, config in configs.items():
@@ -258,7 +258,7 @@ def train_runs(args: argparse.Namespace, runs: list[launchers.Run], batches: dic
                     run_dir, log = out / "runs" / key, out / "logs" / f"{key}.log"
                     log.parent.mkdir(parents=True, exist_ok=True)
                     cmd = run.command(train_args(config_dir, mode, batches[name], args, run_dir))
-                    summary = launchers.summarize(run, run_dir, launchers.execute(cmd, log), log)
+                    summary = compare.summarize(run, run_dir, compare.execute(cmd, log), log)
                     row = {**head, **measured_row(run, summary, run_dir, mode, args.lora_r)}
                 else:
                     done = [r for r in rows if r["architecture"] == name and r["run"] == run.name

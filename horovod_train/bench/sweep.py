@@ -2,7 +2,7 @@
 
 Horovod reads HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME and HOROVOD_CPU_OPERATIONS once, at
 ``hvd.init``, so every point of the sweep is its own launch (horovodrun for the Gloo controller, mpirun
-for the MPI one, through launchers.Run). Each controller gets one baseline run with Horovod's defaults
+for the MPI one, through compare.Run). Each controller gets one baseline run with Horovod's defaults
 (single tensors and model gradients; torch.distributed too, in the first), then one run per fusion
 threshold and per cycle time (model gradients only: a single tensor is never fused).
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from horovod_train import domains, launchers
+from horovod_train import compare, domains
 from horovod_train.bench import common
 from horovod_train.bench.allreduce import COLUMNS, HOROVOD_DEFAULTS
 from horovod_train.errors import UsageError
@@ -99,7 +99,7 @@ def grid(args: argparse.Namespace) -> list[Point]:
 
 def run_point(point: Point, np: int, out: Path, bench_args: list[str], tag: str) -> list[dict[str, Any]]:
     launcher = VARIANTS[point.variant][0]
-    run = launchers.Run(f"horovod-{point.variant}", "horovod", launcher, np)
+    run = compare.Run(f"horovod-{point.variant}", "horovod", launcher, np)
     sub = out / "runs" / f"{point.slug}{tag}"
     env = {**os.environ, **point.env}
     program = [
@@ -116,7 +116,7 @@ def run_point(point: Point, np: int, out: Path, bench_args: list[str], tag: str)
         *bench_args,
     ]
     log = out / "logs" / f"{point.slug}{tag}.log"
-    returncode = launchers.execute(run.launch(program, env), log, env)
+    returncode = compare.execute(run.launch(program, env), log, env)
     if returncode != 0 or not (sub / "allreduce.json").is_file():
         print(f"      {point.slug}: FAILED (exit {returncode}), see {log}", flush=True)
         return []
@@ -160,7 +160,7 @@ def validate(args: argparse.Namespace) -> None:
 
 def main(args: argparse.Namespace) -> int:
     validate(args)
-    np = args.np or launchers.machine_world_size()
+    np = args.np or compare.machine_world_size()
     out = Path(args.output_dir)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     points = grid(args)

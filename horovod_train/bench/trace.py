@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from horovod_train import compare, launchers
+from horovod_train import compare
 from horovod_train.bench import common, train
 from horovod_train.bench.traced import PARTS, union_ms
 from horovod_train.config import RunConfig
@@ -84,11 +84,11 @@ def timeline_steps(events: list[dict[str, Any]], steps: int) -> list[dict[str, f
     return rows
 
 
-def summarize(run: launchers.Run, trace_dir: Path, skip: int, samples_per_second: float) -> dict[str, Any]:
+def summarize(run: compare.Run, trace_dir: Path, skip: int, samples_per_second: float) -> dict[str, Any]:
     """Medians over ranks and measured steps of each part of the step (the timeline's parts: NaN, not yet read)."""
     per_rank = [json.loads(p.read_text())["steps"] for p in sorted(trace_dir.glob("rank*.steps.json"))]
     measured = [s for steps in per_rank for s in steps[skip:]]
-    row: dict[str, Any] = {"name": run.name, "launcher": run.launcher, "world_size": run.world_size}
+    row: dict[str, Any] = {"name": run.name, "launcher": run.row().tool, "world_size": run.world_size}
     row["steps"] = len(per_rank[0]) - skip if per_rank else 0
     row["samples_per_second"] = samples_per_second
     for part in MAIN_PARTS:
@@ -105,7 +105,7 @@ def timeline_parts(trace_dir: Path, skip: int) -> dict[str, float]:
 
 def validate(namespace: argparse.Namespace) -> tuple[RunConfig, list[int]]:
     """bench train's checks (one pass, at the machine's world size), and --skip_steps leaving steps to measure."""
-    namespace.repeats, namespace.world_sizes = 1, [launchers.machine_world_size()]
+    namespace.repeats, namespace.world_sizes = 1, [compare.machine_world_size()]
     config, world_sizes = train.validate(namespace)
     if namespace.skip_steps < 0 or namespace.skip_steps >= config.training.max_steps:
         raise UsageError(
@@ -125,7 +125,7 @@ def main(namespace: argparse.Namespace) -> int:
         return run_all(namespace, config, runs, out)
 
 
-def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[launchers.Run], out: Path) -> int:
+def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[compare.Run], out: Path) -> int:
     (out / "logs").mkdir()
     common_args = train.job_args(namespace, out)
     train_args = [*common_args, "--per_device_train_batch_size", str(config.training.per_device_train_batch_size)]
@@ -161,12 +161,12 @@ def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[launche
 
 
 def launch_recorded(
-    run: launchers.Run, train_args: list[str], run_dir: Path, trace_dir: Path, log: Path
+    run: compare.Run, train_args: list[str], run_dir: Path, trace_dir: Path, log: Path
 ) -> dict[str, Any]:
     """``train`` (writing ``run_dir``) under ``run``'s launcher, each rank recording its steps into ``trace_dir``;
     bench train's row."""
     program = [sys.executable, "-m", "horovod_train.bench.traced", str(trace_dir), "train", "--engine", run.engine]
-    return launchers.summarize(run, run_dir, launchers.execute(run.launch([*program, *train_args]), log), log)
+    return compare.summarize(run, run_dir, compare.execute(run.launch([*program, *train_args]), log), log)
 
 
 def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:

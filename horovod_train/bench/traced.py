@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from horovod_train import distributed_env
+from horovod_train.launching import environment
 from horovod_train.training import phases
 
 PARTS = ("forward", "backward", "gradient_wait", "optimizer")
@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
     from horovod_train.cli import main as cli_main
 
     trace_dir, train_argv = Path(argv[0]), argv[1:]
-    rank = distributed_env.detect(resolve_master=False).rank
+    rank = environment.detect(resolve_master=False).rank
     spans = phases.record()
     code = cli_main(train_argv)
     trace_dir.mkdir(parents=True, exist_ok=True)

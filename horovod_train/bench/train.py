@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from horovod_train import compare, launchers
+from horovod_train import compare
 from horovod_train.bench import common
 from horovod_train.config import RunConfig, parse_run_config
 from horovod_train.errors import UsageError
@@ -76,18 +76,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def plan(world_sizes: list[int], wanted: list[str] | None) -> list[launchers.Run]:
+def plan(world_sizes: list[int], wanted: list[str] | None) -> list[compare.Run]:
     """Every supported multi-process run at each world size, plus the single-engine baseline at 1."""
-    runs = [launchers.Run("single", "single", "python", 1)]
+    runs = [compare.Run("single", "single", "plain", 1)]
     for world in world_sizes:
-        runs += [r for r in launchers.supported_runs(world) if r.launcher not in ("python",)]
-    selected = launchers.select_runs(runs, wanted)
+        runs += [r for r in compare.supported_runs(world) if not r.row().fallback]
+    selected = compare.select_runs(runs, wanted)
     if not any(r.engine == "single" for r in selected):
         selected.insert(0, runs[0])  # the baseline of the scaling efficiency
     return selected
 
 
-def run_name(run: launchers.Run) -> str:
+def run_name(run: compare.Run) -> str:
     return f"{run.name}-np{run.world_size}"
 
 
@@ -195,7 +195,7 @@ def validate(namespace: argparse.Namespace) -> tuple[RunConfig, list[int]]:
         raise UsageError(f"--repeats must be >= 1 (got {namespace.repeats})", "pass --repeats 1 or more")
     # The demo runs every engine at 1 and at the machine's world size; bert-base, to fit in minutes, only at
     # the machine's (the single process at 1 is always there: it is the baseline).
-    machine = launchers.machine_world_size()
+    machine = compare.machine_world_size()
     world_sizes = namespace.world_sizes or sorted({machine} if namespace.model_size == "bert-base" else {1, machine})
     if min(world_sizes) < 1:
         raise UsageError(f"--world_sizes must be >= 1 (got {world_sizes})", "pass e.g. --world_sizes 1 2")
@@ -219,7 +219,7 @@ def main(namespace: argparse.Namespace) -> int:
 
 def job_args(namespace: argparse.Namespace, out: Path) -> list[str]:
     """Every run's training arguments; bert-base's model config is written into ``out``/configs."""
-    args = launchers.passthrough_args(namespace)
+    args = compare.passthrough_args(namespace)
     if namespace.model_size == "bert-base" and namespace.config_name is None:
         config_dir = out / "configs" / "bert-base"
         common.bert_config("bert-base-cased").save_pretrained(config_dir)
@@ -227,7 +227,7 @@ def job_args(namespace: argparse.Namespace, out: Path) -> list[str]:
     return args
 
 
-def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[launchers.Run], out: Path) -> int:
+def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[compare.Run], out: Path) -> int:
     (out / "logs").mkdir()
     batch = str(config.training.per_device_train_batch_size)
     common_args = job_args(namespace, out)
@@ -239,7 +239,7 @@ def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[launche
             cmd = run.command([*common_args, "--per_device_train_batch_size", batch, "--output_dir", str(run_dir)])
             print(f"[{rep + 1}/{namespace.repeats} {i}/{len(runs)}] {key}", end=" ", flush=True)
             started = time.perf_counter()
-            row = launchers.summarize(run, run_dir, launchers.execute(cmd, log), log)
+            row = compare.summarize(run, run_dir, compare.execute(cmd, log), log)
             raw.append({**row, "key": key, "repeat": rep})
             rate = f"{row['samples_per_second']:.1f} samples/s" if row["ok"] else f"FAILED, see {log}"
             print(f"{rate} ({time.perf_counter() - started:.0f}s)", flush=True)

@@ -43,7 +43,7 @@ class Engine(ABC):
     world_size: int = 1
     local_world_size: int = 1
     device: torch.device = torch.device("cpu")
-    device_rule: str = "cpu"  # how the device was chosen: a key of distributed_env.DEVICE_RULES
+    device_rule: str = "cpu"  # how the device was chosen: a key of launching.environment.DEVICE_RULES
     # False where a worker may run the trainer's setup alone (elastic Horovod adds workers to a running job):
     # setup then uses no collective.
     collective_setup: bool = True

@@ -1,6 +1,7 @@
-"""PyTorch DistributedDataParallel: one process per device, NCCL on GPUs and Gloo on CPUs.
+"""PyTorch DistributedDataParallel: one process per device, NCCL on GPUs and Gloo on CPUs (or, with
+--ddp_backend gloo, on GPUs: CUDA tensors through host memory, so ranks may share a GPU).
 
-Starts under torchrun, mpirun or srun: horovod_train.distributed_env turns each launcher's variables
+Starts under torchrun, mpirun or srun: horovod_train.launching.environment turns each launcher's variables
 into the MASTER_ADDR/RANK/WORLD_SIZE that ``init_process_group("env://")`` reads.
 """
 
@@ -16,10 +17,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from horovod_train import distributed_env
 from horovod_train.config import RunConfig
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
+from horovod_train.launching import environment
 
 
 class DDPEngine(Engine):
@@ -34,20 +35,17 @@ class DDPEngine(Engine):
             raise UsageError(f"--ddp_bucket_cap_mb must be > 0 (got {self.options.ddp_bucket_cap_mb})", "pass e.g. 25")
 
     def setup(self) -> None:
-        env = distributed_env.detect()
+        env = environment.detect()
         env.export()
         self.launcher = env.launcher
         self.local_rank, self.local_world_size = env.local_rank, env.local_world_size
         options: dict[str, Any] = {}
-        if self.options.ddp_backend == "nccl" and not torch.cuda.is_available():
-            raise UsageError(
-                "--ddp_backend nccl needs CUDA GPUs but this machine has none",
-                "use --ddp_backend gloo (or auto) on CPUs",
-            )
-        if torch.cuda.is_available() and self.options.ddp_backend != "gloo":
-            # By local rank (global ranks exceed a node's GPUs), or the task's only GPU.
-            self.device, self.device_rule = distributed_env.pin_cuda_device(env.local_rank)
-            self.backend, options["device_id"] = "nccl", self.device
+        cuda = torch.cuda.is_available()
+        self.backend = self.options.backend_on(cuda)
+        if cuda:  # by local rank (global ranks exceed a node's GPUs), or the task's only GPU
+            self.device, self.device_rule = environment.pin_cuda_device(env.local_rank)
+        if self.backend == "nccl":
+            options["device_id"] = self.device
         # --ddp_timeout: long enough for rank 0's one-sided work (writing a checkpoint) while the others wait.
         timeout = timedelta(seconds=self.training.ddp_timeout)
         dist.init_process_group(self.backend, init_method="env://", timeout=timeout, **options)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from horovod_train import distributed_env
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
+from horovod_train.launching import environment
 
 
 def refuse_a_launcher(engine: str) -> None:
     """One-process engines under a multi-process launcher would train W copies into one --output_dir."""
-    env = distributed_env.detect(resolve_master=False)
+    env = environment.detect(resolve_master=False)
     if env.world_size > 1:
         raise UsageError(
             f"--engine {engine} runs one process but {env.launcher} started {env.world_size}",

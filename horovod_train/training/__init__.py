@@ -6,6 +6,7 @@
   console.py      rank 0's log lines, above the progress bar
   resume.py       reading a checkpoint to resume from, restoring its state
   loop.py         TrainingLoop: epochs of optimizer steps, their evaluations and checkpoints
+  step.py         one optimizer step (micro-batches, backward, clip and step): the loop's, and `bench gpu`'s
   phases.py       the names of the profiler ranges each step marks (what `bench trace` reads)
   run_log.py      what a run reports as it goes: log_history, metrics.jsonl, trackers, log lines
   evaluation.py   the sharded evaluation loop, shared by evaluate and predict

@@ -11,14 +11,23 @@ from datasets import Dataset, DatasetDict
 from torch.utils.data import DataLoader
 
 from horovod_train import checkpoint as ckpt
-from horovod_train import data as data_lib
 from horovod_train import lora
 from horovod_train import model as model_lib
 from horovod_train.config import RunConfig, TrainingArguments
+from horovod_train.data.columns import text_columns
+from horovod_train.data.labels import label_names, shape_of
+from horovod_train.data.loaders import train_loader
+from horovod_train.data.splits import load_raw_datasets
+from horovod_train.data.tokenize import (
+    dataset_digest,
+    load_tokenized,
+    tokenize_to_disk,
+    tokenized_cache_path,
+    tokenizer_digest,
+)
 from horovod_train.domains import ADAMW_FUSED
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
-from horovod_train.metrics import SINGLE_LABEL
 from horovod_train.position import TrainingPosition
 from horovod_train.training.evaluation import eval_prefixes, task_shape
 from horovod_train.training.parts import RunPlan
@@ -32,7 +41,7 @@ def prepare_data(config: RunConfig, engine: Engine, cache_dir: Path, rank_zero: 
     raw = read_raw_data(config, engine)
     tokenizer_name = c.model.tokenizer_name or c.model.model_name_or_path
     if tokenizer_name == model_lib.TINY_BERT:
-        texts = [t for column in data_lib.text_columns(raw) for t in raw["train"][column]]
+        texts = [t for column in text_columns(raw) for t in raw["train"][column]]
         tokenizer_dir = model_lib.tiny_tokenizer_dir(cache_dir, texts)
         # One tokenizer for the job, rank 0's: training one is not deterministic.
         files = rank_zero.read_in_setup(lambda: model_lib.tiny_tokenizer_files(tokenizer_dir, texts))
@@ -41,10 +50,10 @@ def prepare_data(config: RunConfig, engine: Engine, cache_dir: Path, rank_zero: 
     access = hub_access(c)
     tokenizer = engine.local_main_first(lambda: model_lib.load_tokenizer(tokenizer_name, c.model.cache_dir, access))
     d = c.data
-    cached = data_lib.tokenized_cache_path(raw, tokenizer, d.max_seq_length, cache_dir, d.pad_to_max_length)
+    cached = tokenized_cache_path(raw, tokenizer, d.max_seq_length, cache_dir, d.pad_to_max_length)
 
     def tokenize(overwrite: bool = False) -> None:
-        data_lib.tokenize_to_disk(
+        tokenize_to_disk(
             raw,
             tokenizer,
             d.max_seq_length,
@@ -57,14 +66,15 @@ def prepare_data(config: RunConfig, engine: Engine, cache_dir: Path, rank_zero: 
     if d.overwrite_cache:  # rebuilt once, by rank 0, before any rank maps it (the cache may be shared by nodes)
         rank_zero.first(lambda: tokenize(overwrite=True))
     engine.local_main_first(tokenize)
-    return tokenizer, data_lib.load_tokenized(cached)
+    return tokenizer, load_tokenized(cached)
 
 
 def check_task_shape(args: TrainingArguments, tokenized: DatasetDict, task_name: str | None) -> None:
-    """Options the data's shape rules out: label smoothing is for single-label classification alone."""
+    """Options the data's shape rules out: label smoothing is for a shape that smooths labels alone
+    (single-label classification)."""
     shape = task_shape(tokenized, task_name)
-    if args.label_smoothing_factor and shape.problem_type != SINGLE_LABEL:
-        raise UsageError(f"--label_smoothing_factor smooths class labels but this run is a {shape.problem_type}",
+    if args.label_smoothing_factor and not shape.smooths_labels:
+        raise UsageError(f"--label_smoothing_factor smooths class labels but this run is a {shape.name}",
                          "drop --label_smoothing_factor")  # fmt: skip
     check_metric_for_best_model(args.metric_for_best_model, tokenized, task_name)
 
@@ -76,7 +86,7 @@ def read_raw_data(config: RunConfig, engine: Engine) -> DatasetDict:
 
     def read() -> DatasetDict | UsageError:
         try:
-            return data_lib.load_raw_datasets(c.data, c.training.seed, c.model.cache_dir)
+            return load_raw_datasets(c.data, c.training.seed, c.model.cache_dir)
         except UsageError as refused:
             return refused
 
@@ -99,11 +109,11 @@ def check_metric_for_best_model(metric: str | None, tokenized: DatasetDict, task
 
 def build_model(config: RunConfig, tokenizer: Any, tokenized: DatasetDict) -> torch.nn.Module:
     c, args = config, config.training
-    label_names = data_lib.label_names(tokenized)  # checked against --num_labels when the data loaded
+    names = label_names(tokenized)  # checked against --num_labels when the data loaded
     model = model_lib.build_model(
         c.model.model_name_or_path,
-        len(label_names),
-        label_names,
+        len(names),
+        names,
         len(tokenizer),
         args.seed,
         dropout=args.dropout,
@@ -111,7 +121,7 @@ def build_model(config: RunConfig, tokenizer: Any, tokenized: DatasetDict) -> to
         config_name=c.model.config_name,
         pad_token_id=tokenizer.pad_token_id,
         access=hub_access(c),
-        problem_type=data_lib.problem_type(tokenized),
+        shape=shape_of(tokenized),
     )
     if args.gradient_checkpointing:
         model_lib.enable_gradient_checkpointing(model)
@@ -138,16 +148,16 @@ def run_compatibility(
     """What a checkpoint must agree with: the model (LoRA's settings too), and what fixes the examples each step
     trains on (the tokenized training set, the seed and sampler that order it, the global batch)."""
     args = config.training
-    label_names = data_lib.label_names(tokenized)
+    names = label_names(tokenized)
     return ckpt.Compatibility(
         config.model.model_name_or_path,
-        len(label_names),
+        len(names),
         len(tokenizer),
         type(model).__name__,
         engine.step_examples(args.per_device_train_batch_size * args.gradient_accumulation_steps),
-        tokenizer=data_lib.tokenizer_digest(tokenizer),
-        label_names=list(label_names),
-        train_data=data_lib.dataset_digest(tokenized["train"]),
+        tokenizer=tokenizer_digest(tokenizer),
+        label_names=list(names),
+        train_data=dataset_digest(tokenized["train"]),
         seed=args.seed,
         group_by_length=args.group_by_length,
         **lora.settings(model),
@@ -175,7 +185,7 @@ def build_train_set(tokenized: DatasetDict, audit_samples: bool) -> Dataset:
 
 
 def build_train_loader(train_set: Dataset, tokenizer: Any, args: TrainingArguments, engine: Engine) -> DataLoader:
-    return data_lib.train_loader(
+    return train_loader(
         train_set,
         tokenizer,
         args.per_device_train_batch_size,

@@ -11,36 +11,23 @@ from datasets import DatasetDict
 from torch import nn
 from torch.utils.data import DataLoader
 
-from horovod_train import data as data_lib
 from horovod_train.amp import Precision
 from horovod_train.config import TrainingArguments
+from horovod_train.data.labels import label_names, shape_of
+from horovod_train.data.loaders import eval_loader
+from horovod_train.data.splits import eval_split_names, test_split_names
 from horovod_train.engines.base import Engine
-from horovod_train.metrics import CLASSIFICATION, MULTI_LABEL, REGRESSION, TaskShape, exact_metrics
+from horovod_train.metrics import exact_metrics
+from horovod_train.tasks.base import TaskShape
+from horovod_train.tasks.single_label import SingleLabel
+
+CLASSIFICATION = SingleLabel()  # two classes: what gather_outputs scores unless told
 
 
 def eval_prefixes(tokenized: DatasetDict) -> dict[str, str]:
     """Each validation split's metric prefix: ``eval`` for the first (primary), ``eval_<split>`` after."""
-    names = data_lib.eval_split_names(tokenized)
+    names = eval_split_names(tokenized)
     return {name: "eval" if i == 0 else f"eval_{name}" for i, name in enumerate(names)}
-
-
-def example_predictions(logits: torch.Tensor, shape: TaskShape) -> torch.Tensor:
-    """One row per example: the class id, the regression value, or the multi-hot labels over the threshold."""
-    if shape.problem_type == REGRESSION:
-        return logits.float().double()[:, :1]
-    if shape.problem_type == MULTI_LABEL:
-        return (torch.sigmoid(logits.float()) > shape.threshold).long()
-    return logits.argmax(dim=-1, keepdim=True)
-
-
-def example_losses(logits: torch.Tensor, labels: torch.Tensor, shape: TaskShape, label_smoothing: float):
-    """Each example's loss, as the model's own (MSE, BCE-with-logits averaged over the labels, cross-entropy)."""
-    logits = logits.float()
-    if shape.problem_type == REGRESSION:
-        return (logits.squeeze(-1) - labels.float()) ** 2
-    if shape.problem_type == MULTI_LABEL:
-        return nn.functional.binary_cross_entropy_with_logits(logits, labels.float(), reduction="none").mean(-1)
-    return nn.functional.cross_entropy(logits, labels, reduction="none", label_smoothing=label_smoothing)
 
 
 @torch.no_grad()
@@ -55,8 +42,9 @@ def gather_outputs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run ``net`` over this rank's shard and gather every rank's rows in rank order: (example index,
     prediction(s), label(s)) and each example's loss; unlabelled (prediction): (example index, prediction(s)).
-    Regression rows are float64 (exact for a float32 output and any index below 2**53), others int64."""
-    dtype = torch.float64 if shape.problem_type == REGRESSION else torch.int64
+    The rows are of ``shape.row_dtype`` (float64 for a regression: exact for a float32 output and any index
+    below 2**53)."""
+    dtype = shape.row_dtype
     rows = [torch.zeros((0, 1 + shape.outputs * (2 if labelled else 1)), dtype=dtype)]
     losses = [torch.zeros(0, dtype=torch.float64)]
     net.eval()
@@ -66,10 +54,10 @@ def gather_outputs(
         batch = {k: v.to(engine.device, non_blocking=True) for k, v in batch.items()}
         with precision.autocast():
             logits = net(**batch).logits
-        columns = [index.reshape(-1, 1), example_predictions(logits, shape).cpu()]
+        columns = [index.reshape(-1, 1), shape.predictions(logits).cpu()]
         if labelled:
             labels = labels.to(engine.device, non_blocking=True)
-            losses.append(example_losses(logits, labels, shape, label_smoothing).double().cpu())
+            losses.append(shape.losses(logits, labels, label_smoothing).double().cpu())
             columns.append(labels.reshape(len(index), -1).cpu())
         rows.append(torch.cat([column.to(dtype) for column in columns], dim=1))
     net.train()
@@ -112,31 +100,25 @@ class Evaluator:
 
     def describe(self) -> dict[str, Any]:
         """The results' record of what was scored (the result line reads it): the task's shape, the primary split."""
-        split = data_lib.eval_split_names(self.tokenized)[0]
-        return {"problem_type": self.shape.problem_type, "num_labels": self.shape.num_labels, "validation_split": split}
+        split = eval_split_names(self.tokenized)[0]
+        return {"problem_type": self.shape.name, "num_labels": self.shape.num_labels, "validation_split": split}
 
     def predict(self) -> dict[str, list]:
         """Predictions of every test split, in example order (all ranks take part; rank 0 keeps them): a
         class id, a float (regression) or the list of predicted class ids (multi-label) per example."""
         found = {}
-        for name in data_lib.test_split_names(self.tokenized):
+        for name in test_split_names(self.tokenized):
             rows, _ = self.outputs(name, labelled=False)
-            ordered = rows[torch.argsort(rows[:, 0].long()), 1:]
-            if self.shape.problem_type == MULTI_LABEL:
-                found[name] = [[i for i, hot in enumerate(row) if hot] for row in ordered.tolist()]
-            else:
-                found[name] = ordered[:, 0].tolist()
+            found[name] = self.shape.predicted(rows[torch.argsort(rows[:, 0].long()), 1:])
         return found
 
     def outputs(self, split: str, labelled: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         engine = self.engine
-        loader = data_lib.eval_loader(
-            self.tokenized[split], self.tokenizer, self.batch_size, engine.world_size, engine.rank
-        )
+        loader = eval_loader(self.tokenized[split], self.tokenizer, self.batch_size, engine.world_size, engine.rank)
         net = engine.unwrap(self.model)
         return gather_outputs(engine, net, loader, self.precision, labelled, self.label_smoothing, self.shape)
 
 
 def task_shape(tokenized: DatasetDict, task_name: str | None, threshold: float = 0.5) -> TaskShape:
-    """The run's TaskShape, from its tokenized labels (their feature says the problem type)."""
-    return TaskShape(data_lib.problem_type(tokenized), len(data_lib.label_names(tokenized)), task_name, threshold)
+    """The run's TaskShape, from its tokenized labels (their feature says the shape)."""
+    return shape_of(tokenized)(len(label_names(tokenized)), task_name, threshold)

@@ -18,12 +18,12 @@ from horovod_train.metrics import Meter, audit_epoch
 from horovod_train.position import TrainingPosition
 from horovod_train.schedule import Schedule
 from horovod_train.stopping import StopSignals, TrainingStopped
-from horovod_train.training import phases
 from horovod_train.training.checkpointing import CheckpointSaver
 from horovod_train.training.console import Console
 from horovod_train.training.evaluation import Evaluator
 from horovod_train.training.parts import RunParts
 from horovod_train.training.run_log import RunLog
+from horovod_train.training.step import accumulate_and_step
 
 
 class TrainingLoop:
@@ -97,23 +97,17 @@ class TrainingLoop:
 
     def train_step(self, batches: Iterator[dict[str, torch.Tensor]], position: TrainingPosition) -> None:
         """One optimizer step: accumulate micro-batches, step, move the position and the learning rate."""
-        args, engine, model, optimizer = self.args, self.engine, self.parts.model, self.parts.optimizer
+        args, engine, optimizer = self.args, self.engine, self.parts.optimizer
         accum = args.gradient_accumulation_steps
-        examples = 0  # this rank's, in this step
-        # The labelled ranges are what `bench trace` breaks a step into (profiler ranges: a few µs per step).
-        with phases.span(phases.STEP):
-            for micro in range(accum):
-                batch = self.next_batch(batches, position)
-                examples += len(batch["labels"])
-                with engine.accumulation_context(model, is_last_micro_step=micro == accum - 1):
-                    with phases.span(phases.FORWARD), self.precision.autocast():
-                        loss = engine.forward_loss(model, batch, args.label_smoothing_factor)
-                    with phases.span(phases.BACKWARD):
-                        self.precision.backward(loss / accum)
-                self.meter.add(loss.detach(), batch, position.global_step + 1)  # no .item(): no host sync
-            with phases.span(phases.OPTIMIZER):
-                engine.clip_and_step(model, optimizer, args.max_grad_norm, self.precision.scaler)
-                optimizer.zero_grad()
+        micro_batches = (self.next_batch(batches, position) for _ in range(accum))
+
+        def on_loss(loss: torch.Tensor, batch: dict[str, torch.Tensor]) -> None:
+            self.meter.add(loss, batch, position.global_step + 1)
+
+        examples = accumulate_and_step(  # this rank's examples in this step
+            engine, self.parts.model, optimizer, self.precision, micro_batches, accum, args.max_grad_norm,
+            args.label_smoothing_factor, on_loss,
+        )  # fmt: skip
         # What the batches held (an epoch's last may be partial); every rank's shard is padded to the same size.
         self.parts.train_loader.sampler.record_step(examples)
         position.advance(examples * engine.world_size)

@@ -15,6 +15,7 @@ from horovod_train.files import follow_umask
 from horovod_train.memory import peak_memory_mb
 from horovod_train.position import TrainingPosition
 from horovod_train.run_directory import RunDirectory
+from horovod_train.tasks.base import TaskShape
 from horovod_train.trackers import plot_training_curves
 from horovod_train.training.parts import RunPlan
 
@@ -76,10 +77,11 @@ def trainer_state(args: TrainingArguments, run_dir: RunDirectory, plan: RunPlan,
 
 
 def write_outputs(
-    run_dir: RunDirectory, model: torch.nn.Module, tokenizer: Any, predictions: dict[str, list[int]],
+    run_dir: RunDirectory, model: torch.nn.Module, tokenizer: Any, predictions: dict[str, list], shape: TaskShape,
     log_history: list[dict[str, Any]], results: dict[str, Any], train_metrics: dict[str, Any], state: dict,
 ) -> None:  # fmt: skip
-    """Rank 0's files; all_results.json last: it marks a finished run."""
+    """Rank 0's files (``predictions`` of the test splits, written as the task's ``shape`` writes them);
+    all_results.json last: it marks a finished run."""
     output_dir = run_dir.path
     with run_dir.recording():
         if lora.is_peft(model):  # the adapter as peft saves it, and beside it the model it makes, for pipeline()
@@ -89,6 +91,6 @@ def write_outputs(
         for weights in output_dir.glob("*.safetensors"):  # safetensors writes 0600 whatever the umask
             follow_umask(weights)
         tokenizer.save_pretrained(output_dir)
-        outputs.write_predictions(output_dir, predictions, model.config.id2label)
+        outputs.write_predictions(output_dir, predictions, model.config.id2label, shape)
         plot_training_curves(log_history, output_dir / "training_curves.png")
         outputs.write_results(output_dir, results, train_metrics, state)

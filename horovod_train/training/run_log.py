@@ -10,9 +10,9 @@ from typing import Any
 from tqdm import tqdm
 
 from horovod_train.engines.base import Engine
-from horovod_train.glue import METRIC_NAMES
 from horovod_train.position import TrainingPosition
 from horovod_train.run_directory import METRICS, RunDirectory
+from horovod_train.tasks.scores import METRIC_NAMES
 from horovod_train.trackers import Trackers
 from horovod_train.training.console import Console
 from horovod_train.training.parts import RunPlan

@@ -30,10 +30,10 @@ hvt_srun_mpi() {
     fi
 }
 
-# hvt_rank_variables: horovod_train/launch_commands.py's rank variable names, '|'-separated (a process with one of
+# hvt_rank_variables: horovod_train/launching/'s rank variable names, '|'-separated (a process with one of
 # them may be a training rank).
 hvt_rank_variables() {
-    PYTHONPATH="$HVT_REPO${PYTHONPATH:+:$PYTHONPATH}" "${HVT_PY:-python3}" -m horovod_train.launch_commands \
+    PYTHONPATH="$HVT_REPO${PYTHONPATH:+:$PYTHONPATH}" "${HVT_PY:-python3}" -m horovod_train.launching \
         rank-variables signalled
 }
 

@@ -29,10 +29,10 @@ def test_bf16_training_learns_on_cpu(tmp_path, cache_dir):
 def test_elastic_state_carries_the_grad_scaler_across_a_resize_and_a_rollback(tmp_path, cache_dir):
     """--elastic --fp16: a worker that joins must take the survivors' loss scale, not start at 65536, and a
     rollback to the last commit must restore the scale committed with the weights."""
-    from support.jobs import BIN, REPO
+    from support.jobs import BIN, REPO, probe_launch
 
     probe = [str(BIN / "python"), str(REPO / "tests" / "probes" / "elastic_scaler_probe.py"), str(tmp_path)]
-    assert_ok(run([str(BIN / "horovodrun"), "-np", "2", "--gloo", *probe], cache_dir, timeout=180))
+    assert_ok(run(probe_launch("horovodrun", probe), cache_dir, timeout=180))
     reports = [json.loads((tmp_path / f"rank-{rank}.json").read_text()) for rank in (0, 1)]
     committed = {"scale": 1024.0, "growth_tracker": 7}
     assert reports[1]["before_sync"] == {"scale": 65536.0, "growth_tracker": 0}

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support.jobs import BIN, REPO, assert_ok, run, train_cmd
+from support.jobs import BIN, REPO, assert_ok, probe_launch, run, train_cmd
 from transformers import AutoConfig
 
 from horovod_train.bench.allreduce import COLUMNS as ALLREDUCE_COLUMNS
@@ -54,18 +54,8 @@ def read_outputs(out: Path, stem: str, columns: list[str]) -> tuple[list[dict], 
 @pytest.mark.slow
 def test_allreduce_horovod_and_torch_in_the_same_ranks(tmp_path, cache_dir):
     out = tmp_path / "allreduce"
-    cmd = [
-        str(BIN / "horovodrun"),
-        "-np",
-        "2",
-        "--gloo",
-        *BENCH,
-        "allreduce",
-        *TINY_ALLREDUCE,
-        "--output_dir",
-        str(out),
-    ]
-    proc = run(cmd, cache_dir, timeout=300)
+    program = [*BENCH, "allreduce", *TINY_ALLREDUCE, "--output_dir", str(out)]
+    proc = run(probe_launch("horovodrun", program), cache_dir, timeout=300)
     assert_ok(proc)
     rows, report = read_outputs(out, "allreduce", ALLREDUCE_COLUMNS)
     cases = {(r["framework"], r["case"], r["mode"]) for r in report["rows"]}
@@ -206,8 +196,7 @@ def test_bench_gpu_runs_tiny_on_cpu(tmp_path, cache_dir):
 def test_train_timeline_and_autotune_flags(tmp_path, cache_dir):
     out, timeline = tmp_path / "run", tmp_path / "tl" / "timeline.json"
     train = train_cmd(*TINY_JOB, "--horovod_timeline", str(timeline), "--autotune", "--output_dir", str(out))
-    cmd = [str(BIN / "horovodrun"), "-np", "2", "--gloo", *train]
-    proc = run(cmd, cache_dir, timeout=300)
+    proc = run(probe_launch("horovodrun", train), cache_dir, timeout=300)
     assert_ok(proc)
     text = timeline.read_text()
     assert "NEGOTIATE_ALLREDUCE" in text and "ALLREDUCE" in text

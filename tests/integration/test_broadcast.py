@@ -8,9 +8,11 @@ import json
 import pytest
 from support.jobs import BIN, REPO, assert_ok, probe_launch, run
 
+from horovod_train.launching import launcher
+
 PROBE = [str(BIN / "python"), str(REPO / "tests" / "probes" / "broadcast_probe.py")]
 
-LAUNCHERS = ["horovod-gloo", "horovod-mpi", "ddp"]
+LAUNCHERS = ["horovodrun", "mpirun", "torchrun"]
 
 LARGE_GIB = 2.2  # over the 2 GiB where int32 sizes and counts overflow
 
@@ -18,7 +20,7 @@ GB = 10**9
 
 
 def launch(name: str, gib: float, out) -> list[str]:
-    return probe_launch(name, [*PROBE, "ddp" if name == "ddp" else "horovod", str(gib), str(out)])
+    return probe_launch(name, [*PROBE, launcher(name).engine, str(gib), str(out)])
 
 
 def run_probe(name: str, gib: float, out, cache_dir) -> list[dict]:

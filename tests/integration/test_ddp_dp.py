@@ -44,12 +44,11 @@ def test_one_process_engines_refuse_a_launcher(engine, tmp_path, cache_dir):
 
 @pytest.mark.slow
 def test_ddp_find_unused_parameters_lets_a_model_with_an_idle_parameter_train(tmp_path, cache_dir):
-    from support.jobs import BIN, REPO
+    from support.jobs import BIN, REPO, probe_launch
 
     def probe(find_unused: str):
-        cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "--no-python", str(BIN / "python"),
-               str(REPO / "tests" / "probes" / "ddp_unused_probe.py"), find_unused]  # fmt: skip
-        return run(cmd, cache_dir, timeout=180)
+        program = [str(BIN / "python"), str(REPO / "tests" / "probes" / "ddp_unused_probe.py"), find_unused]
+        return run(probe_launch("torchrun", program), cache_dir, timeout=180)
 
     failing = probe("false")  # DDP waits for the idle head's gradient and fails at the second step
     assert failing.returncode != 0 and "step 2 done" not in failing.stdout

@@ -10,7 +10,7 @@ import pytest
 import torch
 from support.jobs import BIN, REPO, assert_ok, base_env, horovodrun, mpirun, run, torchrun
 
-from horovod_train.distributed_env import free_port
+from horovod_train.launching.base import free_port
 
 ROW = re.compile(r"^(?:\[\d+\]<stdout>:)?(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\S+)$", re.MULTILINE)
 DOCTOR = [str(BIN / "python"), "-m", "horovod_train", "doctor"]

@@ -7,21 +7,27 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.engine_contract import LAUNCHES
 from support.jobs import BIN, REPO, assert_ok, probe_launch, run
+
+from horovod_train.engines import available_engines
+from horovod_train.launching import LAUNCHERS
 
 PROBE = [str(BIN / "python"), str(REPO / "tests" / "probes" / "engine_probe.py")]
 
 
-def launch(name: str, engine: str, out) -> list[str]:
-    return probe_launch(name, [*PROBE, engine, str(out)])
+def contract_launches() -> list[tuple[str, str]]:
+    """(launcher, engine): every launcher that starts ranks here with the engine it implies, then every engine of
+    the registry that none implies (dp) as one plain python process."""
+    launches = [(row.name, row.engine) for row in LAUNCHERS.values() if row.local]
+    implied = {engine for _, engine in launches}
+    return [*launches, *(("plain", engine) for engine in available_engines() if engine not in implied)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(LAUNCHES))
-def test_engine_contract(name, tmp_path, cache_dir):
-    engine, world = LAUNCHES[name]
-    assert_ok(run(launch(name, engine, tmp_path), cache_dir, timeout=300))
+@pytest.mark.parametrize(("launcher", "engine"), contract_launches())
+def test_engine_contract(launcher, engine, tmp_path, cache_dir):
+    world = 1 if LAUNCHERS[launcher].fallback else 2
+    assert_ok(run(probe_launch(launcher, [*PROBE, engine, str(tmp_path)]), cache_dir, timeout=300))
     reports = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(world)]
     big = float(2**40)
     expected_gather = [[r, r] for r in range(world) for _ in range(r + 1)]

@@ -13,40 +13,14 @@ import pytest
 from safetensors.torch import load_file
 from support.jobs import assert_ok, horovodrun, mpirun, read_results, run, torchrun, train_cmd
 
-TOLERANCE = 1e-5
+from horovod_train.gpucheck.checks import EQUIVALENCE_TOLERANCE as TOLERANCE
+from horovod_train.gpucheck.steps import EQUIVALENCE_BATCH, EQUIVALENCE_JOB
 
-B = 8  # per-rank batch of the 2-rank runs
-
-STEPS = 20
-
-JOB = [
-    "--model_name_or_path",
-    "tiny-bert",
-    "--dataset_name",
-    "synthetic-nli",
-    "--synthetic_num_examples",
-    "800",
-    "--per_device_eval_batch_size",
-    "80",
-    "--learning_rate",
-    "2e-4",
-    "--warmup_steps",
-    "5",
-    "--weight_decay",
-    "0.01",
-    "--max_steps",
-    str(STEPS),
-    "--logging_steps",
-    "10",
-    "--dropout",
-    "0",
-    # Attention key biases get a gradient that is zero in exact arithmetic (softmax ignores a shift shared
-    # by all keys), so what they receive is rounding noise; Adam with eps 1e-8 turns that noise into
-    # steps of ~lr. eps 1e-6 keeps noise-sized gradients from moving anything (see docs/equivalence.md).
-    "--adam_epsilon",
-    "1e-6",
-    "--disable_tqdm",
-]
+# 20 steps of tiny-bert, dropout off, Adam's eps 1e-6 (docs/equivalence.md): one job with the GPU check, which
+# runs it on a GPU node with two ranks sharing the GPU (horovod_train/gpucheck/steps.py).
+JOB = EQUIVALENCE_JOB
+B = EQUIVALENCE_BATCH  # per-rank batch of the 2-rank runs
+STEPS = int(JOB[JOB.index("--max_steps") + 1])
 
 CASES = {
     "horovod-gloo": (horovodrun, "horovod", B, 1),

@@ -13,7 +13,7 @@ from support.jobs import REPO, SMALL_JOB, assert_ok, base_env, horovodrun, read_
 from support.processes import find_rank_process, wait_for
 
 from horovod_train import checkpoint as ckpt
-from horovod_train.launch_commands import RANK_VARIABLES
+from horovod_train.launching import LAUNCHERS
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +32,7 @@ JOB = [
 # The README's "within seconds" (measured 0.3 s under horovodrun, 2 s under torchrun), with room for a loaded 2-core
 # machine; below Gloo's 30-s timeout (HOROVOD_GLOO_TIMEOUT_SECONDS): a job ended only by a timeout fails.
 DETECTED_WITHIN = 20
-RANK_VARIABLE = {"horovod": RANK_VARIABLES["horovodrun"][0], "ddp": RANK_VARIABLES["torchrun"][0]}
+RANK_VARIABLE = {"horovod": LAUNCHERS["horovodrun"].variables.rank, "ddp": LAUNCHERS["torchrun"].variables.rank}
 
 
 @pytest.mark.parametrize("engine", ["horovod", "ddp"])

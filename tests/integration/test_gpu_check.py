@@ -1,88 +1,181 @@
-"""scripts/gpu_check.sh in its dry mode, for real (CPU, tiny sizes, no mocks): the steps run in order,
-each one's status lands in the JSON report, and a failing step is named, exits non-zero and still
-leaves the report. The CUDA-only steps are recorded as skipped."""
+"""scripts/gpu_check.sh for real on the CPU (tiny sizes, no mocks): the one command docs/performance.md gives for a
+lent GPU machine, run dry: its plan fits 8 minutes, every step that needs no CUDA runs (two ranks on one device
+end with the single process's parameters through Horovod's and DDP's real gradient paths), and what it leaves
+in $OUT can come back from such a machine. A failing step is named and still leaves the report; SIGTERM or a
+step's timeout ends every process the step started, those its launcher put in sessions of their own too."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
+import signal
 import subprocess
+import sys
+import tarfile
+import time
 from pathlib import Path
 
 from support.jobs import BIN, REPO, base_env
 
 SCRIPT = REPO / "scripts" / "gpu_check.sh"
 STATUSES = {"ok", "failed", "skipped"}
+EIGHT_MINUTES = 480
+BACK = re.compile(r"[A-Za-z0-9._-]+")  # the names a lent machine sends back
+# The dry plan in two runs of the documented command, each within its timeout: together every step.
+SETUP_AND_TWO_RANKS = "nvidia_smi,environment,deps,builds,hvd_collectives,bench_b8,equiv_single,equiv_horovod,equiv_ddp"
+TRAINING = "bert_config,bert_fp16,ddp_demo,horovod_demo,bert_bf16_ddp,dp_demo,doctor"
 
 
-def gpu_check(cache_dir: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def dry_env(cache_dir: Path, out: Path) -> dict[str, str]:
     env = base_env(cache_dir)
-    env.update(PYTHON=str(BIN / "python"), HVT_GPU_CHECK_DRY="1")
-    env.pop("OUT", None)
-    return subprocess.run(
-        ["bash", str(SCRIPT), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    env.update(PYTHON=str(BIN / "python"), HVT_GPU_CHECK_DRY="1", OUT=str(out))
+    env.pop("HVT_WHEELS", None)
+    return env
 
 
-def read_report(out: Path) -> dict:
-    report = json.loads((out / "gpu_check.json").read_text())
-    assert {"dry_run", "complete", "ok", "steps", "failed", "environment", "bench", "notes"} <= set(report)
+def gpu_check(cache_dir: Path, out: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], cwd=REPO, env=dry_env(cache_dir, out), capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
+
+
+def documented_command() -> list[str]:
+    """The `run` command docs/performance.md gives the next GPU session (the block after its marker line)."""
+    text = (REPO / "docs" / "performance.md").read_text()
+    block = text.split("<!-- the GPU check's command -->", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    return shlex.split(block.strip())
+
+
+def read_report(folder: Path) -> dict:
+    report = json.loads((folder / "gpu_check.json").read_text())
     for step in report["steps"]:
-        assert {"name", "what", "status", "seconds", "detail", "cmd"} <= set(step)
+        assert {"name", "what", "status", "seconds", "detail", "cmd", "estimate_s"} <= set(step)
         assert step["status"] in STATUSES, step
-    assert any("cannot test multi-GPU NCCL" in note for note in report["notes"])
-    assert any("gradient all-reduce is NOT tested here" in note for note in report["notes"])
-    assert any(note.startswith("Needs a node with 2+ GPUs") for note in report["notes"])
     assert report["gpu_path_verified"] is False
+    states = {p["path"]: p["state"] for p in report["paths"]}
+    assert sum(state == "needs 2+ GPUs" for state in states.values()) == 5
     return report
 
 
-def test_dry_run_runs_every_step_that_needs_no_cuda(tmp_path, cache_dir):
-    out = tmp_path / "out"
-    proc = gpu_check(cache_dir, "--output_dir", str(out), "--work_dir", str(tmp_path / "work"))
+def assert_it_can_come_back(folder: Path) -> None:
+    """At most 8 files, 16 MiB each, right in the folder, with names a lent machine sends back."""
+    files = list(folder.iterdir())
+    assert len(files) <= 8 and all(f.is_file() and BACK.fullmatch(f.name) for f in files), files
+    assert all(f.stat().st_size < 16 * 2**20 for f in files)
+
+
+def documented_args() -> list[str]:
+    """The documented command's arguments to scripts/gpu_check.sh (its environment is the bundle's folder)."""
+    command = documented_command()
+    env_words = [w for w in command if re.fullmatch(r"[A-Z_]+=.*", w)]
+    assert command[len(env_words) :][:2] == ["bash", "scripts/gpu_check.sh"] and "--budget_s" in command
+    return command[len(env_words) + 2 :]
+
+
+def planned_seconds(stdout: str) -> tuple[float, float]:
+    found = re.search(r"budget (\d+)s, (\d+)s planned within it", stdout)
+    assert found, stdout[-2000:]
+    return float(found[1]), float(found[2])
+
+
+def test_the_documented_command_plans_within_its_budget_and_the_default_within_8_minutes(tmp_path, cache_dir):
+    args = documented_args()
+    proc = gpu_check(cache_dir, tmp_path / "OUT", *args, "--plan-only", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    budget, planned = planned_seconds(proc.stdout)
+    assert budget == float(args[args.index("--budget_s") + 1]) and 0 < planned <= budget
+    default = gpu_check(cache_dir, tmp_path / "OUT", "--plan-only", timeout=120)
+    assert planned_seconds(default.stdout)[0] == EIGHT_MINUTES and planned_seconds(default.stdout)[1] <= EIGHT_MINUTES
+    lines = proc.stdout.splitlines()
+    first = [line.split()[0] for line in lines[lines.index(next(x for x in lines if x.startswith("step "))) + 1 :]]
+    assert first[:4] == ["nvidia_smi", "environment", "deps", "builds"]  # the facts before anything can fail
+    assert not (tmp_path / "OUT" / "gpu_check" / "gpu_check.json").exists()  # a plan, nothing run
+
+
+def test_the_two_dry_runs_below_cover_every_step_of_the_dry_plan(monkeypatch):
+    import argparse
+
+    from horovod_train.gpucheck import check, steps
+
+    monkeypatch.delenv("HVT_WHEELS", raising=False)
+    parser = argparse.ArgumentParser()
+    check.add_arguments(parser)
+    ctx = check.make_context(parser.parse_args(["--dry_run", "--scripts_dir", str(REPO / "scripts")]))
+    assert [step.name for step in steps.plan(ctx)] == [*SETUP_AND_TWO_RANKS.split(","), *TRAINING.split(",")]
+
+
+def run_documented_dry(tmp_path: Path, cache_dir: Path, steps: str) -> tuple[dict, Path, str]:
+    proc = gpu_check(cache_dir, tmp_path / "OUT", *documented_args(), "--dry-run", "--steps", steps)
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-    report = read_report(out)
+    folder = tmp_path / "OUT" / "gpu_check"
+    assert_it_can_come_back(folder)
+    report = read_report(folder)
     assert report["dry_run"] and report["complete"] and report["ok"] and report["failed"] == []
+    assert "gpu-check" not in proc.stderr and "GPU path verified: no" in proc.stdout
+    return report, folder, proc.stdout
+
+
+def test_the_documented_command_run_dry_builds_and_runs_two_ranks_on_one_device(tmp_path, cache_dir):
+    """Horovod's and DDP's real gradient paths with two ranks on one device (the CPU here, the GPU on the node)
+    end with the single process's parameters; NCCL's collectives (Gloo here) and the bench run too."""
+    report, folder, _ = run_documented_dry(tmp_path, cache_dir, SETUP_AND_TWO_RANKS)
     status = {s["name"]: s["status"] for s in report["steps"]}
-    expected = ["deps", "horovod", "check_build", "environment", "doctor", "hvd_collectives", "bert_model"]
-    expected += ["horovod_demo", "ddp_demo"]
-    expected += ["bert_fp32", "bert_bf16", "bert_fp16", "bert_bf16_ddp", "dp_demo", "bench_b8"]
-    assert list(status) == expected
-    assert status["bert_fp16"] == "skipped"  # GradScaler fp16 needs CUDA
-    assert all(status[name] == "ok" for name in expected if name != "bert_fp16"), status
+    expected = ["nvidia_smi", "environment", "deps", "builds", "horovod", "horovod_gloo", "hvd_collectives"]
+    assert list(status) == [*expected, "bench_b8", "equiv_single", "equiv_horovod", "equiv_ddp"]
+    assert status.pop("nvidia_smi") == "skipped" and set(status.values()) == {"ok"}  # nvidia-smi: CUDA only
     steps = {s["name"]: s for s in report["steps"]}
     assert steps["environment"]["metrics"]["torch"] and steps["environment"]["metrics"]["gpus"] == []
-    for name in ("horovod_demo", "ddp_demo", "bert_fp32", "bert_bf16", "bert_bf16_ddp", "dp_demo"):
+    for name, engine in (("equiv_horovod", "horovod"), ("equiv_ddp", "ddp")):
         metrics = steps[name]["metrics"]
-        assert metrics["last_loss"] < metrics["first_loss"] and 0 <= metrics["accuracy"] <= 1, (name, metrics)
-        assert (out / "runs" / name / "metrics.jsonl").is_file() and Path(steps[name]["log"]).is_file()
-    assert steps["ddp_demo"]["metrics"]["engine"] == "ddp" and steps["horovod_demo"]["metrics"]["engine"] == "horovod"
-    collectives = steps["hvd_collectives"]["metrics"]  # on the CPU here: CUDA tensors on a GPU node
+        assert metrics["engine"] == engine and metrics["world_size"] == 2 and metrics["device"] == "cpu", metrics
+        assert 0 < metrics["max_abs_difference"] <= 1e-5  # averaged, not identical: the ranks saw half a batch each
+    assert steps["equiv_ddp"]["metrics"]["backend"] == "gloo"
+    collectives = steps["hvd_collectives"]["metrics"]
     assert sorted(collectives["ops"]) == ["float16", "float32", "float64", "int64", "uint8"]
     assert all(all(ops.values()) for ops in collectives["ops"].values()), collectives
-    bench = steps["bench_b8"]["metrics"]
-    assert bench["single"]["samples_per_second"] > 0 and bench["horovod"]["vs_single"] > 0
-    assert report["bench"]["best"] == "bench_b8" and set(report["bench"]["met"]) == set(report["bench"]["targets"])
-    assert "gpu-check" not in proc.stderr  # no failure line
-    assert "step" in proc.stdout and "bench_b8" in proc.stdout  # the table
-    assert "GPU path verified: no (one GPU cannot exercise" in proc.stdout
+    assert steps["bench_b8"]["metrics"]["single"]["samples_per_second"] > 0 and report["bench"]["best"] == "bench_b8"
+    states = {p["steps"]: p["state"] for p in report["paths"]}
+    assert states["equiv_horovod"] == states["equiv_ddp"] == "ran on the CPU (dry run)"
+    assert_details(folder, report, ["equiv_single", "equiv_horovod", "equiv_ddp"])
+    with tarfile.open(folder / "details.tar.gz") as tar:
+        assert "details/bench/bench_b8/gpu.json" in tar.getnames()
+
+
+def test_the_documented_command_run_dry_trains_under_every_engine(tmp_path, cache_dir):
+    report, folder, _ = run_documented_dry(tmp_path, cache_dir, TRAINING)
+    status = {s["name"]: s["status"] for s in report["steps"]}
+    assert list(status) == TRAINING.split(",")
+    skipped = {"bert_fp16", "bert_config"}  # fp16's GradScaler needs CUDA; a dry run's BERT is tiny-bert
+    assert {n for n, s in status.items() if s == "skipped"} == skipped and set(status.values()) == {"ok", "skipped"}
+    steps = {s["name"]: s for s in report["steps"]}
+    for name in ("ddp_demo", "horovod_demo", "bert_bf16_ddp", "dp_demo"):
+        metrics = steps[name]["metrics"]
+        assert metrics["last_loss"] < metrics["first_loss"] and metrics["device"] == "cpu", (name, metrics)
+    assert_details(folder, report, ["ddp_demo", "horovod_demo", "bert_bf16_ddp", "dp_demo"])
+
+
+def assert_details(folder: Path, report: dict, runs: list[str]) -> None:
+    """Each run's log and metrics in details.tar.gz; every step's output in gpu_check.log as it went."""
+    with tarfile.open(folder / "details.tar.gz") as tar:
+        names = set(tar.getnames())
+    for name in runs:
+        assert {f"details/logs/{name}.log", f"details/runs/{name}/metrics.jsonl"} <= names
+    log = (folder / "gpu_check.log").read_text()
+    assert all(f"==== {s['name']}: " in log for s in report["steps"] if s["status"] == "ok" and s["cmd"])
 
 
 def test_a_failing_step_is_named_exits_non_zero_and_the_report_is_written(tmp_path, cache_dir):
-    out = tmp_path / "out"
     bad = tmp_path / "bad.yaml"
     bad.write_text("no_such_key: 1\n")
-    proc = gpu_check(
-        cache_dir, "--output_dir", str(out), "--steps", "environment,horovod_demo", "--demo_config", str(bad)
-    )
+    proc = gpu_check(cache_dir, tmp_path / "OUT", "--steps", "environment,horovod_demo", "--demo_config", str(bad))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "gpu-check FAILED: horovod_demo" in proc.stderr
-    report = read_report(out)
+    folder = tmp_path / "OUT" / "gpu_check"
+    report = read_report(folder)
     assert report["complete"] and not report["ok"] and report["failed"] == ["horovod_demo"]
-    status = {s["name"]: s["status"] for s in report["steps"]}
-    assert status == {"environment": "ok", "horovod_demo": "failed"}
-    failed = report["steps"][1]
-    assert "exit" in failed["detail"] and "no_such_key" in Path(failed["log"]).read_text()
+    assert {s["name"]: s["status"] for s in report["steps"]} == {"environment": "ok", "horovod_demo": "failed"}
+    assert "exit" in report["steps"][1]["detail"] and "no_such_key" in (folder / "gpu_check.log").read_text()
 
 
 def test_without_a_cuda_torch_it_refuses_in_one_line_unless_dry(tmp_path, cache_dir):
@@ -94,25 +187,86 @@ def test_without_a_cuda_torch_it_refuses_in_one_line_unless_dry(tmp_path, cache_
     assert "fix:" in proc.stderr and not os.path.exists(REPO / ".venv-gpu")
 
 
-def test_a_step_that_times_out_ends_its_whole_process_group(tmp_path):
-    """A launcher killed on its own leaves its workers running (holding the GPU and the ports): a step's
-    timeout ends every process the step started."""
-    import argparse
-    import time
+def gone(pid: int) -> bool:
+    """Ended (a zombie waiting for init to reap it counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
-    from horovod_train.gpucheck import check as gpu_check
 
-    pid_file = tmp_path / "worker.pid"
-    launcher = ["bash", "-c", f"sleep 300 & echo $! > {pid_file}; wait"]  # a launcher waiting on its worker
-    ctx = gpu_check.Context(argparse.Namespace(), str(BIN / "python"), tmp_path, tmp_path, True, time.monotonic() + 60)
-    step = gpu_check.Step("launcher", "a launcher and its worker", launcher, timeout_s=3)
-    entry = gpu_check.run_step(ctx, step)
-    assert entry["status"] == "failed" and entry["detail"] == "timeout 3s"
-    worker = int(pid_file.read_text())
-    for _ in range(50):  # reaped by init once killed
-        if not Path(f"/proc/{worker}").exists() or "Z" in Path(f"/proc/{worker}/stat").read_text().split()[2]:
-            break
+def wait_until_gone(pids: list[int], seconds: float = 30) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not all(gone(p) for p in pids):
         time.sleep(0.1)
-    else:
-        os.kill(worker, 9)
-        raise AssertionError("the step's worker outlived its timeout")
+    return [p for p in pids if not gone(p)]
+
+
+def test_a_step_that_times_out_ends_every_process_it_started(tmp_path):
+    """A launcher killed on its own leaves its workers running (holding the GPU and the ports), and launchers put
+    their workers into sessions of their own (torchrun, horovodrun's middleman): a step's timeout ends them all."""
+    import argparse
+
+    from horovod_train.gpucheck import runner
+
+    pids = tmp_path / "pids"
+    launcher = ["bash", "-c", f"sleep 300 & echo $! >> {pids}; setsid sleep 300 & echo $! >> {pids}; wait"]
+    ctx = runner.Context(argparse.Namespace(), str(BIN / "python"), tmp_path, tmp_path, True, time.monotonic() + 60)
+    entry = runner.run_step(ctx, runner.Step("launcher", "a launcher and its workers", launcher, 1.0, timeout_s=3))
+    assert entry["status"] == "failed" and entry["detail"] == "timeout 3s"
+    workers = [int(line) for line in pids.read_text().split()]
+    left = wait_until_gone(workers)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert len(workers) == 2 and not left, "a worker outlived its step's timeout"
+
+
+def step_processes(marker: str) -> list[int]:
+    """The processes whose command line names ``marker`` (the check's work folder: its launchers and ranks)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return [p for p in found if not gone(p)]
+
+
+def test_sigterm_ends_the_check_and_every_process_of_its_step(tmp_path, cache_dir):
+    """A lent machine's timeout (or a user) ends the check with SIGTERM: the step in flight goes with it, torchrun's
+    workers in their own sessions too, and the report says so."""
+    work, folder = tmp_path / "work", tmp_path / "OUT" / "gpu_check"
+    cmd = ["bash", str(SCRIPT), "--steps", "equiv_ddp", "--work_dir", str(work)]
+    check = subprocess.Popen(cmd, cwd=REPO, env=dry_env(cache_dir, tmp_path / "OUT"), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while len(step_processes(str(work))) < 3 and time.monotonic() < deadline:  # torchrun and its 2 ranks
+        time.sleep(0.2)
+    started = step_processes(str(work))
+    check.send_signal(signal.SIGTERM)
+    output, _ = check.communicate(timeout=60)
+    left = wait_until_gone(started, seconds=3)  # ended with the check, not when their training would have finished
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert len(started) >= 3, output[-3000:]
+    assert check.returncode == 143 and not left, output[-3000:]
+    report = read_report(folder)
+    assert report["interrupted"] == "SIGTERM" and not report["complete"] and report["running"] == {}
+    assert "interrupted by SIGTERM" in (folder / "gpu_check.log").read_text()
+
+
+def test_the_second_environment_sees_the_first_ones_packages_after_its_own(tmp_path):
+    """The environment for Horovod without NCCL: its own site-packages first (its Horovod), then the running
+    python's (torch, the dependencies), whose .pth files run too."""
+    from horovod_train.gpucheck.builds import make_gloo_env
+
+    python = make_gloo_env(tmp_path / "venv")
+    probe = "import json, sys, torch; print(json.dumps([sys.prefix, torch.__file__, sys.path]))"
+    proc = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin"})
+    assert proc.returncode == 0, proc.stderr
+    prefix, torch_file, path = json.loads(proc.stdout)
+    own = next(i for i, p in enumerate(path) if p.startswith(str(tmp_path / "venv")) and p.endswith("site-packages"))
+    parent = next(i for i, p in enumerate(path) if p.startswith(sys.prefix) and p.endswith("site-packages"))
+    assert Path(prefix) == tmp_path / "venv" and torch_file.startswith(sys.prefix) and own < parent
+    assert make_gloo_env(tmp_path / "venv") == python  # made once, kept

@@ -1,6 +1,5 @@
-"""One source of launch knowledge (horovod_train/launch_commands.py): the exact command lines its builders make, the
-command line the launch/ scripts read from it, and no second copy of an mpirun flag list or of the rank variables
-anywhere in the repository's .py and .sh files."""
+"""One source of launch knowledge (horovod_train/launching/): the command line the launch/ scripts read from it, word
+for word, its one-line errors, and that it runs without torch."""
 
 from __future__ import annotations
 
@@ -11,9 +10,7 @@ from pathlib import Path
 
 from support.jobs import REPO
 
-from horovod_train.launch_commands import (
-    horovodrun_command,
-)
+from horovod_train.launching import LAUNCHERS
 
 PROGRAM = ["/opt/my env/bin/python", "-m", "horovod_train", "train", "--output_dir", "runs/a b"]
 
@@ -31,7 +28,7 @@ def test_scripts_read_the_command_word_for_word() -> None:
                                 "--", *program)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     words = re.findall(r"<(.*?)>\n", proc.stdout, flags=re.S)
-    assert words == horovodrun_command(program, 2, options=["--timeline-filename", "/t/a b"])
+    assert words == LAUNCHERS["horovodrun"].command(program, 2, options=["--timeline-filename", "/t/a b"])
 
 
 def test_scripts_stop_on_a_bad_command_with_one_error_line() -> None:
@@ -45,7 +42,7 @@ def test_the_command_line_needs_only_the_standard_library(tmp_path: Path) -> Non
     """launch/slurm/horovod_apptainer.sbatch builds its srun with the node's python3, which has no torch."""
     argv = ["srun", "--mpi", "pmix", "--", "x"]
     probe = f"import sys, runpy; sys.modules['torch'] = None; sys.argv[1:] = {argv!r}"
-    probe += "; runpy.run_module('horovod_train.launch_commands', run_name='__main__')"
+    probe += "; runpy.run_module('horovod_train.launching', run_name='__main__')"
     proc = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\0")[:-1] == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "x"]

@@ -189,7 +189,7 @@ def test_mpirun_script_trains_with_documented_flags_and_horovod_env(tmp_path, ca
     )
     assert_ok(proc)
     command = effective_command(proc.stdout, "mpirun")
-    # Horovod's documented flags, Open MPI's libfabric BTL excluded (launch_commands.mpirun_flags).
+    # Horovod's documented flags, Open MPI's libfabric BTL excluded (the mpirun row of horovod_train/launching/).
     assert "-bind-to none -map-by slot -mca pml ob1 -mca btl '^openib' -gmca btl '^openib,ofi'" in command, command
     assert "-np 2" in command and "-x NCCL_DEBUG -x PATH" in command, command
     exported = ["LD_LIBRARY_PATH", "HOROVOD_CACHE_CAPACITY", "HOROVOD_CYCLE_TIME", "HOROVOD_TIMELINE"]

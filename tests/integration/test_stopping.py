@@ -21,35 +21,31 @@ from support.jobs import (
     SMALL_JOB,
     assert_ok,
     base_env,
-    horovodrun,
-    mpirun,
     probe_launch,
     read_results,
     run,
-    torchrun,
     train_cmd,
 )
 from support.processes import find_rank_process, wait_for
 
 from horovod_train import checkpoint as ckpt
-from horovod_train.launch_commands import RANK_VARIABLES
+from horovod_train.launching import launcher as launcher_row
 from horovod_train.stopping import STOPPED_EXIT_CODE
 
 pytestmark = pytest.mark.slow
 
 MAX_STEPS = 400
 JOB = [*SMALL_JOB, "--synthetic_num_examples", "3000", "--max_steps", str(MAX_STEPS), "--logging_steps", "5"]
-RANK_VARIABLE = {launcher: names[0] for launcher, names in RANK_VARIABLES.items()}
 
 
 def launch(launcher: str, *args: str) -> list[str]:
-    if launcher == "horovodrun":
-        return horovodrun(2, *args)
-    if launcher == "mpirun":
-        return mpirun(2, *args)
-    if launcher == "torchrun":
-        return torchrun(2, "--engine", "ddp", *args)
-    return train_cmd("--engine", "single", *args)
+    """The job under a launcher of the table, with the engine it implies (--engine horovod is the default)."""
+    row = launcher_row(launcher)
+    return probe_launch(launcher, train_cmd("--engine", row.engine, *args))
+
+
+def rank_variable(launcher: str) -> str:
+    return launcher_row(launcher).variables.rank
 
 
 def logged_step(out: Path) -> int:
@@ -91,7 +87,7 @@ CASES = [
     ("torchrun", signal.SIGTERM, "launcher", 1),  # torchrun passes SIGTERM on to its workers
     ("mpirun", signal.SIGTERM, "ranks", STOPPED_EXIT_CODE),  # mpirun would kill the ranks 1 s after its own
     ("mpirun", signal.SIGUSR1, "launcher", STOPPED_EXIT_CODE),  # mpirun forwards SIGUSR1 to the ranks
-    ("python", signal.SIGTERM, "launcher", STOPPED_EXIT_CODE),
+    ("plain", signal.SIGTERM, "launcher", STOPPED_EXIT_CODE),
 ]
 
 
@@ -109,7 +105,7 @@ def test_stop_signal_checkpoints_at_the_next_step_and_auto_resume_completes(
             os.kill(job.pid, sig)
         else:
             for rank in (0, 1):
-                os.kill(wait_for(lambda r=rank: find_rank_process(out, RANK_VARIABLE[launcher], r), 30, "a rank"), sig)
+                os.kill(wait_for(lambda r=rank: find_rank_process(out, rank_variable(launcher), r), 30, "a rank"), sig)
 
     output, before, seconds, code = signal_and_wait(job, deliver, out)
     assert code == exit_code, output[-3000:]
@@ -155,7 +151,7 @@ def test_sigkill_while_stopping_leaves_valid_checkpoints_and_auto_resumes_from_t
         # SIGKILL to every process of the job, as SLURM's to a step: horovodrun starts each rank in a process group
         # of its own, which a SIGKILL to horovodrun's group does not reach (the ranks then finished the checkpoint).
         ranks = [
-            wait_for(lambda r=r: find_rank_process(out, RANK_VARIABLE["horovodrun"], r), 30, "a rank") for r in (0, 1)
+            wait_for(lambda r=r: find_rank_process(out, rank_variable("horovodrun"), r), 30, "a rank") for r in (0, 1)
         ]
         groups = [*(os.getpgid(pid) for pid in ranks), job.pid]
         signalled_at = logged_step(out)
@@ -231,7 +227,7 @@ def test_a_rank_stopped_by_another_ranks_signal_survives_its_own_late_one(engine
     their watch; then each gets SIGUSR1 (on SLURM, the batch shell's forward reaches one node after the other).
     Rank 0 never received its own before stopping, and must still survive it (it died of it, exit 138, its
     "stopped by" line unflushed, in tests/system/test_launch_slurm_two_nodes.py)."""
-    launcher = "horovod-gloo" if engine == "horovod" else "ddp"
+    launcher = {"horovod": "horovodrun", "ddp": "torchrun"}[engine]
     assert_ok(run(probe_launch(launcher, [*AGREEMENT_PROBE, engine, str(tmp_path)]), cache_dir, timeout=240))
     reports = [json.loads((tmp_path / f"rank-{rank}.json").read_text()) for rank in range(2)]
     assert [r["received"] for r in reports] == [None, "SIGUSR1"], reports

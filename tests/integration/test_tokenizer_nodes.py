@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import subprocess
 
-from support.jobs import BIN, REPO, SMALL_JOB, base_env, read_results
+from support.jobs import REPO, SMALL_JOB, base_env, read_results
 from support.launch import free_port
 
-from horovod_train.launch_commands import torchrun_command
+from horovod_train.launching import LAUNCHERS
 
 
 def test_nodes_with_their_own_caches_train_on_rank_0s_tokenizer(tmp_path, cache_dir):
     out, port = tmp_path / "out", free_port()
     args = [*SMALL_JOB, "--engine", "ddp", "--max_steps", "6", "--output_dir", str(out)]
     program = ["-m", "horovod_train", "train", *args]
-    cmd = torchrun_command(program, 1, nnodes=2, rdzv_endpoint=f"127.0.0.1:{port}", torchrun=str(BIN / "torchrun"))
+    torchrun = LAUNCHERS["torchrun"]
+    cmd = torchrun.command(program, 1, nnodes=2, rdzv_endpoint=f"127.0.0.1:{port}", executable=torchrun.find_tool())
     caches = [tmp_path / "node0-cache", tmp_path / "node1-cache"]
     envs = [{**base_env(cache_dir), "HOROVOD_TRAIN_CACHE": str(cache)} for cache in caches]
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -37,6 +38,17 @@ class Clock:
             self.fixtures.append({"name": fixturedef.argname, "scope": fixturedef.scope, "seconds": seconds,
                                   "for": node})  # fmt: skip
 
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item):
+        """The CPU time a test costs, its processes' included (those it waited for: a launcher's ranks too): on
+        a loaded machine wall times swell, CPU seconds much less, so they show the work a change adds."""
+        before = cpu_seconds()
+        yield
+        self.tests[item.nodeid]["cpu"] = cpu_seconds() - before
+        if os.environ.get("HVT_CLOCK_FILE"):  # as it goes: a run killed at CI's limit still shows its costs
+            with open(os.environ["HVT_CLOCK_FILE"] + ".jsonl", "a") as log:
+                log.write(json.dumps({"id": item.nodeid, **self.tests[item.nodeid]}) + "\n")
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.tests[report.nodeid][report.when] = report.duration
 
@@ -44,15 +56,18 @@ class Clock:
         phases = ("setup", "call", "teardown")
         tests = [
             {"id": nodeid, "tier": tier_of(nodeid), "seconds": sum(t.get(w, 0.0) for w in phases),
-             "fixtures": min(t.get("fixtures", 0.0), t.get("setup", 0.0))}
+             "fixtures": min(t.get("fixtures", 0.0), t.get("setup", 0.0)), "cpu": t.get("cpu", 0.0)}
             for nodeid, t in self.tests.items() if "call" in t or "setup" in t
         ]  # fmt: skip
         tiers: dict[str, float] = defaultdict(float)
+        cpu: dict[str, float] = defaultdict(float)
         for test in tests:
             tiers[test["tier"]] += test["seconds"]
+            cpu[test["tier"]] += test["cpu"]
         return {
             "wall_s": time.monotonic() - self.started,
             "tiers": dict(sorted(tiers.items())),
+            "tiers_cpu": dict(sorted(cpu.items())),
             "tests": sorted(tests, key=lambda t: -t["seconds"]),
             "fixtures": sorted(self.fixtures, key=lambda f: -f["seconds"]),
         }
@@ -67,6 +82,11 @@ class Clock:
         terminalreporter.section("where the time went (tests/support/clock.py)")
         for line in table(found):
             write(line)
+
+
+def cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def tier_of(nodeid: str) -> str:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from horovod_train import launch_commands
+from horovod_train.launching import LAUNCHERS
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -59,20 +58,19 @@ def train_cmd(*args: str) -> list[str]:
     return [str(BIN / "python"), "-m", "horovod_train", "train", *args]
 
 
+def launch(launcher: str, program: list[str], processes: int = 2) -> list[str]:
+    """``program`` as ``processes`` ranks on this machine under a row of the launcher table, as compare starts it;
+    mpirun forwards the variables of the tests' environment (base_env: only the names matter here)."""
+    return LAUNCHERS[launcher].local_command(program, processes, env=base_env(REPO))
+
+
 def horovodrun(np: int, *args: str, controller: str = "--gloo") -> list[str]:
-    return launch_commands.horovodrun_command(
-        train_cmd(*args), np, controller=controller.removeprefix("--"), horovodrun=str(BIN / "horovodrun")
-    )
+    row = LAUNCHERS["horovodrun"]
+    return row.command(train_cmd(*args), np, controller=controller.removeprefix("--"), executable=row.find_tool())
 
 
 def mpirun(np: int, *args: str) -> list[str]:
-    """mpirun as compare runs it on one machine; -x for the variables of the tests' environment (base_env: only the
-    names matter here)."""
-    env = base_env(REPO)
-    mpirun = shutil.which("mpirun") or "mpirun"
-    return launch_commands.mpirun_command(
-        train_cmd(*args), np, env=env, oversubscribe=True, yield_when_idle=True, mpirun=mpirun
-    )
+    return launch("mpirun", train_cmd(*args), np)
 
 
 def read_results(output_dir: Path) -> dict:
@@ -87,17 +85,10 @@ def assert_ok(proc: subprocess.CompletedProcess) -> None:
 
 def torchrun(np: int, *args: str) -> list[str]:
     """`torchrun --standalone`: a free rendezvous port, so concurrent jobs do not collide on 29500."""
-    return launch_commands.torchrun_command(train_cmd(*args), np, torchrun=str(BIN / "torchrun"))
+    return launch("torchrun", train_cmd(*args), np)
 
 
 def probe_launch(launcher: str, program: list[str]) -> list[str]:
-    """A program (a tests/probes script with its arguments) under 2 real ranks: `horovod-gloo` (horovodrun --gloo),
-    `horovod-mpi` (the tests' mpirun) or `ddp` (torchrun --standalone); any other name runs it as one process."""
-    if launcher == "horovod-gloo":
-        return [str(BIN / "horovodrun"), "-np", "2", "--gloo", *program]
-    if launcher == "horovod-mpi":
-        cmd = mpirun(2)
-        return [*cmd[: cmd.index(str(BIN / "python"))], *program]
-    if launcher == "ddp":
-        return [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "--no-python", *program]
-    return program
+    """A program (a tests/probes script, a command of the package) under a launcher of the table: 2 real ranks, or one
+    process under plain python."""
+    return launch(launcher, program, 1 if LAUNCHERS[launcher].fallback else 2)

@@ -9,7 +9,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from transformers.trainer_pt_utils import LabelSmoother
 
 from horovod_train.config import DataArguments
-from horovod_train.data import load_raw_datasets
+from horovod_train.data.splits import load_raw_datasets
 
 
 def recompute_metrics(

@@ -135,7 +135,7 @@ def test_wheel_and_sdist_contents(built: dict[str, Path]) -> None:
         metadata = whl.read(f"horovod_train-{version}.dist-info/METADATA").decode()
         entry_points = whl.read(f"horovod_train-{version}.dist-info/entry_points.txt").decode()
     assert f"horovod_train-{version}.dist-info/licenses/LICENSE" in names
-    assert {"horovod_train/configs/demo.yaml", "horovod_train/mpirun_flags.txt"} <= names
+    assert {"horovod_train/configs/demo.yaml", "horovod_train/launching/mpirun_flags.txt"} <= names
     assert "License-Expression: Apache-2.0" in metadata
     requires = re.findall(r"(?m)^Requires-Dist: ([A-Za-z0-9_.-]+)(.*)$", metadata)
     runtime = {name.lower() for name, rest in requires if "extra ==" not in rest}

@@ -14,7 +14,7 @@ from horovod_train import amp
 from horovod_train.checkpoint import Checkpoints, Compatibility, load_checkpoint
 from horovod_train.cli import main
 from horovod_train.config import RunConfig
-from horovod_train.data import LengthGroupedSampler
+from horovod_train.data.loaders import LengthGroupedSampler
 from horovod_train.engines.single import SingleEngine
 from horovod_train.position import TrainingPosition
 

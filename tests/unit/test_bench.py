@@ -32,6 +32,32 @@ def test_mfu_counts_bert_base_without_its_embeddings():
     assert total / flop_parameters(model) == pytest.approx(1.265, abs=0.005)
 
 
+def test_bench_gpu_times_the_training_loops_own_step(monkeypatch):
+    """bench gpu measures the step the training loop takes (training/step.py), not a copy of it that could
+    drift: each of its steps marks the loop's phases (step, forward, backward, optimizer step), one set per
+    step, and its parameters move."""
+    import argparse
+
+    from horovod_train.bench.gpu import Contender, setup_engine
+    from horovod_train.config import TrainingArguments
+    from horovod_train.training import phases
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the engine's setup leaves torch's threads as they are
+    monkeypatch.setattr(phases, "_spans", None)  # restored after: spans are recorded for this test only
+    training = TrainingArguments(max_grad_norm=1.0)
+    engine = setup_engine("single", training)
+    contender = Contender(engine, argparse.Namespace(seed=0, model="tiny-bert", torch_compile=False), "fp32", 1.0)
+    before = [p.detach().clone() for p in contender.model.parameters()]
+    mask = torch.ones(4, 8, dtype=torch.long)
+    batch = {"input_ids": torch.randint(5, 100, (4, 8)), "attention_mask": mask, "labels": torch.tensor([0, 1, 2, 0])}
+    spans = phases.record()
+    for _ in range(2):
+        contender.step(batch)
+    names = [name for name, _, _ in spans]
+    assert sorted(names) == sorted([phases.FORWARD, phases.BACKWARD, phases.OPTIMIZER, phases.STEP] * 2), names
+    assert any(not torch.equal(a, b) for a, b in zip(before, contender.model.parameters(), strict=True))
+
+
 @pytest.mark.parametrize(
     ("name", "peak"),
     [

@@ -319,3 +319,112 @@ def test_a_long_step_says_it_is_alive_and_how_long_it_took(capsys) -> None:
 
 def test_durations_read_as_setup_writes_them() -> None:
     assert [progress.duration(s) for s in (0.04, 12.34, 59.96, 245.2)] == ["0.0 s", "12.3 s", "59.9 s", "4 min 05 s"]
+
+
+# ---- what the GPU image relies on (docker/Dockerfile builds with scripts/build_horovod.sh, then checks the build) ----
+def test_a_cuda_build_is_chosen_by_torchs_cuda_not_by_nvcc(monkeypatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    assert running_target().torch_cuda == "13.0"
+    monkeypatch.setattr(torch.version, "cuda", None)
+    assert running_target().torch_cuda is None
+
+
+def executable(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\n{text}\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_an_nvcc_of_another_cuda_than_torchs_is_one_line(tmp_path, monkeypatch) -> None:
+    toolkit = tmp_path / "cuda-12.8"
+    (toolkit / "include").mkdir(parents=True)
+    (toolkit / "include" / "cuda_runtime.h").write_text("")
+    nvcc = executable(toolkit / "bin" / "nvcc", 'echo "Cuda compilation tools, release 12.8, V12.8.93"')
+    monkeypatch.setenv("HOROVOD_CUDA_HOME", str(toolkit))
+    with pytest.raises(UsageError) as error:
+        toolchain.find_cuda("13.0", "")
+    assert error.value.problem == f"torch is built for CUDA 13.0 but {nvcc} is CUDA 12.8"
+    assert error.value.fix.startswith("put a CUDA 13 nvcc first on PATH")
+
+
+class InstalledFile:
+    """A file of an installed distribution, as importlib.metadata lists it."""
+
+    def __init__(self, root: Path, relative: str) -> None:
+        self.root, self.relative = root, relative
+
+    def __str__(self) -> str:
+        return self.relative
+
+    def locate(self) -> Path:
+        return self.root / self.relative
+
+
+def test_horovod_links_torchs_pip_nccl_before_the_systems(tmp_path, monkeypatch) -> None:
+    """The CUDA image has no libnccl from apt: the NCCL Horovod links is the nvidia-nccl wheel torch loads, found
+    first and linked as libnccl.so (the wheel ships libnccl.so.2 alone)."""
+    import importlib.metadata
+
+    from horovod_train.build_horovod import gpu
+
+    site = tmp_path / "site-packages"
+    wheel = [InstalledFile(site, "nvidia/nccl/include/nccl.h"), InstalledFile(site, "nvidia/nccl/lib/libnccl.so.2")]
+    for file in wheel:
+        file.locate().parent.mkdir(parents=True, exist_ok=True)
+        file.locate().write_text("")
+    system = tmp_path / "usr"  # an NCCL of the system's too (libnccl-dev)
+    system.mkdir()
+    (system / "nccl.h").write_text("")
+    (system / "libnccl.so").write_text("")
+    monkeypatch.setattr(gpu, "SYSTEM_NCCL_DIRS", (str(system),))
+    monkeypatch.setattr(gpu, "SYSTEM_LIB_DIRS", (str(system),))
+    for name in ("HOROVOD_NCCL_HOME", "HOROVOD_NCCL_LIB"):
+        monkeypatch.delenv(name, raising=False)
+    installed = {"nvidia-nccl-cu13": type("Wheel", (), {"files": wheel})()}
+
+    def distribution(name: str):
+        if name not in installed:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(importlib.metadata, "distribution", distribution)
+    found, where = gpu.find_nccl(tmp_path / "env", tmp_path / "cuda", None, link=True)
+    assert found["HOROVOD_NCCL_INCLUDE"] == str(site / "nvidia" / "nccl" / "include") and where.startswith("pip wheel")
+    assert Path(found["HOROVOD_NCCL_LIB"], "libnccl.so").resolve() == wheel[1].locate()
+    installed.clear()
+    assert gpu.find_nccl(tmp_path / "env", tmp_path / "cuda", None, link=True)[0]["HOROVOD_NCCL_LIB"] == str(system)
+
+
+CHECK_BUILD = Path(__file__).resolve().parents[2] / "scripts" / "check_horovod_build.sh"
+CPU_BUILD, GPU_BUILD = ["PyTorch", "MPI", "Gloo"], ["PyTorch", "MPI", "Gloo", "NCCL"]
+
+
+@pytest.mark.parametrize(
+    ("cuda_torch", "listed", "without_mpi", "missing"),
+    [
+        (True, GPU_BUILD, False, None),
+        (True, CPU_BUILD, False, "NCCL"),
+        (False, CPU_BUILD, False, None),
+        (False, ["PyTorch", "Gloo"], False, "MPI"),
+        (False, ["PyTorch", "Gloo"], True, None),
+        (False, ["MPI", "Gloo"], False, "PyTorch"),
+    ],
+)
+def test_the_build_check_wants_nccl_exactly_for_a_cuda_torch(tmp_path, cuda_torch, listed, without_mpi, missing):
+    """scripts/check_horovod_build.sh (make setup, both images) against a stand-in environment: $PYTHON answers
+    whether torch is a CUDA build, its horovodrun's --check-build lists ``listed``."""
+    import subprocess
+
+    python = executable(tmp_path / "env" / "bin" / "torch-probe", f"exit {0 if cuda_torch else 1}")
+    lines = "".join(f"    [X] {item}\\n" for item in listed)
+    executable(tmp_path / "env" / "bin" / "horovodrun", f'printf "Available Frameworks:\\n{lines}"')
+    env = {k: v for k, v in os.environ.items() if k != "HOROVOD_WITHOUT_MPI"} | {"PYTHON": str(python)}
+    env |= {"HOROVOD_WITHOUT_MPI": "1"} if without_mpi else {}
+    proc = subprocess.run(["bash", str(CHECK_BUILD)], env=env, capture_output=True, text=True, timeout=60)
+    if missing is None:
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert proc.returncode == 1 and f"does not list {missing};" in proc.stderr, proc

@@ -12,16 +12,12 @@ import pytest
 from datasets import Dataset
 from support.data_files import write_glue_mnli
 
-from horovod_train import synthetic
+from horovod_train import domains, synthetic
 from horovod_train.config import DataArguments
-from horovod_train.data import (
-    dataset_digest,
-    load_raw_datasets,
-    tokenize_to_disk,
-    tokenized_cache_path,
-    tokenizer_digest,
-    train_loader,
-)
+from horovod_train.data.loaders import train_loader
+from horovod_train.data.sources import read_file
+from horovod_train.data.splits import load_raw_datasets
+from horovod_train.data.tokenize import dataset_digest, tokenize_to_disk, tokenized_cache_path, tokenizer_digest
 from horovod_train.errors import UsageError
 from horovod_train.model import load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
 
@@ -111,6 +107,23 @@ def test_missing_and_unsupported_files_are_refused(tmp_path):
     (tmp_path / "data.xlsx").write_text("x")
     with pytest.raises(UsageError, match="unsupported extension"):
         load_raw_datasets(DataArguments(train_file=str(tmp_path / "data.xlsx")), seed=0)
+
+
+def test_the_reader_reads_the_suffixes_of_the_data_file_domain_alone(tmp_path, monkeypatch):
+    """One list of data-file suffixes, domains.DATA_SUFFIXES: the reader refuses what the argument refuses, and a file
+    that is gone since the arguments were checked is refused as the argument would be."""
+    path = tmp_path / "train.parquet"
+    pd.DataFrame({"text": ["a b", "c d"], "label": [0, 1]}).to_parquet(path)
+    assert read_file(str(path), "--train_file", tmp_path / "cache")["text"] == ["a b", "c d"]
+    monkeypatch.setattr(domains, "DATA_SUFFIXES", (".csv",))
+    with pytest.raises(UsageError, match=r"--train_file .*train\.parquet has unsupported extension '\.parquet'"):
+        read_file(str(path), "--train_file", tmp_path / "cache")
+    gone = tmp_path / "gone.csv"
+    gone.write_text("text,label\na b,0\nc d,1\n")
+    args = DataArguments(train_file=str(gone))
+    gone.unlink()
+    with pytest.raises(UsageError, match="does not exist; fix: pass an existing file to --train_file$"):
+        load_raw_datasets(args, seed=0)
 
 
 def test_tiny_tokenizer_is_trained_once_and_reused(tmp_path):

@@ -14,8 +14,10 @@ from support.data_sources import NEGATIVE, POSITIVE, sentiment_frame
 
 from horovod_train import glue
 from horovod_train.config import DataArguments, parse_run_config
-from horovod_train.data import eval_split_names, label_names, load_raw_datasets, text_columns
-from horovod_train.data import test_split_names as split_names_of_tests
+from horovod_train.data.columns import text_columns
+from horovod_train.data.labels import label_names
+from horovod_train.data.splits import eval_split_names, load_raw_datasets
+from horovod_train.data.splits import test_split_names as split_names_of_tests
 from horovod_train.errors import UsageError
 
 CLASSIFICATION_TASKS = [task for task in glue.TASK_TO_KEYS if task not in glue.REGRESSION_TASKS]

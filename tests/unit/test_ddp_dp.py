@@ -99,3 +99,25 @@ def test_dp_refuses_torch_compile_before_writing_anything(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "error: --engine dp cannot use --torch_compile" in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("requested", "cuda", "backend"),
+    [("auto", True, "nccl"), ("auto", False, "gloo"), ("gloo", True, "gloo"), ("gloo", False, "gloo"),
+     ("nccl", True, "nccl")],
+)  # fmt: skip
+def test_ddp_backend_is_chosen_apart_from_the_device(requested, cuda, backend):
+    """--ddp_backend picks the process group only: the model goes to the rank's GPU whenever CUDA is there, so
+    `--ddp_backend gloo` on a GPU node trains CUDA tensors through Gloo (two ranks may share one GPU), where it
+    used to leave the model on the CPU; on CPUs nothing changes."""
+    from horovod_train.engines.ddp_options import DDPArguments
+
+    assert DDPArguments(ddp_backend=requested).backend_on(cuda) == backend
+
+
+def test_ddp_backend_nccl_without_cuda_is_one_error():
+    from horovod_train.engines.ddp_options import DDPArguments
+    from horovod_train.errors import UsageError
+
+    with pytest.raises(UsageError, match="--ddp_backend nccl needs CUDA GPUs"):
+        DDPArguments(ddp_backend="nccl").backend_on(False)

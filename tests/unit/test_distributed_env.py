@@ -7,9 +7,10 @@ import sys
 
 import pytest
 
-from horovod_train import distributed_env
-from horovod_train.distributed_env import detect, expand_tasks_per_node
 from horovod_train.errors import UsageError
+from horovod_train.launching import environment
+from horovod_train.launching.environment import detect
+from horovod_train.launching.srun import expand_tasks_per_node
 
 SRUN = {
     "SLURM_PROCID": "3",
@@ -26,13 +27,13 @@ SRUN = {
 def test_torchrun():
     env = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}
     env |= {"MASTER_ADDR": "node7", "MASTER_PORT": "29511", "TORCHELASTIC_RUN_ID": "x"}
-    assert detect(env) == distributed_env.DistEnv("torchrun", 3, 1, 4, 2, "node7", 29511)
+    assert detect(env) == environment.DistEnv("torchrun", 3, 1, 4, 2, "node7", 29511)
 
 
 def test_mpirun_ranks_without_talking_to_mpi():
     env = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_SIZE": "8"}
     env["OMPI_COMM_WORLD_LOCAL_SIZE"] = "4"
-    assert detect(env, resolve_master=False) == distributed_env.DistEnv("mpirun", 5, 1, 8, 4)
+    assert detect(env, resolve_master=False) == environment.DistEnv("mpirun", 5, 1, 8, 4)
 
 
 def test_srun_master_is_the_first_host_from_scontrol(tmp_path, monkeypatch):
@@ -41,13 +42,13 @@ def test_srun_master_is_the_first_host_from_scontrol(tmp_path, monkeypatch):
     scontrol.write_text('#!/bin/sh\n[ "$1 $2 $3" = "show hostnames gpu[07-08]" ] && printf "gpu07\\ngpu08\\n"\n')
     scontrol.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    assert detect(SRUN) == distributed_env.DistEnv("srun", 3, 1, 4, 2, "gpu07", 20000 + 1234)
+    assert detect(SRUN) == environment.DistEnv("srun", 3, 1, 4, 2, "gpu07", 20000 + 1234)
 
 
 def test_srun_falls_back_to_the_launch_node_address(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol
     env = {**SRUN, "SLURM_LAUNCH_NODE_IPADDR": "10.0.0.5", "MASTER_PORT": "4000"}
-    assert detect(env) == distributed_env.DistEnv("srun", 3, 1, 4, 2, "10.0.0.5", 4000)
+    assert detect(env) == environment.DistEnv("srun", 3, 1, 4, 2, "10.0.0.5", 4000)
     with pytest.raises(UsageError, match="Slurm master"):
         detect(SRUN)
 
@@ -134,13 +135,13 @@ ONE_GPU_PER_TASK = {**SRUN, "SLURM_LOCALID": "1", "CUDA_VISIBLE_DEVICES": "1"}  
 def test_a_rank_pins_its_local_ranks_gpu_or_the_only_one_it_sees(monkeypatch, env, visible, device, rule):
     current = fake_gpus(monkeypatch, visible)
     local_rank = detect(env, resolve_master=False).local_rank
-    pinned, chosen_by = distributed_env.pin_cuda_device(local_rank)
+    pinned, chosen_by = environment.pin_cuda_device(local_rank)
     assert (str(pinned), chosen_by, current) == (device, rule, [pinned.index])
-    assert rule in distributed_env.DEVICE_RULES
+    assert rule in environment.DEVICE_RULES
 
 
 def test_more_local_ranks_than_visible_gpus_is_a_usage_error(monkeypatch):
     current = fake_gpus(monkeypatch, 2)
     with pytest.raises(UsageError, match="local rank 2 but only 2 GPU"):
-        distributed_env.pin_cuda_device(detect(SRUN | {"SLURM_LOCALID": "2"}, resolve_master=False).local_rank)
+        environment.pin_cuda_device(detect(SRUN | {"SLURM_LOCALID": "2"}, resolve_master=False).local_rank)
     assert current == []

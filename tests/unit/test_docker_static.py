@@ -14,7 +14,6 @@ from support.docker import DOCKERFILE, SHARED_SCRIPTS, instructions
 from support.jobs import REPO
 
 DEFFILE = REPO / "docker" / "horovod-train.def"
-BUILD_TARGET = REPO / "horovod_train" / "build_horovod" / "target.py"  # what scripts/build_horovod.sh builds for
 
 
 def arg_defaults(path: Path) -> dict[str, str]:
@@ -54,12 +53,9 @@ def test_gpu_build_is_the_default_and_the_cpu_variant_is_documented() -> None:
     base, index = args["BASE_IMAGE"], args["TORCH_INDEX_URL"]
     match = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-cudnn-devel-ubuntu[\d.]+", base)
     assert match, base
-    assert index.endswith(f"/whl/cu{match[1]}{match[2]}"), (base, index)  # torch's CUDA = the toolkit's
-    build = (REPO / "horovod_train" / "build_horovod" / "build.py").read_text()  # scripts/build_horovod.sh runs it
-    assert '"HOROVOD_GPU_OPERATIONS": "NCCL"' in build and "torch.version.cuda" in BUILD_TARGET.read_text()
-    assert '"HOROVOD_WITH_GLOO": "1"' in build and '"HOROVOD_WITH_MPI": "1"' in build
-    checker = (REPO / "scripts" / "check_horovod_build.sh").read_text()
-    assert "want+=(NCCL)" in checker and "want=(PyTorch Gloo)" in checker and "want+=(MPI)" in checker
+    # torch's CUDA = the toolkit's. What the build makes of a CUDA torch (NCCL, Gloo, MPI) and what its check
+    # wants: tests/unit/test_build_horovod.py.
+    assert index.endswith(f"/whl/cu{match[1]}{match[2]}"), (base, index)
     text = DOCKERFILE.read_text()
     assert "--build-arg BASE_IMAGE=debian:bookworm-slim" in text
     assert "--build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in text
@@ -106,10 +102,9 @@ def run_instructions() -> str:
 
 def test_gpu_image_takes_nccl_from_torchs_pip_wheel_not_apt() -> None:
     """The CUDA repository's newest libnccl-dev is a CUDA 13 build: apt refuses it next to the 12.8 base's
-    libnccl2, and Horovod would link a CUDA 13 NCCL. build_horovod.sh links the NCCL wheel torch loads."""
+    libnccl2, and Horovod would link a CUDA 13 NCCL. build_horovod.sh links the NCCL wheel torch loads
+    (tests/unit/test_build_horovod.py::test_horovod_links_torchs_pip_nccl_before_the_systems)."""
     assert "libnccl" not in run_instructions()
-    build = (REPO / "horovod_train" / "build_horovod" / "gpu.py").read_text()  # scripts/build_horovod.sh runs it
-    assert "from horovod_train.build_horovod.nccl import nccl_dirs" in build and "nccl_dirs(link_dir)" in build
 
 
 def test_gpu_image_copies_what_the_horovod_build_imports() -> None:
@@ -147,5 +142,4 @@ def test_gpu_image_installs_torch_from_its_index_alone_and_checks_its_cuda() -> 
     assert '--no-deps --index-url "$TORCH_INDEX_URL"' in runs
     assert "scripts/check_cuda_match.sh --strict" in runs
     assert "scripts/check_cuda_match.sh" in " ".join(a for k, a in instructions(DOCKERFILE) if k == "COPY")
-    build = (REPO / "horovod_train" / "build_horovod" / "toolchain.py").read_text()  # torch's CUDA against nvcc's
-    assert "torch is built for CUDA {torch_cuda} but {nvcc} is CUDA" in build
+    # torch's CUDA against nvcc's: test_build_horovod.py::test_an_nvcc_of_another_cuda_than_torchs_is_one_line

@@ -18,7 +18,7 @@ from horovod_train import checkpoint, domains
 from horovod_train.bench import BENCHMARKS, _module
 from horovod_train.cli import build_parser
 from horovod_train.config import SECTIONS, DataArguments, parse_run_config
-from horovod_train.data import load_raw_datasets
+from horovod_train.data.splits import load_raw_datasets
 from horovod_train.errors import UsageError
 
 FIELDS = [f.name for section in SECTIONS.values() for f in dataclasses.fields(section)]
@@ -125,20 +125,6 @@ NEEDS = {"autotune_log": ["--autotune"]}  # arguments whose domain is only reach
 def places(tmp_path) -> dict[str, str]:
     (tmp_path / "a-file").write_text("x")
     return {"file": str(tmp_path / "a-file"), "dir": str(tmp_path), "long": LONG}
-
-
-def test_the_engine_domain_is_the_engine_registry():
-    from horovod_train.engines import ENGINES
-
-    assert sorted(domains.ENGINE_NAMES) == sorted(ENGINES)
-
-
-def test_the_schedule_domain_is_the_schedules():
-    from typing import get_args
-
-    from horovod_train.schedule import SCHEDULES
-
-    assert get_args(domains.ScheduleName) == SCHEDULES
 
 
 def test_every_argument_has_a_domain_and_out_of_domain_values():
@@ -274,31 +260,6 @@ def test_a_manifest_that_is_not_ours_is_one_line(manifest, tmp_path):
     with pytest.raises(UsageError) as refused:
         checkpoint.verify_checkpoint(ckpt)
     assert "manifest.json" in str(refused.value) and "\n" not in str(refused.value)
-
-
-# ---- --max_seq_length against the model ---------------------------------------------------------------------------
-def test_max_seq_length_is_capped_at_the_models_positions_with_a_warning():
-    config = parse_run_config(["--max_seq_length", "512", "--pad_to_max_length"])
-    warnings: list[str] = []
-    domains.fit_max_seq_length(config, warnings.append)
-    assert config.data.max_seq_length == 256 and len(warnings) == 1 and "256" in warnings[0]
-    config = parse_run_config(["--max_seq_length", "200"])
-    domains.fit_max_seq_length(config, warnings.append)
-    assert config.data.max_seq_length == 200 and len(warnings) == 1
-
-
-@pytest.mark.parametrize(("family", "usable"), [("RobertaConfig", 38), ("XLMRobertaConfig", 38), ("BertConfig", 40)])
-def test_max_seq_length_is_capped_at_the_positions_a_roberta_can_use(tmp_path, family, usable):
-    """RoBERTa's positions count from pad_token_id + 1: of 40 position embeddings (pad_token_id 1, its default)
-    a sequence uses at most 38; 40 indexed past the table (IndexError in the embedding). BERT uses all 40."""
-    import transformers
-
-    getattr(transformers, family)(max_position_embeddings=40).save_pretrained(tmp_path)
-    config = parse_run_config(["--model_name_or_path", str(tmp_path), "--max_seq_length", "40"])
-    warnings: list[str] = []
-    domains.fit_max_seq_length(config, warnings.append)
-    assert config.data.max_seq_length == usable and len(warnings) == (usable < 40)
-    assert all("\n" not in w and f"using --max_seq_length {usable}" in w for w in warnings), warnings
 
 
 # ---- bench ------------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from horovod_train.data import train_loader
+from horovod_train.data.loaders import train_loader
 from horovod_train.model import load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
 
 

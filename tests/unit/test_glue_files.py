@@ -12,9 +12,12 @@ import pytest
 from datasets import DatasetDict
 from support.glue_layouts import TASKS, write_glue_task
 
-from horovod_train import data, glue, glue_files, synthetic
+from horovod_train import glue, glue_files, synthetic
 from horovod_train.config import DataArguments
-from horovod_train.data import load_raw_datasets, load_tokenized, tokenize_to_disk
+from horovod_train.data.columns import AUTO_TEXT_COLUMNS, from_glue_columns, text_columns
+from horovod_train.data.sources import read_file
+from horovod_train.data.splits import load_raw_datasets
+from horovod_train.data.tokenize import dataset_digest, load_tokenized, tokenize_to_disk
 from horovod_train.errors import UsageError
 from horovod_train.model import load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
 
@@ -38,9 +41,9 @@ def test_each_tasks_glue_files_load_with_run_glues_columns_and_label_names(task,
 def test_stsb_glue_files_read_as_sentence_pairs_and_float_scores(tmp_path):
     """STS-B trains where regression does (--task_name stsb is refused by the classifier): its columns read."""
     rows = write_glue_task("stsb", tmp_path / "train.tsv", 40, seed=3)
-    dataset = data._read_file(str(tmp_path / "train.tsv"), "--train_file", tmp_path / "cache", "stsb")
+    dataset = read_file(str(tmp_path / "train.tsv"), "--train_file", tmp_path / "cache", "stsb")
     args = SimpleNamespace(text_column_names=None, label_column_name="label", task_name="stsb")
-    dataset, label, source = data._from_glue_columns(dataset, args)
+    dataset, label, source = from_glue_columns(dataset, args)
     assert (label, source) == ("label", "score")
     assert dataset.column_names == ["sentence1", "sentence2", "label"]
     assert dataset.features["label"].dtype == "float64"
@@ -50,7 +53,7 @@ def test_stsb_glue_files_read_as_sentence_pairs_and_float_scores(tmp_path):
 def test_a_cola_test_file_with_its_header_reads_its_sentences(tmp_path):
     path = tmp_path / "test.tsv"
     path.write_text("index\tsentence\n0\tBill whistled past the house.\n1\tThe car honked down the road.\n")
-    dataset = data._read_file(str(path), "--test_file", tmp_path / "cache", "cola")
+    dataset = read_file(str(path), "--test_file", tmp_path / "cache", "cola")
     assert dataset.to_list() == [{"index": 0, "sentence": "Bill whistled past the house."},
                                  {"index": 1, "sentence": "The car honked down the road."}]  # fmt: skip
 
@@ -77,8 +80,8 @@ def test_a_parquet_file_without_the_text_column_is_refused(tmp_path):
 def test_a_file_is_read_into_the_arrow_cache_once(tmp_path):
     path = tmp_path / "train.csv"
     pd.DataFrame(synthetic.generate(30, seed=0)).to_csv(path, index=False)
-    first = data._read_file(str(path), "--train_file", tmp_path / "cache")
-    again = data._read_file(str(path), "--train_file", tmp_path / "cache")
+    first = read_file(str(path), "--train_file", tmp_path / "cache")
+    again = read_file(str(path), "--train_file", tmp_path / "cache")
     built = sorted((tmp_path / "cache" / "files").rglob("*.arrow"))
     assert len(built) == 1 and [f["filename"] for f in first.cache_files] == [str(built[0])]
     assert again.cache_files == first.cache_files
@@ -100,7 +103,7 @@ def test_parallel_tokenizing_writes_the_same_data_as_one_process(tmp_path):
     for split in raw:
         assert one[split].features == three[split].features
         assert one[split].data.table.equals(three[split].data.table)
-        assert data.dataset_digest(one[split]) == data.dataset_digest(three[split])
+        assert dataset_digest(one[split]) == dataset_digest(three[split])
     for name in ("train", "validation"):
         files = [sorted((tmp_path / f"tokenized-{n}" / name).glob("*.arrow")) for n in (1, 3)]
         assert [f.read_bytes() for f in files[0]] == [f.read_bytes() for f in files[1]]
@@ -116,13 +119,13 @@ def without_labels(train: Path, test: Path, label: str) -> None:
 
 
 def check_test_split(raw: DatasetDict, expected: list[dict]) -> None:
-    columns = data.text_columns(raw)
+    columns = text_columns(raw)
     assert raw["test"].column_names == [*columns, "label"]
     assert [{c: row[c] for c in columns} for row in raw["test"]] == [{c: row[c] for c in columns} for row in expected]
     assert all(label == -1 or math.isnan(label) for label in raw["test"]["label"])
 
 
-@pytest.mark.parametrize("columns", data.AUTO_TEXT_COLUMNS)
+@pytest.mark.parametrize("columns", AUTO_TEXT_COLUMNS)
 def test_a_labelless_test_file_in_the_train_files_columns_loads(tmp_path, columns):
     """sentence1/sentence2 was refused: the test file alone looked like MNLI's layout and became premise/hypothesis."""
     rows = [{"premise": r["premise"], "hypothesis": r["hypothesis"], "label": r["label"]}
@@ -133,7 +136,7 @@ def test_a_labelless_test_file_in_the_train_files_columns_loads(tmp_path, column
     pd.DataFrame(texts[:7]).to_csv(tmp_path / "test.csv", index=False)
     args = DataArguments(train_file=str(tmp_path / "train.csv"), test_file=str(tmp_path / "test.csv"))
     raw = load_raw_datasets(args, seed=0)
-    assert data.text_columns(raw) == list(columns)
+    assert text_columns(raw) == list(columns)
     check_test_split(raw, texts[:7])
 
 

@@ -8,6 +8,7 @@ import re
 import sys
 from pathlib import Path
 
+from support.imports import imported_modules
 from support.jobs import REPO
 
 PACKAGE = REPO / "horovod_train"
@@ -16,6 +17,18 @@ MAX_CLASS_LINES = 400
 # The products beside the training library (the core): each may import the core, never the other way.
 PRODUCTS = ("horovod_train.bench", "horovod_train.gpucheck")
 ENTRY_POINTS = {"horovod_train.cli", "horovod_train.__main__"}  # the command line: offers `bench` too
+# One-way boundaries inside the core: the task shapes are asked by the data, the model, the evaluation and the
+# outputs, and ask none of them (nor the configuration, whose fields they read); the data knows nothing of the
+# model, the training or the metrics.
+NEVER_IMPORTS = {
+    "horovod_train.tasks": ("horovod_train.config", "horovod_train.data", "horovod_train.metrics",
+                            "horovod_train.model", "horovod_train.outputs", "horovod_train.training",
+                            "horovod_train.trainer"),
+    "horovod_train.data": ("horovod_train.metrics", "horovod_train.model", "horovod_train.training",
+                           "horovod_train.trainer"),
+}  # fmt: skip
+ASK_THE_SHAPES = ("horovod_train.data.labels", "horovod_train.data.loaders", "horovod_train.model",
+                  "horovod_train.training.evaluation", "horovod_train.outputs")  # fmt: skip
 
 
 def modules() -> dict[str, Path]:
@@ -50,28 +63,20 @@ def test_no_class_is_longer_than_400_lines():
     assert not long_classes(), long_classes()
 
 
-def test_the_loop_the_cli_and_the_file_helpers_know_nothing_of_elastic_horovod():
-    for name in ("trainer.py", "cli.py", "files.py"):
-        assert "elastic" not in (PACKAGE / name).read_text(), name
+def elastic_horovod(module: str) -> bool:
+    """Horovod's elastic API (horovod.torch.elastic, ...) or the engine's use of it (engines/horovod/elastic.py)."""
+    return module.split(".")[0] in ("horovod", "horovod_train") and "elastic" in module.split(".")
+
+
+def test_the_loop_the_cli_and_the_file_helpers_import_nothing_of_elastic_horovod():
+    """They reach it only through the engine table (--elastic is the Horovod engine's policy)."""
+    for name in ("trainer.py", "cli.py", "files.py"):  # training/: test_trainer_shape.py, no backend at all
+        assert not {m for m in imported_modules(PACKAGE / name) if elastic_horovod(m)}, name
 
 
 def imports_of(path: Path, known: set[str]) -> set[str]:
-    """Package modules ``path`` imports anywhere in it (function-level imports count too; imports for type
-    checkers alone, under ``if TYPE_CHECKING:``, do not run and do not count)."""
-    found = set()
-    tree = ast.parse(path.read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
-            node.body = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
-        else:
-            continue
-        found |= {name for name in names if name in known}
-    return found
+    """Package modules ``path`` imports anywhere in it (support/imports.py)."""
+    return imported_modules(path) & known
 
 
 def test_no_import_cycle():
@@ -120,6 +125,28 @@ def test_each_product_imports_only_the_core_and_itself():
             assert not others, (name, others)
 
 
+def inside(module: str, parts: tuple[str, ...]) -> bool:
+    return any(module == part or module.startswith(f"{part}.") for part in parts)
+
+
+def test_the_task_shapes_and_the_data_import_one_way():
+    found = modules()
+    crossing = {
+        name: sorted(dep for dep in imports_of(path, set(found)) if inside(dep, forbidden))
+        for part, forbidden in NEVER_IMPORTS.items()
+        for name, path in found.items()
+        if inside(name, (part,))
+    }
+    assert not {name: deps for name, deps in crossing.items() if deps}
+
+
+def test_the_data_model_evaluation_and_outputs_ask_the_task_shapes():
+    found = modules()
+    asking = {name: any(inside(dep, ("horovod_train.tasks",)) for dep in imports_of(found[name], set(found)))
+              for name in ASK_THE_SHAPES}  # fmt: skip
+    assert all(asking.values()), asking
+
+
 def third_party_imports(path: Path) -> set[str]:
     tops = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -130,16 +157,49 @@ def third_party_imports(path: Path) -> set[str]:
     return tops - set(sys.stdlib_module_names) - {"horovod_train"}
 
 
+# The programs the GPU check's steps run in their own processes, after the dependencies are installed: they may
+# import torch, Horovod and transformers (and the core), the check itself never imports them.
+GPU_CHECK_STEP_PROGRAMS = {"horovod_train.gpucheck.node"}
+
+
 def test_the_gpu_check_imports_only_the_standard_library():
-    """It starts before the node's dependencies are installed: no module it reaches may import one."""
+    """It starts before the node's dependencies are installed: no module it reaches may import one. Its step
+    programs run as subprocesses (python -m), never imported by it."""
     found = modules()
-    reached, todo = set(), [name for name in found if product_of(name) == "horovod_train.gpucheck"]
+    check = [name for name in found if product_of(name) == "horovod_train.gpucheck"]
+    reached, todo = set(), [name for name in check if name not in GPU_CHECK_STEP_PROGRAMS]
     while todo:
         name = todo.pop()
         if name not in reached:
             reached.add(name)
             todo += imports_of(found[name], set(found))
+    assert not reached & GPU_CHECK_STEP_PROGRAMS
     assert {name: third_party_imports(found[name]) for name in reached if third_party_imports(found[name])} == {}
+    assert set(check) >= GPU_CHECK_STEP_PROGRAMS  # the exemption names real modules
+
+
+HUB_MODEL_OR_DATA = ("transformers", "huggingface_hub", "datasets", "horovod_train.model")
+
+
+def test_the_argument_checks_do_no_io_and_read_registries_cheap_to_import():
+    """domains.py checks values: it reads no model or tokenizer configuration (model.fit_max_seq_length does, where
+    the run starts building), and the registries it reads (the engine table's names, the schedules, the trackers,
+    GLUE's tasks) import neither torch nor transformers: the CLI parses its arguments before either is needed."""
+    found = modules()
+    direct = imported_modules(found["horovod_train.domains"])
+    assert not {name for name in direct if f"{name}.".startswith(tuple(f"{m}." for m in HUB_MODEL_OR_DATA))}
+    reached, todo = set(), ["horovod_train.domains"]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo += imported_modules(found[name], at_import=True) & set(found)
+    heavy = {name: tops for name in reached if (tops := tops_at_import(found[name]) & {"torch", "transformers"})}
+    assert heavy == {}
+
+
+def tops_at_import(path: Path) -> set[str]:
+    return {name.split(".")[0] for name in imported_modules(path, at_import=True)}
 
 
 def readme_layout() -> set[str]:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from horovod_train.data import ResumableDistributedSampler, train_loader
+from horovod_train.data.loaders import ResumableDistributedSampler, train_loader
 from horovod_train.position import TrainingPosition
 
 

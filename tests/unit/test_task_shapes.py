@@ -16,12 +16,17 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef, mean_squared_error
 from support.task_data import TOPICS, write_multi_label_jsonl, write_regression_csv
 
-from horovod_train import outputs
 from horovod_train.config import DataArguments, parse_run_config
-from horovod_train.data import collator, label_names, load_raw_datasets, problem_type, task_line
+from horovod_train.data.labels import label_names, shape_of, task_line
+from horovod_train.data.loaders import collator
+from horovod_train.data.splits import load_raw_datasets
 from horovod_train.errors import UsageError
-from horovod_train.metrics import MULTI_LABEL, REGRESSION, SINGLE_LABEL, TaskShape, exact_metrics
+from horovod_train.metrics import exact_metrics
 from horovod_train.model import TINY_BERT, build_model, load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
+from horovod_train.tasks.base import TaskShape
+from horovod_train.tasks.multi_label import MultiLabel
+from horovod_train.tasks.regression import Regression
+from horovod_train.tasks.single_label import SingleLabel
 from horovod_train.training.build import check_task_shape
 
 N = 101  # odd: the two "ranks" below hold shards of different sizes
@@ -35,7 +40,7 @@ def gathered(predictions: np.ndarray, references: np.ndarray, dtype: torch.dtype
 
 
 def scored(shape: TaskShape, predictions: np.ndarray, references: np.ndarray) -> dict:
-    dtype = torch.float64 if shape.problem_type == REGRESSION else torch.int64
+    dtype = torch.float64 if isinstance(shape, Regression) else torch.int64
     losses = torch.rand(len(predictions), dtype=torch.float64)
     return exact_metrics(gathered(predictions, references, dtype), losses, len(predictions), shape)
 
@@ -50,7 +55,7 @@ def classes(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
 def test_classification_metrics_are_run_glues_and_match_sklearn(task):
     rng = np.random.default_rng(7)
     predictions, references = classes(rng, 3 if task == "mnli" else 2)
-    result = scored(TaskShape(SINGLE_LABEL, 2, task), predictions, references)
+    result = scored(SingleLabel(2, task), predictions, references)
     accuracy = accuracy_score(references, predictions)
     if task == "cola":
         expected = {"matthews_correlation": matthews_corrcoef(references, predictions)}
@@ -73,7 +78,7 @@ def test_regression_metrics_match_scipy(task):
     rng = np.random.default_rng(3)
     references = rng.uniform(0, 5, N).astype(np.float32)
     predictions = (references + rng.normal(0, 1, N)).astype(np.float32)
-    result = scored(TaskShape(REGRESSION, 1, task), predictions, references)
+    result = scored(Regression(1, task), predictions, references)
     p, r = predictions.astype(np.float64), references.astype(np.float64)
     expected = {"pearson": pearsonr(p, r)[0], "spearmanr": spearmanr(p, r)[0]}
     if task == "stsb":
@@ -89,7 +94,7 @@ def test_multi_label_metrics_match_sklearn():
     rng = np.random.default_rng(5)
     references = (rng.random((N, 4)) < 0.4).astype(np.int64)
     predictions = np.where(rng.random((N, 4)) < 0.8, references, 1 - references)
-    result = scored(TaskShape(MULTI_LABEL, 4), predictions, references)
+    result = scored(MultiLabel(4), predictions, references)
     assert set(result) == {"loss", "samples", "accuracy", "f1_micro", "f1_macro"}
     assert result["accuracy"] == pytest.approx(accuracy_score(references, predictions))
     assert result["accuracy"] == pytest.approx(np.mean((predictions == references).all(axis=1)))  # subset accuracy
@@ -113,7 +118,7 @@ def regression_args(tmp_path, **extra) -> DataArguments:
 @pytest.mark.parametrize("extra", [{}, {"task_name": "stsb"}, {"num_labels": 1}])
 def test_stsb_float_labels_or_one_label_make_a_regression(tmp_path, extra):
     raw = load_raw_datasets(regression_args(tmp_path, **extra), seed=0)
-    assert problem_type(raw) == REGRESSION and label_names(raw) == ["LABEL_0"]
+    assert shape_of(raw) is Regression and label_names(raw) == ["LABEL_0"]
     assert raw["train"].features["label"] == Value("float32")
     expected = pd.read_csv(tmp_path / "train.csv")["label"].to_numpy(np.float32)
     assert sorted([*raw["train"]["label"], *raw["validation"]["label"]]) == sorted(expected.tolist())
@@ -123,13 +128,13 @@ def test_integer_labels_with_num_labels_1_are_regression_targets(tmp_path):
     frame = pd.DataFrame({"text": [f"text {i}" for i in range(20)], "label": [i % 5 for i in range(20)]})
     frame.to_csv(tmp_path / "train.csv", index=False)
     raw = load_raw_datasets(DataArguments(train_file=str(tmp_path / "train.csv"), num_labels=1), seed=0)
-    assert problem_type(raw) == REGRESSION and set(raw["train"]["label"]) <= {0.0, 1.0, 2.0, 3.0, 4.0}
+    assert shape_of(raw) is Regression and set(raw["train"]["label"]) <= {0.0, 1.0, 2.0, 3.0, 4.0}
 
 
 def test_lists_of_label_names_make_a_multi_label_dataset(tmp_path):
     labels = write_multi_label_jsonl(tmp_path / "train.jsonl", 60, seed=0)
     raw = load_raw_datasets(DataArguments(train_file=str(tmp_path / "train.jsonl")), seed=0)
-    assert problem_type(raw) == MULTI_LABEL and label_names(raw) == sorted(TOPICS)
+    assert shape_of(raw) is MultiLabel and label_names(raw) == sorted(TOPICS)
     assert raw["train"].features["label"] == List(ClassLabel(names=sorted(TOPICS)))
     names = sorted(TOPICS)
     encoded = [[names[i] for i in ids] for ids in [*raw["train"]["label"], *raw["validation"]["label"]]]
@@ -141,7 +146,7 @@ def test_lists_of_integer_labels_take_num_labels(tmp_path):
     rows = [{"text": f"text {i}", "label": [i % 3] + ([3] if i % 2 else [])} for i in range(20)]
     (tmp_path / "train.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
     raw = load_raw_datasets(DataArguments(train_file=str(tmp_path / "train.jsonl"), num_labels=5), seed=0)
-    assert problem_type(raw) == MULTI_LABEL and label_names(raw) == [f"LABEL_{i}" for i in range(5)]
+    assert shape_of(raw) is MultiLabel and label_names(raw) == [f"LABEL_{i}" for i in range(5)]
 
 
 # ---- labels written as text (issue 34): the task is inferred from their values, or refused with the row ----
@@ -158,7 +163,7 @@ def test_numbers_written_as_json_strings_make_a_regression(tmp_path):
     scores = write_regression_csv(tmp_path / "scores.csv", 60, seed=0)
     rows = texts_and([str(score) for score in scores])  # "3.8": 47 distinct strings, once 47 classes
     raw = load_raw_datasets(DataArguments(train_file=write_jsonl(tmp_path / "train.jsonl", rows)), seed=0)
-    assert problem_type(raw) == REGRESSION and label_names(raw) == ["LABEL_0"]
+    assert shape_of(raw) is Regression and label_names(raw) == ["LABEL_0"]
     assert raw["train"].features["label"] == Value("float32")
     loaded = sorted([*raw["train"]["label"], *raw["validation"]["label"]])
     assert loaded == sorted(np.array(scores, dtype=np.float32).tolist())
@@ -197,7 +202,7 @@ def test_a_csv_column_of_json_lists_is_multi_label_as_its_jsonl(tmp_path):
     frame.assign(label=frame["label"].map(json.dumps)).to_csv(tmp_path / "train.csv", index=False)  # ["people"]
     from_csv = load_raw_datasets(DataArguments(train_file=str(tmp_path / "train.csv")), seed=0)
     from_jsonl = load_raw_datasets(DataArguments(train_file=str(tmp_path / "train.jsonl")), seed=0)
-    assert problem_type(from_csv) == MULTI_LABEL and label_names(from_csv) == sorted(TOPICS)
+    assert shape_of(from_csv) is MultiLabel and label_names(from_csv) == sorted(TOPICS)
     for split in ("train", "validation"):
         assert from_csv[split].features["label"] == from_jsonl[split].features["label"]
         assert from_csv[split].to_list() == from_jsonl[split].to_list()
@@ -208,7 +213,7 @@ def test_csv_lists_of_integer_ids_take_num_labels(tmp_path):
     rows = [{"text": f"text {i}", "label": json.dumps([i % 3] + ([3] if i % 2 else []))} for i in range(20)]
     pd.DataFrame(rows).to_csv(tmp_path / "train.csv", index=False)
     raw = load_raw_datasets(DataArguments(train_file=str(tmp_path / "train.csv"), num_labels=5), seed=0)
-    assert problem_type(raw) == MULTI_LABEL and label_names(raw) == [f"LABEL_{i}" for i in range(5)]
+    assert shape_of(raw) is MultiLabel and label_names(raw) == [f"LABEL_{i}" for i in range(5)]
     ids = sorted(map(sorted, [*raw["train"]["label"], *raw["validation"]["label"]]))
     assert ids == sorted(sorted({i % 3} | ({3} if i % 2 else set())) for i in range(20))
 
@@ -276,16 +281,19 @@ def test_collators_give_float32_regression_targets_and_multi_hot_rows(tokenizer)
     assert floats.dtype == torch.float32 and floats.tolist() == [np.float32(3.8), 0.25]
 
 
-@pytest.mark.parametrize(("kind", "num_labels"), [(REGRESSION, 1), (MULTI_LABEL, 3)])
-def test_the_model_config_carries_the_problem_type_and_its_loss(tokenizer, kind, num_labels):
+@pytest.mark.parametrize(
+    ("kind", "num_labels", "problem_type"),
+    [(Regression, 1, "regression"), (MultiLabel, 3, "multi_label_classification")],
+)
+def test_the_model_config_carries_the_problem_type_and_its_loss(tokenizer, kind, num_labels, problem_type):
     """The model's own loss is MSE on one output for a regression, BCE-with-logits for multi-label."""
-    names = ["LABEL_0"] if kind == REGRESSION else ["x", "y", "z"]
-    model = build_model(TINY_BERT, num_labels, names, len(tokenizer), seed=0, problem_type=kind)
-    assert model.config.problem_type == kind and model.config.id2label == dict(enumerate(names))
+    names = ["LABEL_0"] if kind is Regression else ["x", "y", "z"]
+    model = build_model(TINY_BERT, num_labels, names, len(tokenizer), seed=0, shape=kind)
+    assert model.config.problem_type == problem_type and model.config.id2label == dict(enumerate(names))
     batch = tokenizer(["the lamp", "example 3 moves"], padding=True, return_tensors="pt")
-    labels = torch.tensor([3.8, 0.5]) if kind == REGRESSION else torch.tensor([[1.0, 0, 1], [0, 0, 0]])
+    labels = torch.tensor([3.8, 0.5]) if kind is Regression else torch.tensor([[1.0, 0, 1], [0, 0, 0]])
     out = model(**batch, labels=labels)
-    if kind == REGRESSION:
+    if kind is Regression:
         expected = torch.nn.functional.mse_loss(out.logits.squeeze(-1), labels)
     else:
         expected = torch.nn.functional.binary_cross_entropy_with_logits(out.logits, labels)
@@ -315,12 +323,12 @@ def test_a_threshold_outside_0_1_is_refused(value):
         parse_run_config(["--multi_label_threshold", value])
 
 
-def fake_tokenized(kind: str) -> DatasetDict:
+def fake_tokenized(kind: type[TaskShape]) -> DatasetDict:
     from datasets import Dataset
 
-    feature = {REGRESSION: Value("float32"), MULTI_LABEL: List(ClassLabel(names=["a", "b"]))}.get(
+    feature = {Regression: Value("float32"), MultiLabel: List(ClassLabel(names=["a", "b"]))}.get(
         kind, ClassLabel(names=["a", "b"]))  # fmt: skip
-    value = {REGRESSION: 1.5, MULTI_LABEL: [1]}.get(kind, 1)
+    value = {Regression: 1.5, MultiLabel: [1]}.get(kind, 1)
     split = Dataset.from_dict({"input_ids": [[1, 2]], "labels": [value]}).cast_column("labels", feature)
     return DatasetDict(train=split, validation=split)
 
@@ -328,11 +336,11 @@ def fake_tokenized(kind: str) -> DatasetDict:
 @pytest.mark.parametrize(
     ("kind", "task", "names"),
     [
-        (REGRESSION, "stsb", ["pearson", "spearmanr", "combined_score"]),
-        (REGRESSION, None, ["mse", "pearson", "spearmanr"]),
-        (MULTI_LABEL, None, ["accuracy", "f1_micro", "f1_macro"]),
-        (SINGLE_LABEL, "cola", ["matthews_correlation"]),
-        (SINGLE_LABEL, "mrpc", ["accuracy", "f1", "combined_score"]),
+        (Regression, "stsb", ["pearson", "spearmanr", "combined_score"]),
+        (Regression, None, ["mse", "pearson", "spearmanr"]),
+        (MultiLabel, None, ["accuracy", "f1_micro", "f1_macro"]),
+        (SingleLabel, "cola", ["matthews_correlation"]),
+        (SingleLabel, "mrpc", ["accuracy", "f1", "combined_score"]),
     ],
 )
 def test_metric_for_best_model_accepts_every_metric_of_the_run(kind, task, names):
@@ -340,7 +348,7 @@ def test_metric_for_best_model_accepts_every_metric_of_the_run(kind, task, names
     for name in ["loss", *names]:
         args = parse_run_config(["--metric_for_best_model", name]).training
         check_task_shape(args, tokenized, task)
-    args = parse_run_config(["--metric_for_best_model", "f1" if kind == REGRESSION else "pearson"]).training
+    args = parse_run_config(["--metric_for_best_model", "f1" if kind is Regression else "pearson"]).training
     with pytest.raises(UsageError, match="is not a metric of this run"):
         check_task_shape(args, tokenized, task)
 
@@ -350,7 +358,7 @@ def test_mse_is_lower_is_better_by_default():
     assert parse_run_config(["--metric_for_best_model", "pearson"]).training.greater_is_better is True
 
 
-@pytest.mark.parametrize("kind", [REGRESSION, MULTI_LABEL])
+@pytest.mark.parametrize("kind", [Regression, MultiLabel])
 def test_label_smoothing_is_refused_outside_single_label_classification(kind):
     args = parse_run_config(["--label_smoothing_factor", "0.1"]).training
     with pytest.raises(UsageError, match="--label_smoothing_factor smooths class labels"):
@@ -359,11 +367,11 @@ def test_label_smoothing_is_refused_outside_single_label_classification(kind):
 
 def test_predictions_are_written_as_run_glue_and_run_classification_write_them():
     names = {0: "people", 1: "places", 2: "things"}
-    assert outputs.shown(1, names) == "places"
-    assert outputs.shown(3.14159, {0: "LABEL_0"}) == "3.142"
-    assert outputs.shown([0, 2], names) == "['people', 'things']"
-    assert outputs.shown([], names) == "[]"
-    assert math.isnan(float(outputs.shown(float("nan"), {})))
+    assert SingleLabel.shown(1, names) == "places"
+    assert Regression.shown(3.14159, {0: "LABEL_0"}) == "3.142"
+    assert MultiLabel.shown([0, 2], names) == "['people', 'things']"
+    assert MultiLabel.shown([], names) == "[]"
+    assert math.isnan(float(Regression.shown(float("nan"), {})))
 
 
 class Fixed(torch.nn.Module):
@@ -391,7 +399,7 @@ def run_gather(logits: torch.Tensor, labels: list, shape: TaskShape) -> tuple[to
 def test_regression_outputs_are_gathered_as_float64_with_squared_errors():
     logits = torch.tensor([[1.25], [3.8], [-0.5], [2.0]])
     labels = [1.0, 3.8, 0.5, 2.0]
-    rows, losses = run_gather(logits, labels, TaskShape(REGRESSION, 1))
+    rows, losses = run_gather(logits, labels, Regression(1))
     assert rows.dtype == torch.float64
     assert rows[:, 1].tolist() == logits[:, 0].double().tolist()  # float32 predictions, exactly
     assert rows[:, 2].tolist() == torch.tensor(labels).double().tolist()
@@ -401,9 +409,9 @@ def test_regression_outputs_are_gathered_as_float64_with_squared_errors():
 def test_multi_label_outputs_are_thresholded_probabilities():
     logits = torch.tensor([[2.0, -2.0, 0.1], [-0.1, 0.0, 3.0]])  # sigmoid: .88 .12 .52 / .48 .5 .95
     labels = [[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]]
-    rows, losses = run_gather(logits, labels, TaskShape(MULTI_LABEL, 3, threshold=0.5))
+    rows, losses = run_gather(logits, labels, MultiLabel(3, threshold=0.5))
     assert rows.tolist() == [[0, 1, 0, 1, 1, 0, 0], [1, 0, 0, 1, 0, 1, 1]]
-    rows, _ = run_gather(logits, labels, TaskShape(MULTI_LABEL, 3, threshold=0.9))
+    rows, _ = run_gather(logits, labels, MultiLabel(3, threshold=0.9))
     assert rows[:, 1:4].tolist() == [[0, 0, 0], [0, 0, 1]]
     bce = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.tensor(labels), reduction="none")
     assert torch.allclose(losses, bce.mean(-1).double())

@@ -6,6 +6,7 @@ Gradients are all-reduced by Horovod's background thread as the backward pass pr
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -14,13 +15,15 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from horovod_train import amp, distributed_env
+from horovod_train import amp
 from horovod_train.config import RunConfig
 from horovod_train.console import write_line
 from horovod_train.engines.base import Engine
 from horovod_train.engines.horovod import elastic, env
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.errors import UsageError
+from horovod_train.launching import environment
+from horovod_train.launching.mpirun import Mpirun, check_mpi_world
 from horovod_train.training import phases
 
 
@@ -40,11 +43,13 @@ class HorovodEngine(Engine):
         self.horovod_env = env.apply(self.options, cuda, self.training.ddp_timeout)  # read by hvd.init
         hvd.init()
         self.read_topology()
+        if Mpirun.variables.world_size in os.environ:  # mpirun's, or left over: Horovod's MPI then starts a world of 1
+            check_mpi_world(os.environ, self.world_size)
         warning = env.nccl_warning(hvd, cuda)
         if warning and self.is_main:
             write_line(warning, sys.stderr)
         if torch.cuda.is_available():  # by local rank (global ranks exceed a node's GPUs), or a task's only GPU
-            self.device, self.device_rule = distributed_env.pin_cuda_device(self.local_rank)
+            self.device, self.device_rule = environment.pin_cuda_device(self.local_rank)
         self.set_cpu_threads()
 
     def read_topology(self) -> None:

@@ -1,0 +1,164 @@
+"""Loaders: the training sampler (DistributedSampler's sharding, resumable inside an epoch, optionally
+grouped by length), the evaluation shards (every example once over all ranks) and the collators."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence, Sized
+
+import torch
+from datasets import Dataset
+from torch.utils.data import DataLoader, DistributedSampler, Sampler
+from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
+
+from horovod_train.tasks import registry
+
+
+class ResumableDistributedSampler(DistributedSampler):
+    """A DistributedSampler that can start inside an epoch (resuming a checkpoint mid-epoch).
+
+    The trainer drives every training sampler through ``begin_epoch`` and ``record_step``, so an
+    engine may substitute its own (Horovod elastic re-shards the rest of an epoch on a resize)."""
+
+    skip = 0  # indices of this rank's shard to skip in the current epoch
+
+    def begin_epoch(self, epoch: int, samples_in_epoch: int) -> None:
+        """Start ``epoch`` after the ``samples_in_epoch`` examples (all ranks together) already trained on.
+
+        At most the whole shard is skipped: checkpoints written before the position counted a partial last
+        batch as it was hold a full batch's count at an epoch's last step, and resume at the epoch's end."""
+        self.set_epoch(epoch)
+        self.skip = min(samples_in_epoch // self.num_replicas, self.num_samples)
+
+    def record_step(self, samples_per_rank: int) -> None:
+        """Called after each optimizer step; the position is kept by the trainer's step count."""
+
+    def __iter__(self):
+        return itertools.islice(super().__iter__(), self.skip, None)
+
+    def __len__(self) -> int:
+        return super().__len__() - self.skip
+
+
+class LengthGroupedSampler(ResumableDistributedSampler):
+    """DistributedSampler's sharding of an order in which each global batch holds examples of similar length.
+
+    ``batch_size`` is what a rank takes per optimizer step (per-device batch x gradient accumulation), so a
+    global batch is the ``batch_size`` x world size examples of one optimizer step. Each epoch (seeded by
+    seed + epoch, the same on every rank): a permutation of the dataset, cut into megabatches of
+    ``megabatch_batches`` global batches, each sorted longest first; cut into global batches, whose order
+    is shuffled (a last, partial one stays last); then padded to a multiple of the world size with the
+    examples DistributedSampler repeats (the permutation's first). Rank r takes every world_size-th
+    index, so a rank's k-th step is its share of global batch k. The order before the padding depends on
+    the global batch only, not on how it splits into ranks x per-device batch x accumulation: a run
+    resumed with another split of the same global batch trains on the same examples at each step, as
+    with DistributedSampler."""
+
+    def __init__(
+        self,
+        dataset: Sized,
+        lengths: Sequence[int],
+        batch_size: int,
+        num_replicas: int,
+        rank: int,
+        seed: int,
+        megabatch_batches: int = 50,
+    ) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed)
+        if len(lengths) != len(dataset):
+            raise ValueError(f"{len(lengths)} lengths for {len(dataset)} examples")
+        self.lengths = list(lengths)
+        self.global_batch = batch_size * num_replicas
+        self.megabatch = self.global_batch * megabatch_batches
+
+    def global_order(self) -> list[int]:
+        generator = torch.Generator()
+        generator.manual_seed(self.seed + self.epoch)
+        permutation = torch.randperm(len(self.lengths), generator=generator).tolist()
+        grouped: list[int] = []
+        for start in range(0, len(permutation), self.megabatch):
+            megabatch = permutation[start : start + self.megabatch]
+            grouped += sorted(megabatch, key=self.lengths.__getitem__, reverse=True)
+        batches = [grouped[i : i + self.global_batch] for i in range(0, len(grouped), self.global_batch)]
+        partial = batches.pop() if len(batches[-1]) < self.global_batch else None
+        shuffled = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+        order = [i for batch in shuffled + ([partial] if partial else []) for i in batch]
+        # Padded after the grouping, so that only the padding depends on the world size; with the examples
+        # DistributedSampler repeats (the permutation's first).
+        padding = self.total_size - len(order)
+        return order + (permutation * math.ceil(padding / len(permutation)))[:padding]
+
+    def __iter__(self):
+        return itertools.islice(iter(self.global_order()[self.rank :: self.num_replicas]), self.skip, None)
+
+
+def example_lengths(dataset: Dataset) -> list[int]:
+    return [len(ids) for ids in dataset["input_ids"]]
+
+
+def _one_thread(worker_id: int) -> None:
+    torch.set_num_threads(1)  # a loader worker must not compete with its rank for the rank's cores
+
+
+def train_loader(
+    dataset: Dataset,
+    tokenizer: PreTrainedTokenizerBase,
+    batch_size: int,
+    world_size: int,
+    rank: int,
+    seed: int,
+    num_workers: int = 0,
+    sampler: Sampler | None = None,
+    group_by_length: bool = False,
+    pin_memory: bool = False,
+    gradient_accumulation_steps: int = 1,
+) -> DataLoader:
+    """Rank r takes every world_size-th example of one seeded permutation, so the global batch of
+    step k is the same contiguous slice of that permutation for every world size (see README).
+    ``group_by_length`` reorders that permutation so that the global batch of an optimizer step
+    (``batch_size`` x ``gradient_accumulation_steps`` x ``world_size``) holds examples of similar length."""
+    if sampler is None and group_by_length:
+        lengths = example_lengths(dataset)
+        step_batch = batch_size * gradient_accumulation_steps
+        sampler = LengthGroupedSampler(dataset, lengths, step_batch, num_replicas=world_size, rank=rank, seed=seed)
+    if sampler is None:
+        sampler = ResumableDistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        num_workers=num_workers,
+        collate_fn=collator(dataset, tokenizer),
+        drop_last=False,
+        pin_memory=pin_memory,
+        worker_init_fn=_one_thread if num_workers else None,
+        persistent_workers=num_workers > 0,
+        generator=own_generator(seed),
+    )
+
+
+def own_generator(seed: int) -> torch.Generator:
+    """For a DataLoader's worker seeds. Without one, every ``iter(loader)`` draws from the global torch
+    RNG, and a run resumed mid-epoch (one more ``iter``) would get other dropout masks from then on."""
+    return torch.Generator().manual_seed(seed)
+
+
+def eval_loader(
+    dataset: Dataset, tokenizer: PreTrainedTokenizerBase, batch_size: int, world_size: int, rank: int
+) -> DataLoader:
+    """An unpadded strided shard: every example is evaluated exactly once over all ranks."""
+    shard = dataset.add_column("example_index", list(range(len(dataset)))).select(
+        range(rank, len(dataset), world_size), keep_in_memory=True
+    )
+    return DataLoader(
+        shard, batch_size=batch_size, shuffle=False, collate_fn=collator(dataset, tokenizer), generator=own_generator(0)
+    )
+
+
+def collator(dataset: Dataset, tokenizer: PreTrainedTokenizerBase):
+    """The collator of a tokenized split, its task shape's (padding alone for a split without labels)."""
+    feature = dataset.features.get("labels")
+    if feature is None:
+        return DataCollatorWithPadding(tokenizer)
+    return registry.holding(feature).collator(tokenizer, feature)
