@@ -12,9 +12,9 @@ from horovod_train.console import write_line
 
 USAGE_EXIT_CODE = 2
 # How long a rank other than 0 keeps its error to itself. Every rank of a job meets the same bad input (the same
-# arguments; rank 0's reads are broadcast), and rank 0 says it: every launcher then ends the other ranks (they die
-# of its SIGTERM while they wait here). One still running after this met an error rank 0 did not (a GPU missing on
-# its node), and says it itself. Long enough for a loaded machine's import-time skew between ranks.
+# arguments; rank 0's reads are broadcast), and rank 0 says it: every launcher then ends the other ranks (its
+# SIGTERM ends their wait here). One still running after this met an error rank 0 did not (a GPU missing on its
+# node), and says it itself. Long enough for a loaded machine's import-time skew between ranks.
 QUIET_RANK_WAIT_S = 20.0
 
 

@@ -173,7 +173,7 @@ hvt_print_command() {
     echo "$line"
 }
 
-# hvt_run CMD...: print the effective command, then replace this shell with it, run by launch/error_last.py: a
+# hvt_run CMD...: print the effective command, then replace this shell with launch/error_last.py running it: a
 # rank's one-line usage error is printed last, after the launcher's own report of the failed rank, with exit
 # status 2; signals sent to this script reach the launcher.
 hvt_run() {
