@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +62,7 @@ LOG_DIR = Path(tempfile.mkdtemp(prefix=f"hvt-builds-{SESSION}-"))
 
 
 def _run(build: Build) -> None:
+    argv: list[str] = [build.name]
     try:
         if build.after is not None:
             BUILDS[build.after].done.wait()
@@ -80,6 +82,8 @@ def _run(build: Build) -> None:
                 code = -signal.SIGKILL
         build.seconds = time.monotonic() - start
         build.result = subprocess.CompletedProcess(argv, code, log.read_text(errors="replace"), "")
+    except Exception:  # noqa: BLE001 - the fixture that waits for the build shows why it could not run
+        build.result = subprocess.CompletedProcess(argv, -1, "", traceback.format_exc())
     finally:
         build.done.set()
 

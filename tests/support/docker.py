@@ -51,11 +51,14 @@ def podman_env(python: Path) -> dict[str, str]:
     return {**env, "CONTAINERS_CONF": conf.stdout.strip().splitlines()[-1]}
 
 
-def untag_session_image(image: str, env: dict[str, str]) -> None:
-    """Remove the tags of ``image`` (a test session's own name) and nothing else: `podman untag` leaves the image and
-    its layers, the build cache of the next run (which often makes the same image), where `podman rmi` could remove
-    cached layers another run's build is using."""
+def untag_session_image(image: str, variant: str, env: dict[str, str]) -> None:
+    """Remove the ``variant`` tags of ``image`` (a test session's own name: ``:cpu`` and ``:VERSION-cpu``) and nothing
+    else: the CPU and the GPU image share the session's name, and each module's fixture removes its own tags alone
+    (removing every tag of the name untagged the GPU image its background build had just made). `podman untag` leaves
+    the image and its layers, the build cache of the next run (which often makes the same image), where `podman rmi`
+    could remove cached layers another run's build is using."""
     listed = subprocess.run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}", image], env=env,
                             capture_output=True, text=True, timeout=60)  # fmt: skip
     for tag in listed.stdout.split():
-        subprocess.run(["podman", "untag", tag, tag], env=env, capture_output=True, timeout=60)
+        if tag == f"{image}:{variant}" or tag.endswith(f"-{variant}"):
+            subprocess.run(["podman", "untag", tag, tag], env=env, capture_output=True, timeout=60)

@@ -64,7 +64,7 @@ def image() -> Iterator[str]:
         assert_ok(proc)  # tags :cpu and :VERSION-cpu
         yield TAG
     finally:
-        untag_session_image(IMAGE, PODMAN_ENV)
+        untag_session_image(IMAGE, "cpu", PODMAN_ENV)
 
 
 @pytest.fixture(scope="module")

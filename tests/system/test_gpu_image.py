@@ -61,7 +61,7 @@ def image() -> Iterator[str]:
         print(f"\n[podman build --variant gpu: image {int(size.stdout) / 1e9:.2f} GB]")
         yield TAG
     finally:
-        untag_session_image(IMAGE, ENV)
+        untag_session_image(IMAGE, "gpu", ENV)
 
 
 def test_image_is_tagged_with_the_package_version(image) -> None:
