@@ -3,9 +3,10 @@
 A rank that meets bad input prints `error: PROBLEM; fix: FIX` and exits 2 (horovod_train/errors.py); then the
 launcher reports the failed rank in its own words, after that line: horovodrun a Python traceback, mpirun a box,
 srun a line. Neither can be turned off (mpirun's -q would hide its reports of crashes too). So the launcher's
-stderr passes through here: such an error line is held back and printed once, last, without the launcher's rank
-tag, and the exit status is 2 (horovodrun's own would be 1). Everything else passes through as it comes; stdout
-is the launcher's own.
+stderr passes through here: such an error line is held back and printed last, without the launcher's rank tag, and
+the exit status is 2 (horovodrun's own would be 1). Each line a rank printed is printed (rank 0 alone prints a
+job's bad input): none is dropped as a repeat. Everything else passes through as it comes; stdout is the
+launcher's own.
 
 The caller's signals reach the launcher as if this were it (the scripts used to exec it): SIGTERM, SIGHUP, SIGUSR1
 and SIGUSR2 are passed on (k8s/pod.sh --forward USR1 -> mpirun -> the ranks). SIGINT is not: Ctrl-C reaches the
@@ -33,13 +34,13 @@ DRAIN_S = 10.0
 
 
 def relay(stream: BinaryIO, out: BinaryIO, held: list[bytes]) -> None:
-    """Copy ``stream`` to ``out`` line by line, keeping the error lines (once each) in ``held`` instead."""
+    """Copy ``stream`` to ``out`` line by line, keeping the error lines in ``held`` instead."""
     for line in stream:
         match = ERROR_LINE.match(line.rstrip(b"\r\n"))
         if match is None:
             out.write(line)
             out.flush()
-        elif match[1] not in held:
+        else:
             held.append(match[1])
 
 

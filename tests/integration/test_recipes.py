@@ -1,9 +1,12 @@
 """The README's recipes and the launch/ scripts' examples as a newcomer runs them: each as written, in a copy of the
 checkout after `make demo`, from a shell without `make setup`'s environment on PATH. A recipe that stops working
 fails here, and so does one that prints a warning. Then a bad input under each launcher the README shows: one line,
-from rank 0 (before the launcher's own report of the failed rank under bare horovodrun, mpirun and torchrun; the
-last line, with exit status 2, under the launch/ scripts), and the earlier run's files untouched. srun is left to
-the SLURM tests (tests/system): a cluster is not started here."""
+from rank 0 (the launcher's report names rank 0 as the first to fail, with exit status 2), the last line with exit
+status 2 under the launch/ scripts, and the earlier run's files untouched. srun is left to the SLURM tests
+(tests/system): a cluster is not started here.
+
+Each command is launched once, and all of them at once after the demo (a launch is mostly its ranks' imports: on
+2 shared cores they overlap): `launched` starts them, each test waits for its own."""
 
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,7 +59,14 @@ def readme_recipes() -> list[Recipe]:
     return recipes
 
 
-def launch_examples() -> list[Recipe]:
+def commands(text: str) -> list[str]:
+    """A recipe's command lines, each with its continuation lines joined."""
+    return [" ".join(line.split()) for line in text.replace("\\\n", " ").splitlines() if line.strip()]
+
+
+def launch_examples(readme: dict[str, str]) -> list[Recipe]:
+    """The `# Example` lines of launch/; one the README runs word for word (``readme``: its commands, where each
+    is) is run there, not twice."""
     examples = []
     for script in sorted([*LAUNCH.rglob("*.sh"), *LAUNCH.rglob("*.sbatch")]):
         lines = script.read_text().splitlines()
@@ -66,11 +78,19 @@ def launch_examples() -> list[Recipe]:
             while text[-1].endswith("\\"):
                 text.append(lines[i + len(text)].removeprefix("#"))
             where = f"{script.relative_to(REPO)}:{i + 1}"
-            examples.append(Recipe(where, "\n".join(text), bool(match) and not match[1], match[1] if match else "?"))
+            runs, needs = bool(match) and not match[1], (match[1] or "") if match else "?"
+            in_readme = [readme.get(command) for command in commands("\n".join(text))]
+            if runs and all(in_readme):
+                runs, needs = False, f"run as {in_readme[0]}"
+            examples.append(Recipe(where, "\n".join(text), runs, needs))
     return examples
 
 
-RECIPES = [*readme_recipes(), *launch_examples()]
+README_RECIPES = readme_recipes()
+RECIPES = [
+    *README_RECIPES,
+    *launch_examples({command: r.where for r in README_RECIPES if r.runs for command in commands(r.text)}),
+]
 
 
 def newcomer_env(cache_dir: Path) -> dict[str, str]:
@@ -122,18 +142,83 @@ def after_demo(tmp_path_factory, cache_dir) -> Path:
     return clone
 
 
+def without_own_output_dir(command: str) -> str:
+    return re.sub(r" --(max_steps|output_dir) \S+", "", command)
+
+
+# The README's runs of the demo job without their own --output_dir (nor --max_steps): they write where `make demo`
+# did, which the run refuses. By program: launch/horovodrun_local.sh, launch/mpirun.sh, torchrun. Not the bare
+# horovodrun and mpirun these two scripts run: the ranks do the same under them, the scripts add the last line.
+THROUGH_SCRIPTS = {"horovodrun": "horovodrun_local.sh", "mpirun": "mpirun.sh"}
+BAD_INPUT = {
+    Path(command.split()[0]).name: without_own_output_dir(command)
+    for recipe in README_RECIPES
+    if recipe.runs
+    for command in commands(recipe.text)
+    if "--config configs/demo.yaml" in command
+    and "--output_dir" in command
+    and Path(command.split()[0]).name not in THROUGH_SCRIPTS
+}
+REFUSED = (
+    "error: --output_dir runs/demo already holds files of an earlier run; fix: pass --overwrite_output_dir to "
+    "replace them, or choose another --output_dir"
+)
+# How each launcher names the first rank that failed, and its exit status: horovodrun, mpirun, torchrun.
+FIRST_FAILED = [
+    re.compile(r"first process to do so was:\s+Process name: (\d+)\s+Exit code: (\d+)"),
+    re.compile(r"first process to do so was:\s+Process name: \[\[\d+,\d+\],(\d+)\]\s+Exit code:\s+(\d+)"),
+    re.compile(r"Root Cause \(first observed failure\):.*?rank\s*: (\d+) .*?exitcode\s*: (\d+)", re.DOTALL),
+]
+
+
+@dataclass(frozen=True)
+class Refused:
+    proc: subprocess.CompletedProcess
+    demo: Path  # the earlier run's directory the launch was refused
+    before: dict[str, tuple[int, int]]  # its files before the launch
+
+
+def files_of(directory: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(directory)): (p.stat().st_size, p.stat().st_mtime_ns) for p in directory.rglob("*")}
+
+
+def refuse(command: str, checkout: Path, env: dict[str, str]) -> Refused:
+    demo = checkout / "runs" / "demo"
+    before = files_of(demo)
+    return Refused(run_shell(command, checkout, env, timeout=300), demo, before)
+
+
+@pytest.fixture(scope="module")
+def launched(after_demo, cache_dir, tmp_path_factory) -> Iterator[dict[str, Future]]:
+    """Every runnable recipe in the checkout after `make demo`, and every bad input, each in a copy of that
+    checkout of its own (a run takes its --output_dir's lock before it judges the directory: two refused at once
+    in the same one would be told "in use by another job"), all started at once; by recipe and by program."""
+    env = newcomer_env(cache_dir)
+    checkouts = {}
+    for program in BAD_INPUT:  # copied before the recipes write into the checkout
+        checkouts[program] = tmp_path_factory.mktemp(f"bad-input-{program}")
+        shutil.copytree(after_demo, checkouts[program], symlinks=True, dirs_exist_ok=True)
+    recipes = [r for r in RECIPES if r.runs]
+    with ThreadPoolExecutor(max_workers=len(recipes) + len(BAD_INPUT)) as pool:
+        futures = {r.where: pool.submit(run_shell, r.text, after_demo, env, 540) for r in recipes}
+        for program, command in BAD_INPUT.items():
+            futures[program] = pool.submit(refuse, command, checkouts[program], env)
+        yield futures
+
+
 def test_every_readme_recipe_and_launch_example_says_whether_it_runs_here() -> None:
     unmarked = [r.where for r in RECIPES if not r.runs and r.needs == "?"]
     how = "README: <!-- recipe: run --> or <!-- recipe: not run: WHY --> before it; launch/: # Example[ on WHAT]:"
     assert not unmarked, f"say whether these run here ({how}): {unmarked}"
-    assert sum(r.runs for r in RECIPES) >= 6, RECIPES  # the README's horovodrun, mpirun, launch/, torchrun ones
+    run = [r for r in RECIPES if r.runs or r.needs.startswith("run as ")]
+    assert len(run) >= 6, RECIPES  # the README's horovodrun, mpirun, launch/, torchrun ones, launch/'s example
+    assert set(BAD_INPUT) >= {*THROUGH_SCRIPTS.values(), "torchrun"}, BAD_INPUT
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", [r for r in RECIPES if r.runs], ids=lambda r: r.where)
-def test_a_recipe_runs_as_written_after_make_demo_and_warns_of_nothing(recipe, after_demo, cache_dir) -> None:
-    env = newcomer_env(cache_dir)
-    proc = run_shell(recipe.text, after_demo, env, timeout=540)
+def test_a_recipe_runs_as_written_after_make_demo_and_warns_of_nothing(recipe, after_demo, launched, cache_dir) -> None:
+    proc = launched[recipe.where].result()
     assert proc.returncode == 0, f"{recipe.where}: exit {proc.returncode}\n{proc.stdout[-4000:]}"
     outputs = re.findall(r"--output_dir\s+(\S+)", recipe.text)
     assert outputs, f"{recipe.where} names no --output_dir of its own: it would write where make demo did"
@@ -147,49 +232,29 @@ def test_a_recipe_runs_as_written_after_make_demo_and_warns_of_nothing(recipe, a
     for program in ("horovodrun", "mpirun"):
         if re.search(rf"^\+ \S*{program} ", proc.stdout, re.MULTILINE):
             printed = printed_command(proc.stdout, program).split()[1]
-            assert shutil.which(printed, path=env["PATH"]), f"{recipe.where} printed {printed}, not on PATH"
+            path = newcomer_env(cache_dir)["PATH"]
+            assert shutil.which(printed, path=path), f"{recipe.where} printed {printed}, not on PATH"
 
 
-def commands(text: str) -> list[str]:
-    """A recipe's command lines, each with its continuation lines joined."""
-    return [" ".join(line.split()) for line in text.replace("\\\n", " ").splitlines() if line.strip()]
-
-
-def without_own_output_dir(command: str) -> str:
-    return re.sub(r" --(max_steps|output_dir) \S+", "", command)
-
-
-# The README's runs of the demo job without their own --output_dir (nor --max_steps): they write where `make demo`
-# did, which the run refuses. By launcher: horovodrun, mpirun, torchrun, launch/horovodrun_local.sh, ...
-BAD_INPUT = {
-    Path(command.split()[0]).name: without_own_output_dir(command)
-    for recipe in readme_recipes()
-    if recipe.runs
-    for command in commands(recipe.text)
-    if "--config configs/demo.yaml" in command and "--output_dir" in command
-}
-REFUSED = (
-    "error: --output_dir runs/demo already holds files of an earlier run; fix: pass --overwrite_output_dir to "
-    "replace them, or choose another --output_dir"
-)
-
-
-def files_of(directory: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(directory)): (p.stat().st_size, p.stat().st_mtime_ns) for p in directory.rglob("*")}
+def first_failed(output: str) -> tuple[int, int] | None:
+    """(rank, exit status) of the first rank that failed, as the launcher's report names it."""
+    for pattern in FIRST_FAILED:
+        if match := pattern.search(output):
+            return int(match[1]), int(match[2])
+    return None
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher", BAD_INPUT)
-def test_bad_input_is_one_line_from_rank_0_and_the_launch_scripts_end_with_it(launcher, after_demo, cache_dir) -> None:
-    demo = after_demo / "runs" / "demo"
-    before = files_of(demo)
-    proc = run_shell(BAD_INPUT[launcher], after_demo, newcomer_env(cache_dir), timeout=300)
-    errors = [line for line in proc.stdout.splitlines() if "error: " in line and "; fix: " in line]
-    assert len(errors) == 1 and errors[0].endswith(REFUSED), f"exit {proc.returncode}\n{proc.stdout[-4000:]}"
-    if launcher == "horovodrun":  # the one launcher that tags each line with its rank
-        assert errors[0] == f"[0]<stderr>:{REFUSED}", errors
-    if launcher.endswith(".sh"):  # a launch/ script
-        assert proc.returncode == 2 and proc.stdout.splitlines()[-1] == REFUSED, proc.stdout[-4000:]
+@pytest.mark.parametrize("program", BAD_INPUT)
+def test_bad_input_is_one_line_from_rank_0_and_the_launch_scripts_end_with_it(program, launched) -> None:
+    refused = launched[program].result()
+    output = refused.proc.stdout
+    detail = f"exit {refused.proc.returncode}\n{output[-4000:]}"
+    errors = [line for line in output.splitlines() if "error: " in line and "; fix: " in line]
+    assert len(errors) == 1 and errors[0].endswith(REFUSED), detail
+    assert first_failed(output) == (0, 2), detail  # rank 0 said it; the others waited for the launcher's end
+    if program.endswith(".sh"):  # a launch/ script
+        assert refused.proc.returncode == 2 and output.splitlines()[-1] == REFUSED, detail
     else:
-        assert proc.returncode != 0, proc.stdout[-4000:]
-    assert files_of(demo) == before
+        assert refused.proc.returncode != 0, detail
+    assert files_of(refused.demo) == refused.before
