@@ -188,21 +188,32 @@ def refuse(command: str, checkout: Path, env: dict[str, str]) -> Refused:
     return Refused(run_shell(command, checkout, env, timeout=300), demo, before)
 
 
+def selected(request: pytest.FixtureRequest, parameter: str) -> list:
+    """The values of ``parameter`` of this module's tests that this session runs, in their order."""
+    values = []
+    for item in request.session.items:
+        params = item.callspec.params if item.module is request.module and hasattr(item, "callspec") else {}
+        if parameter in params and params[parameter] not in values:
+            values.append(params[parameter])
+    return values
+
+
 @pytest.fixture(scope="module")
-def launched(after_demo, cache_dir, tmp_path_factory) -> Iterator[dict[str, Future]]:
-    """Every runnable recipe in the checkout after `make demo`, and every bad input, each in a copy of that
-    checkout of its own (a run takes its --output_dir's lock before it judges the directory: two refused at once
-    in the same one would be told "in use by another job"), all started at once; by recipe and by program."""
+def launched(request, after_demo, cache_dir, tmp_path_factory) -> Iterator[dict[str, Future]]:
+    """The runnable recipes in the checkout after `make demo`, and the bad inputs, each in a copy of that checkout
+    of its own (a run takes its --output_dir's lock before it judges the directory: two refused at once in the
+    same one would be told "in use by another job"), all started at once: those this session tests, by recipe and
+    by program."""
     env = newcomer_env(cache_dir)
+    recipes, programs = selected(request, "recipe"), selected(request, "program")
     checkouts = {}
-    for program in BAD_INPUT:  # copied before the recipes write into the checkout
+    for program in programs:  # copied before the recipes write into the checkout
         checkouts[program] = tmp_path_factory.mktemp(f"bad-input-{program}")
         shutil.copytree(after_demo, checkouts[program], symlinks=True, dirs_exist_ok=True)
-    recipes = [r for r in RECIPES if r.runs]
-    with ThreadPoolExecutor(max_workers=len(recipes) + len(BAD_INPUT)) as pool:
+    with ThreadPoolExecutor(max_workers=len(recipes) + len(programs)) as pool:
         futures = {r.where: pool.submit(run_shell, r.text, after_demo, env, 540) for r in recipes}
-        for program, command in BAD_INPUT.items():
-            futures[program] = pool.submit(refuse, command, checkouts[program], env)
+        for program in programs:
+            futures[program] = pool.submit(refuse, BAD_INPUT[program], checkouts[program], env)
         yield futures
 
 
