@@ -5,8 +5,7 @@ from rank 0 (the launcher's report names rank 0 as the first to fail, with exit 
 status 2 under the launch/ scripts, and the earlier run's files untouched. srun is left to the SLURM tests
 (tests/system): a cluster is not started here.
 
-Each command is launched once, and all of them at once after the demo (a launch is mostly its ranks' imports: on
-2 shared cores they overlap): `launched` starts them, each test waits for its own."""
+Each command is launched once after the demo: `launched` starts them, each test waits for its own."""
 
 from __future__ import annotations
 
@@ -202,15 +201,16 @@ def selected(request: pytest.FixtureRequest, parameter: str) -> list:
 def launched(request, after_demo, cache_dir, tmp_path_factory) -> Iterator[dict[str, Future]]:
     """The runnable recipes in the checkout after `make demo`, and the bad inputs, each in a copy of that checkout
     of its own (a run takes its --output_dir's lock before it judges the directory: two refused at once in the
-    same one would be told "in use by another job"), all started at once: those this session tests, by recipe and
-    by program."""
+    same one would be told "in use by another job"): those this session tests, by recipe and by program, one at
+    a time in the background. Not all at once: on 2 shared cores that gained nothing (a launch is CPU-bound, 4 min
+    for the module either way), and under that load a refused mpirun.sh run once printed its line other than once."""
     env = newcomer_env(cache_dir)
     recipes, programs = selected(request, "recipe"), selected(request, "program")
     checkouts = {}
     for program in programs:  # copied before the recipes write into the checkout
         checkouts[program] = tmp_path_factory.mktemp(f"bad-input-{program}")
         shutil.copytree(after_demo, checkouts[program], symlinks=True, dirs_exist_ok=True)
-    with ThreadPoolExecutor(max_workers=len(recipes) + len(programs)) as pool:
+    with ThreadPoolExecutor(max_workers=1) as pool:
         futures = {r.where: pool.submit(run_shell, r.text, after_demo, env, 540) for r in recipes}
         for program in programs:
             futures[program] = pool.submit(refuse, BAD_INPUT[program], checkouts[program], env)
