@@ -8,6 +8,8 @@ NP ?= 2
 # Horovod's controller for `make demo`: mpi (horovodrun runs mpirun; the fastest on CPU: shared-memory
 # transport, about 1.05x DDP on the demo against gloo's 0.75x, see docs/performance.md) or gloo.
 CONTROLLER ?= mpi
+# More training arguments for `make demo` (they win over configs/demo.yaml): DEMO_ARGS="--output_dir runs/mine".
+DEMO_ARGS ?=
 PYTEST_ARGS ?=
 
 .PHONY: setup demo test test-gpu-image test-fast lint clean bench gpu-check gpu-bundle nccl-build
@@ -17,7 +19,7 @@ setup:
 
 demo: setup
 	@$(VENV)/bin/horovodrun -np $(NP) --$(CONTROLLER) $(PY) -m horovod_train train --config configs/demo.yaml \
-		--overwrite_output_dir
+		--overwrite_output_dir $(DEMO_ARGS)
 
 # The whole suite: tests/unit (in-process), tests/integration (real ranks on this machine), tests/system
 # (Podman images, the GPU image among them, SLURM clusters, network namespaces, the NCCL build), after the

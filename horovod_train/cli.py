@@ -96,8 +96,17 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def warn_on_rank_0(message: str) -> None:
     """Before the engine joins the job: rank 0 by the launcher's variables."""
-    if environment.detect(resolve_master=False).rank == 0:
+    if launch_rank() == 0:
         write_line(message, sys.stderr)
+
+
+def launch_rank() -> int:
+    """This process's rank by its launcher's variables (0 without a launcher, and where they make no sense: then
+    it speaks)."""
+    try:
+        return environment.detect(resolve_master=False).rank
+    except UsageError:
+        return 0
 
 
 def train_once(config: RunConfig, engine: Engine) -> tuple[dict, list[str]]:
@@ -160,5 +169,5 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as error:
         if debug:
             raise
-        exit_with(error)
+        exit_with(error, rank=launch_rank())
     return 0

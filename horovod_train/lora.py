@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,7 +89,11 @@ def wrap(model: nn.Module, options: LoraOptions) -> nn.Module:
         target_modules=target_modules(model, options),
         modules_to_save=heads,
     )
-    return get_peft_model(model, config)
+    with warnings.catch_warnings():
+        # peft's PeftModel reads the model's is_gradient_checkpointing, which transformers 5 renamed and warns
+        # of (FutureWarning, on every rank); this is the name peft reads, not ours to change.
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        return get_peft_model(model, config)
 
 
 def is_peft(model: nn.Module) -> bool:

@@ -333,7 +333,12 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
             f"{type(model).__name__} does not support gradient checkpointing",
             "drop --gradient_checkpointing (or lower --per_device_train_batch_size to save memory)",
         )
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    non_reentrant = {"use_reentrant": False}
+    # transformers' current name (5.x renamed it; the old one warns on every rank), the old one before the rename.
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=non_reentrant)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=non_reentrant)
     model.config.use_cache = False  # decoders: a key/value cache is useless in training and breaks recomputation
 
 

@@ -9,8 +9,8 @@
 #   Training args: anything `python -m horovod_train train` takes; none = configs/demo.yaml;
 #     `doctor [--engine E]` instead prints the rank -> local rank -> host -> device map (check a launch).
 #   Env: HVT_PYTHON (default: the checkout's .venv/bin/python, else python3).
-# Example: launch/horovodrun_local.sh -np 4 --fusion-threshold-mb 32 --timeline-filename /tmp/tl.json \
-#            -- --config configs/demo.yaml --output_dir runs/np4
+# Example: launch/horovodrun_local.sh -np 2 --fusion-threshold-mb 64 --cycle-time-ms 5 -- --config configs/demo.yaml \
+#            --max_steps 50 --output_dir runs/horovodrun-local
 set -euo pipefail
 # shellcheck source=launch/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

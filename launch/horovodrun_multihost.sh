@@ -9,7 +9,7 @@
 #   blank lines and # comments); it is passed to horovodrun as the equivalent -H list.
 #   --network-interfaces eth0[,ib0]: the interfaces the ranks talk over (same names on every host).
 #   Other Horovod knobs and training args: as launch/horovodrun_local.sh.
-# Example: launch/horovodrun_multihost.sh -H node1:4,node2:4 --ssh-port 12345 --network-interfaces ib0 \
+# Example on several hosts: launch/horovodrun_multihost.sh -H node1:4,node2:4 --ssh-port 12345 --network-interfaces ib0 \
 #            -- --config configs/demo.yaml --output_dir /shared/runs/8gpu
 set -euo pipefail
 # shellcheck source=launch/lib.sh

@@ -173,10 +173,12 @@ hvt_print_command() {
     echo "$line"
 }
 
-# hvt_run CMD...: print the effective command, then replace this shell with it.
+# hvt_run CMD...: print the effective command, then replace this shell with launch/error_last.py running it: a
+# rank's one-line usage error is printed last, after the launcher's own report of the failed rank, with exit
+# status 2; signals sent to this script reach the launcher.
 hvt_run() {
     hvt_print_command "$@"
-    exec "$@"
+    exec "${HVT_PY:-python3}" "$HVT_LAUNCH_DIR/error_last.py" "$@"
 }
 
 # hvt_nic_list OPTION LIST: comma-separated interface names that exist on this machine.
@@ -197,11 +199,14 @@ hvt_nic_list() {
 # hvt_launch_command KIND OPTIONS... -- PROGRAM...: a launcher's command line (KIND: mpirun, horovodrun, torchrun,
 # srun), built by horovod_train/launching/, the one place that knows launcher flags (see its usage with
 # --help); sets HVT_LAUNCH. It needs only the standard library: HVT_PY if found, else python3, with this checkout
-# first on PYTHONPATH. Bad options: its one error line, and this script exits with its code.
+# first on its path. Bad options: its one error line, and this script exits with its code.
 hvt_launch_command() {
     local status
+    # The checkout is put on Python's path by -c, not by PYTHONPATH: the command forwards the variables it sees
+    # set (mpirun -x PYTHONPATH), and the launcher would not have this one (Open MPI warns of each unset -x).
     mapfile -d '' -t HVT_LAUNCH < <(
-        PYTHONPATH="$HVT_REPO${PYTHONPATH:+:$PYTHONPATH}" "${HVT_PY:-python3}" -m horovod_train.launching "$@"
+        "${HVT_PY:-python3}" -c 'import sys; sys.path.insert(0, sys.argv.pop(1))
+from horovod_train.launching.__main__ import main; sys.exit(main())' "$HVT_REPO" "$@"
         printf '%s\0' "$?"
     )
     status=${HVT_LAUNCH[-1]:-1}
@@ -316,5 +321,7 @@ hvt_horovodrun() {
     [ "$controller" = --mpi ] || hvt_drop_secrets
     hvt_launch_command horovodrun --np "$np" "${placement[@]}" --controller "${controller#--}" \
         "${knobs[@]/#/--option=}" -- "$HVT_PY" -m horovod_train "${HVT_CMD[@]}"
+    # By its path, as the ranks' Python: the printed command then runs as it is without .venv/bin on PATH.
+    HVT_LAUNCH[0]=$(command -v "${HVT_LAUNCH[0]}")
     hvt_run "${HVT_LAUNCH[@]}"
 }

@@ -16,7 +16,7 @@
 #   -np defaults to the slots of -H/--hostfile, else one per GPU here, else 2.
 #   Training args: anything `python -m horovod_train train` takes; none = configs/demo.yaml;
 #     `doctor --engine horovod` instead prints the rank -> local rank -> host -> device map.
-# Example: launch/mpirun.sh -np 8 -H node1:4,node2:4 -- --config configs/demo.yaml
+# Example on several hosts: launch/mpirun.sh -np 8 -H node1:4,node2:4 -- --config configs/demo.yaml
 # Not HOROVOD_HIERARCHICAL_ALLREDUCE=1 with these flags: its cross-node step is an MPI all-reduce of host
 # memory, and these flags keep MPI on TCP, so it would move the cross-node traffic from NCCL (InfiniBand/RoCE
 # when present) to TCP. NCCL's own ring/tree already reduces within each node first.

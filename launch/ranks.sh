@@ -9,14 +9,15 @@
 # (DataLoader and tokenizer workers) ignore those signals instead (horovod_train/stopping.py), so the checkpoint
 # signal goes to the process that handles it and never to one that would die of it (a launcher, a rank still
 # starting). Two more rules keep launchers out: torchrun's agent is never a rank (it catches SIGUSR1 too when
-# TORCHELASTIC_SIGNALS_TO_HANDLE names it, and then ends its workers), and neither is the parent of another
-# candidate (a launcher that catches it around a rank: mpirun, apptainer, a probe in the tests).
+# TORCHELASTIC_SIGNALS_TO_HANDLE names it, and then ends its workers), nor launch/error_last.py (it passes SIGUSR1
+# on to the launcher it runs: horovodrun would die of it), and neither is the parent of another candidate (a
+# launcher that catches it around a rank: mpirun, apptainer, a probe in the tests).
 #
 # The functions end on their test, never on a bare `return`: pod.sh calls them from a trap, where a bare `return`
 # gives the status of the command the trap interrupted (its `wait`: 143).
 
 # shellcheck disable=SC2034 # launch/slurm/common.sh ships them (declare -f)
-HVT_RANK_FUNCTIONS=(hvt_training_ranks hvt_rank_candidate hvt_catches_signal hvt_torchrun_agent)
+HVT_RANK_FUNCTIONS=(hvt_training_ranks hvt_rank_candidate hvt_catches_signal hvt_launcher_program)
 
 # hvt_training_ranks IN_SCOPE: the training ranks among the processes PID for which `IN_SCOPE PID` succeeds, one pid
 # per line.
@@ -45,14 +46,14 @@ hvt_training_ranks() {
 }
 
 # hvt_rank_candidate PID USR1_BIT: a Python process (its program, argv[0], is python*: the console script's too,
-# which the kernel runs as `python .../horovod-train`) that catches SIGUSR1 and is not torchrun's agent.
+# which the kernel runs as `python .../horovod-train`) that catches SIGUSR1 and runs no launcher's program.
 hvt_rank_candidate() {
     local program
     local -a argv
     hvt_catches_signal "$1" "$2" || return 1
     mapfile -d '' -t argv 2>/dev/null <"/proc/$1/cmdline" || return 1
     program=${argv[0]:-}
-    [[ ${program##*/} == python* ]] && ! hvt_torchrun_agent "$1"
+    [[ ${program##*/} == python* ]] && ! hvt_launcher_program "$1"
 }
 
 # hvt_catches_signal PID BIT: whether PID has a handler for the signal of BIT in SigCgt of /proc/PID/status (bit
@@ -65,10 +66,10 @@ hvt_catches_signal() {
     [ "$name" = SigCgt: ] && (((16#${mask: -8} >> $2) & 1))
 }
 
-# hvt_torchrun_agent PID: whether PID runs torchrun, by its program, not by any of its words (a worker's
-# `--output_dir /runs/torchrun` is an argument): the script after the interpreter's options is named torchrun, or
-# the module after -m is torch.distributed.run.
-hvt_torchrun_agent() {
+# hvt_launcher_program PID: whether PID runs torchrun or launch/error_last.py, by its program, not by any of its
+# words (a worker's `--output_dir /runs/torchrun` is an argument): the script after the interpreter's options is
+# named torchrun or error_last.py, or the module after -m is torch.distributed.run.
+hvt_launcher_program() {
     local program="" i=1
     local -a argv
     mapfile -d '' -t argv 2>/dev/null <"/proc/$1/cmdline" || return 1
@@ -87,5 +88,5 @@ hvt_torchrun_agent() {
             ;;
         esac
     done
-    [ "$program" = torchrun ] || [ "$program" = torch.distributed.run ]
+    [ "$program" = torchrun ] || [ "$program" = torch.distributed.run ] || [ "$program" = error_last.py ]
 }

@@ -1,5 +1,6 @@
-"""The table that ends `make test` (scripts/test.sh): each phase's wall time, then pytest's own breakdown (tiers,
-the builds and other slow fixtures, the slowest tests) from tests/support/clock.py's JSON. Standard library only:
+"""The table that ends `make test` (scripts/test.sh): pytest's own breakdown (the slowest tests, the builds and
+other slow fixtures, the tiers) from tests/support/clock.py's JSON, then each phase's wall time, last so that the
+tail of a log shows them. Standard library only:
 it runs even when setup failed."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from support.clock_table import minutes, table  # noqa: E402
+from support.clock_table import merge, minutes, table  # noqa: E402
 
 
 def main(clock_dir: str) -> None:
@@ -20,12 +21,14 @@ def main(clock_dir: str) -> None:
             name, start, end, status = line.split("\t")
             phases.append((name, float(end) - float(start), int(status)))
     print("\n=== where the time went ===")
-    for name, seconds, status in phases:
-        print(f"{name:<12} {minutes(seconds)}{'' if status == 0 else f'  (exit {status})'}")
-    print(f"{'total':<12} {minutes(sum(s for _, s, _ in phases))}")
-    if (folder / "pytest.json").is_file():
-        for line in table(json.loads((folder / "pytest.json").read_text())):
+    clocks = {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
+    if clocks:
+        for line in table(merge(clocks)):
             print(line)
+    print("phases:")
+    for name, seconds, status in phases:
+        print(f"  {name:<12} {minutes(seconds)}{'' if status == 0 else f'  (exit {status})'}")
+    print(f"  {'total':<12} {minutes(sum(s for _, s, _ in phases))}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ cd "$ROOT" || exit
 VENV=${VENV:-$ROOT/.venv}
 WHAT=${1:-all}
 CLOCK=$(mktemp -d "${TMPDIR:-/tmp}/hvt-clock.XXXXXX")
-export HVT_CLOCK_FILE=$CLOCK/pytest.json
 
 # phase NAME COMMAND...: run it, record when it started and ended and its exit status.
 phase() {
@@ -34,7 +33,37 @@ if [ "$WHAT" = all ]; then
     phase "test tools" bash scripts/install_test_tools.sh || exit
 fi
 phase lint bash -c "'$VENV/bin/ruff' check horovod_train tests && '$VENV/bin/ruff' format --check horovod_train tests" || exit
-tests=()
-[ "$WHAT" = fast ] && tests=(tests/unit)
-# shellcheck disable=SC2086 # PYTEST_ARGS is word-split on purpose, as make passes it
-PATH="$VENV/bin:$PATH" phase pytest "$VENV/bin/python" -m pytest "${tests[@]}" ${PYTEST_ARGS:-}
+# pytest_run NAME PATH...: one pytest process, its clock in $CLOCK/NAME.json.
+pytest_run() {
+    local name=$1
+    shift
+    # shellcheck disable=SC2086 # PYTEST_ARGS is word-split on purpose, as make passes it
+    HVT_CLOCK_FILE=$CLOCK/$name.json PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m pytest "$@" ${PYTEST_ARGS:-}
+}
+
+# The system tier (Podman images, SLURM clusters, network namespaces: much of it waiting on daemons, image layers
+# and downloads) in a pytest process of its own beside the unit and integration tiers: the suite is built for two
+# test runs on one machine (docs/launch.md, Developers' notes), and its own tiers are two such runs. Its output
+# follows theirs. HVT_TIERS_IN_TURN=1 runs the tiers one after the other in one process.
+all_tiers() {
+    if [ "${HVT_TIERS_IN_TURN:-0}" = 1 ]; then
+        pytest_run pytest tests
+        return
+    fi
+    local system rc=0 rc_system=0
+    pytest_run system tests/system >"$CLOCK/system.log" 2>&1 &
+    system=$!
+    pytest_run pytest tests/unit tests/integration || rc=$?
+    wait "$system" || rc_system=$?
+    echo
+    echo "=== tests/system, which ran beside the tiers above ==="
+    cat "$CLOCK/system.log"
+    [ "$rc" -ne 0 ] && return "$rc"
+    return "$rc_system"
+}
+
+if [ "$WHAT" = fast ]; then
+    phase pytest pytest_run pytest tests/unit
+else
+    phase pytest all_tiers
+fi

@@ -1,7 +1,7 @@
 """`python -m horovod_train.launching NAME [options] -- PROGRAM...`: a launcher's command line for the launch/
 scripts, NUL-separated (launch/lib.sh's ``hvt_launch_command`` reads it with ``mapfile -d ''``); NAME is a row of
 the launcher table that has a ``help``. Only the standard library is imported, so any ``python3`` runs it with the
-checkout on PYTHONPATH: a SLURM batch shell that starts an image needs no environment."""
+checkout on its path: a SLURM batch shell that starts an image needs no environment."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@
 #          [--partition P] [--time T] [--output FILE] [--sbatch ARG]... [-- training args]
 #   JOB: horovod_srun | horovod_mpirun | ddp_torchrun | horovod_apptainer
 #   --sbatch ARG: any other sbatch option, e.g. --sbatch --account=proj --sbatch --constraint=a100
-# Example: launch/slurm/submit.sh horovod_srun --nodes 2 --gpus-per-node 4 --cpus-per-task 8 -- --config configs/demo.yaml
+# Example on a SLURM cluster: launch/slurm/submit.sh horovod_srun --nodes 2 --gpus-per-node 4 --cpus-per-task 8 -- --config configs/demo.yaml
 set -euo pipefail
 # shellcheck source=launch/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"

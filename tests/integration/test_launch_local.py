@@ -1,23 +1,33 @@
-"""The launch/ scripts on this machine: shellcheck, one-line input errors, and real 2-rank trainings through
-launch/horovodrun_local.sh and launch/mpirun.sh with Horovod knobs passed through to the ranks."""
+"""The launch/ scripts on this machine: shellcheck, one-line input errors, real 2-rank trainings through
+launch/horovodrun_local.sh and launch/mpirun.sh with Horovod knobs passed through to the ranks, and the relay the
+scripts run their launcher under (launch/error_last.py): signals reach the launcher, and it is no rank."""
 
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from support.jobs import REPO, assert_ok, read_results
+from support.jobs import BIN, REPO, assert_ok, read_results
 from support.launch import (
+    LAUNCH,
     LAUNCH_JOB,
     assert_usage_error,
     effective_command,
     ensure_commands,
     launch_env,
+    printed_program,
     rank_map,
     run_script,
 )
+from support.processes import wait_for
+
+from horovod_train import checkpoint as ckpt
+from horovod_train.stopping import STOPPED_EXIT_CODE
 
 SHELL_SCRIPTS = sorted(
     str(path.relative_to(REPO))
@@ -149,6 +159,7 @@ def test_horovodrun_local_trains_with_horovod_knobs(tmp_path, cache_dir) -> None
     assert_ok(proc)
     command = effective_command(proc.stdout, "horovodrun")
     assert command.startswith(f"+ horovodrun -np 2 --gloo {' '.join(knobs)} ")
+    assert printed_program(proc.stdout, "horovodrun") == str(BIN / "horovodrun")  # runs as printed, PATH or not
     assert "-m horovod_train train --synthetic_num_examples 600" in command
     _check_two_rank_run(out, "gloo")
     # The knobs reached the ranks: rank 0 wrote Horovod's timeline and the autotuner's log.
@@ -197,3 +208,51 @@ def test_doctor_through_mpirun_script_maps_ranks(tmp_path, cache_dir) -> None:
     assert_ok(proc)
     assert "launcher: mpirun, world size 2, joined with engine horovod (controller mpi)" in proc.stdout
     assert [row[:2] for row in rank_map(proc.stdout)] == [(0, 0), (1, 1)]
+
+
+def catches(pid: int, sig: signal.Signals) -> bool:
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = int(re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.MULTILINE)[1], 16)
+    return bool(caught >> (sig - 1) & 1)
+
+
+def test_the_relay_of_the_launch_scripts_is_not_taken_for_a_training_rank(tmp_path) -> None:
+    """launch/error_last.py catches SIGUSR1 to pass it on to its launcher: the stop of a pod or a SLURM job
+    (launch/ranks.sh) must not take it for a rank, and signal its horovodrun, which dies of SIGUSR1."""
+    rank_code = "import signal, time; signal.signal(signal.SIGUSR1, lambda *a: None); time.sleep(120)"
+    relay = subprocess.Popen([sys.executable, str(LAUNCH / "error_last.py"), "sleep", "120"])
+    rank = subprocess.Popen([sys.executable, "-c", rank_code])
+    try:
+        for pid in (relay.pid, rank.pid):
+            wait_for(lambda p=pid: catches(p, signal.SIGUSR1), 60, f"process {pid} to catch SIGUSR1")
+        script = f"source launch/ranks.sh; in_scope() {{ [ $1 = {relay.pid} ] || [ $1 = {rank.pid} ]; }}; "
+        script += "hvt_training_ranks in_scope"
+        found = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert found.returncode == 0, found.stderr
+        assert found.stdout.split() == [str(rank.pid)]
+    finally:
+        for process in (relay, rank):
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.slow
+def test_sigusr1_to_the_mpirun_script_reaches_the_ranks_through_mpirun(tmp_path, cache_dir) -> None:
+    """What a pod's stop does (launch/k8s/pod.sh run --forward USR1 -- launch/mpirun.sh): the script passes the
+    signal on to mpirun, which hands it to every rank; they checkpoint and exit 75."""
+    out = tmp_path / "run"
+    job_args = [*LAUNCH_JOB, "--synthetic_num_examples", "3000", "--max_steps", "400", "--logging_steps", "5"]
+    job = subprocess.Popen([str(LAUNCH / "mpirun.sh"), "-np", "2", "--", *job_args, "--output_dir", str(out)],
+                           cwd=tmp_path, env=launch_env(cache_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, start_new_session=True)  # fmt: skip
+    try:
+        wait_for(lambda: (out / "metrics.jsonl").exists(), 240, "the first logged steps")
+        job.send_signal(signal.SIGUSR1)
+        output, _ = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    assert job.returncode == STOPPED_EXIT_CODE, output[-3000:]
+    step = ckpt.verify_checkpoint(ckpt.list_checkpoints(out)[-1])["global_step"]
+    assert 0 < step < 400 and f"stopped by SIGUSR1 at step {step}: saved checkpoint-{step}" in output, output[-3000:]

@@ -10,20 +10,39 @@ def minutes(seconds: float) -> str:
     return f"{seconds / 60:5.1f} min" if seconds >= 60 else f"{seconds:5.1f} s  "
 
 
+def merge(found: dict[str, dict]) -> dict:
+    """The clocks of pytest processes that ran at once (scripts/test.sh: the system tier beside the others) as one:
+    their tiers are disjoint, the wall is the longest process's."""
+    runs = list(found.values())
+    return {
+        "wall_s": max(run["wall_s"] for run in runs),
+        "processes": {name: run["wall_s"] for name, run in found.items()},
+        "tiers": {tier: s for run in runs for tier, s in run["tiers"].items()},
+        "tiers_cpu": {tier: s for run in runs for tier, s in run.get("tiers_cpu", {}).items()},
+        "tests": sorted((t for run in runs for t in run["tests"]), key=lambda t: -t["seconds"]),
+        "fixtures": sorted((f for run in runs for f in run["fixtures"]), key=lambda f: -f["seconds"]),
+    }
+
+
 def table(found: dict) -> list[str]:
-    """The pytest part of the report: tiers, the slowest fixtures, the slowest tests."""
-    lines = [f"pytest wall {minutes(found['wall_s'])}; by tier (sum of its tests, fixtures included; CPU seconds, "
-             "the tests' processes included):"]  # fmt: skip
+    """The pytest part of the report, the most detailed first and the totals last: a CI log shown by its tail keeps
+    the tiers (and the phases that scripts/clock_report.py prints after them)."""
+    lines = [f"slowest tests ({SLOWEST_TESTS} shown; in brackets the fixtures' share of it, then CPU seconds):"]
+    for test in found["tests"][:SLOWEST_TESTS]:
+        shares = f"[{minutes(test['fixtures']).strip()}; cpu {minutes(test.get('cpu', 0.0)).strip()}]"
+        lines.append(f"  {minutes(test['seconds'])} {shares}  {test['id']}")
+    lines.append(f"slowest fixture setups (paid once per scope; {SLOWEST_FIXTURES} shown):")
+    for fixture in found["fixtures"][:SLOWEST_FIXTURES]:
+        lines.append(f"  {minutes(fixture['seconds'])}  {fixture['name']} ({fixture['scope']}) for {fixture['for']}")
+    processes = found.get("processes", {})
+    if len(processes) > 1:
+        at_once = ", ".join(f"{name} {minutes(s).strip()}" for name, s in processes.items())
+        lines.append(f"pytest processes at once: {at_once}")
+    lines.append(f"pytest wall {minutes(found['wall_s'])}; by tier (sum of its tests, fixtures included; CPU seconds, "
+                 "the tests' processes included):")  # fmt: skip
     cpu = found.get("tiers_cpu", {})
     lines += [
         f"  {tier:<12} {minutes(seconds)}  cpu {minutes(cpu.get(tier, 0.0))}"
         for tier, seconds in found["tiers"].items()
     ]
-    lines.append(f"slowest fixture setups (paid once per scope; {SLOWEST_FIXTURES} shown):")
-    for fixture in found["fixtures"][:SLOWEST_FIXTURES]:
-        lines.append(f"  {minutes(fixture['seconds'])}  {fixture['name']} ({fixture['scope']}) for {fixture['for']}")
-    lines.append(f"slowest tests ({SLOWEST_TESTS} shown; in brackets the fixtures' share of it, then CPU seconds):")
-    for test in found["tests"][:SLOWEST_TESTS]:
-        shares = f"[{minutes(test['fixtures']).strip()}; cpu {minutes(test.get('cpu', 0.0)).strip()}]"
-        lines.append(f"  {minutes(test['seconds'])} {shares}  {test['id']}")
     return lines

@@ -72,8 +72,18 @@ def run_script(
 
 
 def effective_command(stdout: str, program: str) -> str:
-    """The '+ program ...' line a launch script prints before running it."""
-    lines = [line for line in stdout.splitlines() if line.startswith(f"+ {program} ")]
+    """The '+ program ...' line a launch script prints before running it, with the program by its name (a script
+    may print it by its path: printed_program)."""
+    return f"+ {program} {printed_command(stdout, program).split(' ', 2)[2]}"
+
+
+def printed_program(stdout: str, program: str) -> str:
+    """The program of the '+ .../program ...' line as printed: a name or a path."""
+    return printed_command(stdout, program).split(" ", 2)[1]
+
+
+def printed_command(stdout: str, program: str) -> str:
+    lines = [line for line in stdout.splitlines() if re.match(rf"\+ (\S*/)?{re.escape(program)} ", line)]
     assert lines, f"no '+ {program} ...' line in:\n{stdout[-3000:]}"
     return lines[0]
 

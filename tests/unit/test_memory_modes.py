@@ -1,11 +1,15 @@
-"""--gradient_checkpointing in one process: on in the built model, non-reentrant, refused where unsupported."""
+"""--gradient_checkpointing in one process: on in the built model, non-reentrant, refused where unsupported, silent
+with LoRA."""
 
 from __future__ import annotations
+
+import warnings
 
 import pytest
 import torch
 import transformers
 
+from horovod_train import lora
 from horovod_train.errors import UsageError
 from horovod_train.model import enable_gradient_checkpointing
 
@@ -41,3 +45,17 @@ def test_a_model_without_gradient_checkpointing_is_refused():
 
     with pytest.raises(UsageError, match="Plain does not support gradient checkpointing"):
         enable_gradient_checkpointing(Plain())
+
+
+def test_gradient_checkpointing_with_lora_trains_without_a_warning():
+    """Every rank would print each warning: transformers 5 deprecated gradient_checkpointing_enable (ours to call by
+    its new name) and is_gradient_checkpointing (which peft reads when it wraps the model)."""
+    model = tiny_bert()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        enable_gradient_checkpointing(model)
+        model = lora.wrap(model, lora.LoraOptions(r=4))
+        model.train()
+        model(input_ids=torch.randint(1, 64, (3, 9)), labels=torch.tensor([0, 1, 2])).loss.backward()
+    assert [f"{w.category.__name__}: {w.message}" for w in caught] == []
+    assert model.base_model.model.is_activation_checkpointing
