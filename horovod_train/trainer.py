@@ -22,14 +22,14 @@ from horovod_train.position import TrainingPosition
 from horovod_train.run_directory import FINISHED_MARKER, RUN_CONFIG, RunDirectory
 from horovod_train.stopping import StopSignals, parse_signals
 from horovod_train.trackers import Trackers
-from horovod_train.training import build, results, resume
-from horovod_train.training.checkpointing import CheckpointSaver, load_best_weights
-from horovod_train.training.console import Console
+from horovod_train.training import build, finish, resume
 from horovod_train.training.evaluation import Evaluator
 from horovod_train.training.loop import TrainingLoop
 from horovod_train.training.parts import RunParts
+from horovod_train.training.progress import Console
 from horovod_train.training.rank_zero import RankZero
 from horovod_train.training.run_log import RunLog
+from horovod_train.training.saving import CheckpointSaver, load_best_weights
 
 
 class Trainer:
@@ -190,16 +190,16 @@ class Trainer:
         engine, parts, position = self.engine, loop.parts, loop.position
         self.signals.wait()  # the last step's stop flags are still being summed
         self.console.bar.close()
-        train_metrics = results.train_metrics(position, parts.plan, loop.first_step, len(parts.train_set), wall_time_s)
+        train_metrics = finish.train_metrics(position, parts.plan, loop.first_step, len(parts.train_set), wall_time_s)
         summary = {**train_metrics, "epoch": parts.plan.epoch_float(position), "step": position.global_step}
         position.log_history.append(summary)
         evaluation = {**evaluation, **loop.evaluator.describe()}
-        found = results.gather_results(engine, parts.model, parts.plan, position, evaluation, train_metrics,
+        found = finish.gather_results(engine, parts.model, parts.plan, position, evaluation, train_metrics,
                                        wall_time_s)  # fmt: skip
         predictions = loop.evaluator.predict() if self.args.do_predict else {}
         weights = engine.full_model_state(parts.model)  # rank 0's, gathered where the model is sharded
         if engine.is_main:
-            state = results.trainer_state(self.args, self.run_dir, parts.plan, position)
-            results.write_outputs(self.run_dir, engine.unwrap(parts.model), weights, parts.tokenizer, predictions,
+            state = finish.trainer_state(self.args, self.run_dir, parts.plan, position)
+            finish.write_outputs(self.run_dir, engine.unwrap(parts.model), weights, parts.tokenizer, predictions,
                                   loop.evaluator.shape, position.log_history, found, train_metrics, state)  # fmt: skip
         return found

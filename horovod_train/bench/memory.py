@@ -19,7 +19,7 @@ from typing import Any
 from horovod_train import compare, domains
 from horovod_train.bench import common, fit
 from horovod_train.errors import UsageError
-from horovod_train.memory import memory_available
+from horovod_train.peak_memory import memory_available
 from horovod_train.run_directory import claimed
 from horovod_train.tables import format_table
 

@@ -12,7 +12,7 @@ from types import ModuleType
 
 import numpy as np
 
-METRIC_MODULES = Path(__file__).parent.parent / "evaluate_metrics"
+METRIC_MODULES = Path(__file__).parent.parent / "evaluate_modules"
 
 
 def _sklearn() -> ModuleType:

@@ -3,15 +3,15 @@
   parts.py        RunPlan (steps, epochs, global batch) and RunParts: what setup() builds
   build.py        the builders: data, model, optimizer, train loader, plan, start position
   rank_zero.py    rank 0 reads or works first, every rank gets its result or its error
-  console.py      rank 0's log lines, above the progress bar
+  progress.py     rank 0's log lines, above the progress bar
   resume.py       reading a checkpoint to resume from, restoring its state
   loop.py         TrainingLoop: epochs of optimizer steps, their evaluations and checkpoints
   step.py         one optimizer step (micro-batches, backward, clip and step): the loop's, and `bench gpu`'s
   phases.py       the names of the profiler ranges each step marks (what `bench trace` reads)
   run_log.py      what a run reports as it goes: log_history, metrics.jsonl, trackers, log lines
   evaluation.py   the sharded evaluation loop, shared by evaluate and predict
-  checkpointing.py  writing checkpoints, tracking and loading the best one
-  results.py      the results gathered at the end and the files rank 0 writes
+  saving.py       writing checkpoints, tracking and loading the best one
+  finish.py       the end of a run: results gathered, and the files rank 0 writes
 
 None of them knows Horovod or DDP: every collective goes through the engine.
 """

@@ -11,7 +11,7 @@ from datasets import Dataset, DatasetDict
 from torch.utils.data import DataLoader
 
 from horovod_train import checkpoint as ckpt
-from horovod_train import lora, memory
+from horovod_train import lora, peak_memory
 from horovod_train import model as model_lib
 from horovod_train.config import RunConfig, TrainingArguments
 from horovod_train.data.columns import text_columns
@@ -142,7 +142,7 @@ def check_memory(config: RunConfig, engine: Engine, tokenizer: Any, tokenized: D
     trainable = sum(p.numel() for p in shape.parameters() if p.requires_grad)
     state = engine.state_bytes_per_rank(params, trainable)
     ranks = engine.local_world_size if engine.device.type == "cpu" else 1
-    memory.check_state_fits(engine.name, params, state, ranks, engine.device)
+    peak_memory.check_state_fits(engine.name, params, state, ranks, engine.device)
 
 
 def lora_options(model_args: Any) -> lora.LoraOptions:

@@ -18,11 +18,11 @@ from horovod_train.metrics import Meter, audit_epoch
 from horovod_train.position import TrainingPosition
 from horovod_train.schedule import Schedule
 from horovod_train.stopping import StopSignals, TrainingStopped
-from horovod_train.training.checkpointing import CheckpointSaver
-from horovod_train.training.console import Console
 from horovod_train.training.evaluation import Evaluator
 from horovod_train.training.parts import RunParts
+from horovod_train.training.progress import Console
 from horovod_train.training.run_log import RunLog
+from horovod_train.training.saving import CheckpointSaver
 from horovod_train.training.step import accumulate_and_step
 
 

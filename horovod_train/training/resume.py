@@ -15,7 +15,7 @@ from horovod_train import checkpoint as ckpt
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
 from horovod_train.run_directory import FINISHED_MARKER, RunDirectory
-from horovod_train.training.console import Console
+from horovod_train.training.progress import Console
 from horovod_train.training.rank_zero import RankZero
 
 

@@ -14,8 +14,8 @@ from horovod_train.position import TrainingPosition
 from horovod_train.run_directory import METRICS, RunDirectory
 from horovod_train.tasks.scores import METRIC_NAMES
 from horovod_train.trackers import Trackers
-from horovod_train.training.console import Console
 from horovod_train.training.parts import RunPlan
+from horovod_train.training.progress import Console
 
 METRIC_ENDINGS = tuple(f"_{name}" for name in METRIC_NAMES)
 

@@ -22,13 +22,13 @@ ENTRY_POINTS = {"horovod_train.cli", "horovod_train.__main__"}  # the command li
 # model, the training or the metrics.
 NEVER_IMPORTS = {
     "horovod_train.tasks": ("horovod_train.config", "horovod_train.data", "horovod_train.metrics",
-                            "horovod_train.model", "horovod_train.outputs", "horovod_train.training",
+                            "horovod_train.model", "horovod_train.transformers_files", "horovod_train.training",
                             "horovod_train.trainer"),
     "horovod_train.data": ("horovod_train.metrics", "horovod_train.model", "horovod_train.training",
                            "horovod_train.trainer"),
 }  # fmt: skip
 ASK_THE_SHAPES = ("horovod_train.data.labels", "horovod_train.data.loaders", "horovod_train.model",
-                  "horovod_train.training.evaluation", "horovod_train.outputs")  # fmt: skip
+                  "horovod_train.training.evaluation", "horovod_train.transformers_files")  # fmt: skip
 
 
 def modules() -> dict[str, Path]:

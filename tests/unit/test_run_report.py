@@ -19,8 +19,8 @@ from horovod_train.engines.single import SingleEngine
 from horovod_train.position import TrainingPosition
 from horovod_train.trackers import Trackers, curves
 from horovod_train.training import run_log
-from horovod_train.training.console import Console
 from horovod_train.training.parts import RunPlan
+from horovod_train.training.progress import Console
 
 # 6 steps, a checkpoint every 2 of which rotation keeps the newest, a LoRA adapter, TensorBoard's directory.
 JOB = ["train", "--engine", "single", *SMALL_JOB, "--synthetic_num_examples", "300", "--max_steps", "6"]

@@ -7,11 +7,11 @@ from typing import Any
 
 import torch
 
-from horovod_train import lora, outputs
+from horovod_train import lora, transformers_files
 from horovod_train.config import TrainingArguments
 from horovod_train.engines.base import Engine
 from horovod_train.files import follow_umask
-from horovod_train.memory import peak_memory_mb
+from horovod_train.peak_memory import peak_memory_mb
 from horovod_train.position import TrainingPosition
 from horovod_train.run_directory import RunDirectory
 from horovod_train.tasks.base import TaskShape
@@ -93,6 +93,6 @@ def write_outputs(
         for saved in output_dir.glob("*.safetensors"):  # safetensors writes 0600 whatever the umask
             follow_umask(saved)
         tokenizer.save_pretrained(output_dir)
-        outputs.write_predictions(output_dir, predictions, model.config.id2label, shape)
+        transformers_files.write_predictions(output_dir, predictions, model.config.id2label, shape)
         plot_training_curves(log_history, output_dir / "training_curves.png")
-        outputs.write_results(output_dir, results, train_metrics, state)
+        transformers_files.write_results(output_dir, results, train_metrics, state)

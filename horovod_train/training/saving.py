@@ -13,8 +13,8 @@ from horovod_train.engines.base import Engine
 from horovod_train.position import TrainingPosition
 from horovod_train.run_directory import RunDirectory
 from horovod_train.schedule import Schedule
-from horovod_train.training.console import Console
 from horovod_train.training.parts import RunParts
+from horovod_train.training.progress import Console
 from horovod_train.training.rank_zero import RankZero
 
 
