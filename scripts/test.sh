@@ -41,25 +41,36 @@ pytest_run() {
     HVT_CLOCK_FILE=$CLOCK/$name.json PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m pytest "$@" ${PYTEST_ARGS:-}
 }
 
-# The system tier (Podman images, SLURM clusters, network namespaces: much of it waiting on daemons, image layers
-# and downloads) in a pytest process of its own beside the unit and integration tiers: the suite is built for two
-# test runs on one machine (docs/launch.md, Developers' notes), and its own tiers are two such runs. Its output
-# follows theirs. HVT_TIERS_IN_TURN=1 runs the tiers one after the other in one process.
+# Three pytest processes at once: the system tier (Podman images, SLURM clusters, network namespaces: much of it
+# waiting on daemons, image layers and downloads), and two that share the integration tier module by module
+# (tests/support/sharing.py: its tests use about one core each), the first running tests/unit before it. The suite
+# is built for test runs side by side on one machine (docs/launch.md, Developers' notes). Their outputs follow one
+# another. HVT_TIERS_IN_TURN=1 runs the tiers one after the other in one process.
 all_tiers() {
     if [ "${HVT_TIERS_IN_TURN:-0}" = 1 ]; then
         pytest_run pytest tests
         return
     fi
-    local system rc=0 rc_system=0
+    local system second rc=0 rc_second=0 rc_system=0
+    mkdir "$CLOCK/claims"
     pytest_run system tests/system >"$CLOCK/system.log" 2>&1 &
     system=$!
-    pytest_run pytest tests/unit tests/integration || rc=$?
+    HVT_SHARE_DIR=$CLOCK/claims HVT_EARLY_BUILDS=0 pytest_run integration-2 tests/integration \
+        >"$CLOCK/integration-2.log" 2>&1 &
+    second=$!
+    HVT_SHARE_DIR=$CLOCK/claims pytest_run pytest tests/unit tests/integration || rc=$?
+    wait "$second" || rc_second=$?
     wait "$system" || rc_system=$?
     echo
-    echo "=== tests/system, which ran beside the tiers above ==="
+    echo "=== the second process of tests/integration, which ran beside the one above ==="
+    cat "$CLOCK/integration-2.log"
+    echo
+    echo "=== tests/system, which ran beside them ==="
     cat "$CLOCK/system.log"
-    [ "$rc" -ne 0 ] && return "$rc"
-    return "$rc_system"
+    local code
+    for code in "$rc" "$rc_second" "$rc_system"; do
+        [ "$code" -eq 0 ] || return "$code"
+    done
 }
 
 if [ "$WHAT" = fast ]; then

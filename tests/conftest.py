@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 
 # Fixtures that test modules of several tiers use, defined beside their helpers.
-from support import builds
+from support import builds, sharing
 from support.checkpoints import trained  # noqa: F401
 from support.host_syncs import offline_cache  # noqa: F401
 from support.model_runs import half_models  # noqa: F401
 
-pytest_plugins = ["support.clock"]  # where the suite's time goes: a table at the end of every run
+# support.clock: where the suite's time goes, a table at the end of every run; support.sharing: two processes
+# sharing the integration tier under scripts/test.sh
+pytest_plugins = ["support.clock", "support.sharing"]
 
 
 def needed_builds(item: pytest.Item) -> set[str]:
@@ -28,12 +30,13 @@ def needed_builds(item: pytest.Item) -> set[str]:
 @pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that wait for a background build (support/builds.py) go last, in their random order, so that the
-    build runs beside every other test instead of holding the session up."""
-    items[:] = sorted(items, key=lambda item: bool(needed_builds(item)))  # a stable sort keeps the order
+    build runs beside every other test instead of holding the session up; where two processes share a tier
+    (support/sharing.py), its tests come after the others."""
+    items[:] = sorted(items, key=lambda item: (sharing.shared(item), bool(needed_builds(item))))  # stable: in order
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if not session.config.option.collectonly:
+    if not session.config.option.collectonly and sharing.EARLY_BUILDS:
         builds.start(set().union(*map(needed_builds, session.items)))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 SLOWEST_TESTS = 20
 SLOWEST_FIXTURES = 12
 
@@ -11,17 +13,25 @@ def minutes(seconds: float) -> str:
 
 
 def merge(found: dict[str, dict]) -> dict:
-    """The clocks of pytest processes that ran at once (scripts/test.sh: the system tier beside the others) as one:
-    their tiers are disjoint, the wall is the longest process's."""
+    """The clocks of pytest processes that ran at once (scripts/test.sh: the system tier and two processes sharing
+    the integration tier) as one: a tier's time is summed over the processes, the wall is the longest one's."""
     runs = list(found.values())
     return {
         "wall_s": max(run["wall_s"] for run in runs),
         "processes": {name: run["wall_s"] for name, run in found.items()},
-        "tiers": {tier: s for run in runs for tier, s in run["tiers"].items()},
-        "tiers_cpu": {tier: s for run in runs for tier, s in run.get("tiers_cpu", {}).items()},
+        "tiers": _summed(run["tiers"] for run in runs),
+        "tiers_cpu": _summed(run.get("tiers_cpu", {}) for run in runs),
         "tests": sorted((t for run in runs for t in run["tests"]), key=lambda t: -t["seconds"]),
         "fixtures": sorted((f for run in runs for f in run["fixtures"]), key=lambda f: -f["seconds"]),
     }
+
+
+def _summed(tiers: Iterable[dict[str, float]]) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for found in tiers:
+        for tier, seconds in found.items():
+            total[tier] = total.get(tier, 0.0) + seconds
+    return dict(sorted(total.items()))
 
 
 def table(found: dict) -> list[str]:

@@ -1,0 +1,56 @@
+"""Two pytest processes sharing the integration tier, module by module (scripts/test.sh, issue 40). Its tests are
+about one core each (two ranks that mostly take turns, imports, waits), so a second process fills the machine's
+other core. With ``HVT_SHARE_DIR`` set, a process runs a shared module's tests only if it claimed the module first
+(a file created with O_EXCL in that directory, which both processes see); the other process passes them over
+without a report, so the two runs' reports add up to the tier once. A module is claimed whole, when its first test
+is reached: its module-scoped launches stay in one process. Both processes collect everything and walk the
+modules in their own random order; the claims keep the work dynamic (a slow module never holds the other process
+up). Without ``HVT_SHARE_DIR`` nothing changes.
+
+The processes' other tiers (tests/unit beside the first) run before the shared modules, so that passing a module
+over never leaves a fixture of another directory set up (pytest tears down what the next item does not need only
+at the end of an item it ran)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+SHARED_TIER = "tests/integration/"
+SHARE_DIR = os.environ.get("HVT_SHARE_DIR")
+# Whether this process starts the session's background builds at collection (support/builds.py): the first
+# process does; the second builds only what a module it claimed waits for.
+EARLY_BUILDS = os.environ.get("HVT_EARLY_BUILDS", "1") == "1"
+
+
+def shared(item: pytest.Item) -> bool:
+    return SHARE_DIR is not None and item.nodeid.startswith(SHARED_TIER)
+
+
+class Claims:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.mine: dict[str, bool] = {}
+
+    def runs_here(self, module: str) -> bool:
+        if module not in self.mine:
+            path = self.folder / hashlib.sha256(module.encode()).hexdigest()[:32]
+            try:
+                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                self.mine[module] = True
+            except FileExistsError:
+                self.mine[module] = False
+        return self.mine[module]
+
+
+CLAIMS = Claims(Path(SHARE_DIR)) if SHARE_DIR else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    if CLAIMS is None or not shared(item) or CLAIMS.runs_here(item.nodeid.split("::")[0]):
+        return None  # pytest runs it
+    return True  # the other process claimed its module and runs it
