@@ -94,6 +94,23 @@ def test_apptainer_job_refuses_a_missing_image(slurm, tmp_path, cache_dir, image
     assert "+ srun" not in output
 
 
+def test_bad_input_under_srun_is_one_line_from_rank_0_and_nothing_is_touched(slurm, tmp_path, cache_dir) -> None:
+    """The README's srun recipe with an --output_dir holding a user's file: every rank meets the same bad input,
+    rank 0 says it in one line, the other rank ends with the job (srun --kill-on-bad-exit), exit 2, file intact."""
+    out = tmp_path / "proj"
+    out.mkdir()
+    (out / "config.json").write_text('{"mine": true}')
+    job, _ = slurm.submit("horovod_srun", *LAUNCH_JOB, "--output_dir", str(out), env=launch_env(cache_dir),
+                          workdir=tmp_path)  # fmt: skip
+    fields = slurm.wait(job, timeout=240)
+    output = job_output(fields)
+    assert fields["JobState"] == "FAILED" and fields["ExitCode"] == "2:0", f"{fields}\n{output[-4000:]}"
+    errors = [line for line in output.splitlines() if "error: " in line and "; fix: " in line]
+    assert len(errors) == 1 and str(out) in errors[0], output[-4000:]
+    assert "+ srun" in output, output[-4000:]
+    assert (out / "config.json").read_text() == '{"mine": true}' and sorted(out.iterdir()) == [out / "config.json"]
+
+
 @pytest.mark.parametrize(
     ("job", "engine"), [("horovod_srun", "horovod"), ("horovod_mpirun", "horovod"), ("ddp_torchrun", "ddp")]
 )
