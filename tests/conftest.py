@@ -18,9 +18,7 @@ from support.checkpoints import trained  # noqa: F401
 from support.host_syncs import offline_cache  # noqa: F401
 from support.model_runs import half_models  # noqa: F401
 
-# support.clock: where the suite's time goes, a table at the end of every run; support.sharing: two processes
-# sharing the integration tier under scripts/test.sh
-pytest_plugins = ["support.clock", "support.sharing"]
+pytest_plugins = ["support.clock"]  # where the suite's time goes: a table at the end of every run
 
 
 def needed_builds(item: pytest.Item) -> set[str]:
@@ -38,6 +36,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     if not session.config.option.collectonly and sharing.EARLY_BUILDS:
         builds.start(set().union(*map(needed_builds, session.items)))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    """Under scripts/test.sh two processes share the integration tier (support/sharing.py): a module the other
+    process claimed is passed over here, without a report (True: handled)."""
+    return True if sharing.passed_over(item) else None
 
 
 def pytest_sessionfinish() -> None:

@@ -49,8 +49,6 @@ class Claims:
 CLAIMS = Claims(Path(SHARE_DIR)) if SHARE_DIR else None
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
-    if CLAIMS is None or not shared(item) or CLAIMS.runs_here(item.nodeid.split("::")[0]):
-        return None  # pytest runs it
-    return True  # the other process claimed its module and runs it
+def passed_over(item: pytest.Item) -> bool:
+    """Whether the other process claimed ``item``'s module, and runs it (tests/conftest.py's protocol hook)."""
+    return CLAIMS is not None and shared(item) and not CLAIMS.runs_here(item.nodeid.split("::")[0])
