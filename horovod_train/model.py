@@ -292,8 +292,10 @@ def _build_model(
     set_dropout(config, dropout)
     torch.manual_seed(seed)  # same random init on every rank (rank 0's is broadcast anyway)
     if on_meta:
-        with torch.device("meta"):
-            model = AutoModelForSequenceClassification.from_config(config, dtype=torch.float32)
+        with torch.device("meta"):  # a model with custom code needs the user's --trust_remote_code here too
+            model = AutoModelForSequenceClassification.from_config(
+                config, dtype=torch.float32, trust_remote_code=access.trust_remote_code
+            )
     elif model_name_or_path == TINY_BERT:
         return AutoModelForSequenceClassification.from_config(config, dtype=torch.float32)
     else:
