@@ -29,6 +29,21 @@ def main(clock_dir: str) -> None:
     for name, seconds, status in phases:
         print(f"  {name:<12} {minutes(seconds)}{'' if status == 0 else f'  (exit {status})'}")
     print(f"  {'total':<12} {minutes(sum(s for _, s, _ in phases))}")
+    if (folder / "disk.tsv").is_file():
+        print("disk (free on each filesystem the run writes to, sampled every 10 s):")
+        for line in disk_lines((folder / "disk.tsv").read_text()):
+            print(line)
+
+
+def disk_lines(samples: str) -> list[str]:
+    """One line per mount point: its free space at the first sample and the least seen (df's 1 KiB blocks)."""
+    free: dict[str, list[int]] = {}
+    for line in samples.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[2].isdigit():
+            free.setdefault(parts[1], []).append(int(parts[2]))
+    return [f"  {mount:<12} {kib[0] / 2**20:6.1f} GiB at the start, {min(kib) / 2**20:6.1f} GiB at the least"
+            for mount, kib in free.items()]  # fmt: skip
 
 
 if __name__ == "__main__":

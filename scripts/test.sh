@@ -20,7 +20,23 @@ phase() {
     return "$rc"
 }
 
+# disk_watch: every 10 s, the free space of each filesystem the suite writes to (temporary files, Podman's image
+# storage, the checkout), so that the table shows the least there was. A run that fills the disk fails wherever it
+# happens to write next (stop 41's CI: "No space left on device" in tmp_path's setup); this shows how close it came.
+disk_watch() {
+    local places=("${TMPDIR:-/tmp}" "$ROOT")
+    [ -d /var/lib/containers ] && places+=(/var/lib/containers)
+    while :; do
+        df -Pk "${places[@]}" 2>/dev/null | awk -v t="$EPOCHSECONDS" 'NR > 1 {print t "\t" $6 "\t" $4}' \
+            >>"$CLOCK/disk.tsv"
+        sleep 10
+    done
+}
+disk_watch &
+DISK_WATCH=$!
+
 report() {
+    kill "$DISK_WATCH" 2>/dev/null
     local python=python3
     [ -x "$VENV/bin/python" ] && python=$VENV/bin/python
     "$python" scripts/clock_report.py "$CLOCK" || true

@@ -5,8 +5,9 @@ of their time is downloads, layer copies and commits, which the tests' CPU work 
 A test module asks for one with ``pytestmark = pytest.mark.builds("gpu-image")``: its tests are moved to the end of
 the session (in their random order), the build starts when collection ends, and the module's fixture calls
 ``result(name)``, which waits for it. A build that fails fails the tests that need it, with its log. Each build
-runs in a process group of its own, killed when the session ends. Where a precondition is missing (not root, no
-podman, no nvcc), nothing starts in the background and the fixture's own checks skip or fail as before.
+runs in a process group of its own, killed when the session ends, when the session's images are removed too. Where
+a precondition is missing (not root, no podman, no nvcc), nothing starts in the background and the fixture's own
+checks skip or fail as before.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from support.docker import PODMAN_BUILD, podman_env, podman_tools
+from support.docker import PODMAN_BUILD, podman_env, podman_tools, remove_session_image
 from support.jobs import BIN, REPO
 from support.machine import SESSION
 from support.nccl import SCRIPT as NCCL_SCRIPT
@@ -122,4 +123,7 @@ def stop(build: Build) -> None:
 def stop_all() -> None:
     for build in BUILDS.values():
         stop(build)
+    if shutil.which("podman"):  # an image whose module did not run (deselected, or the session ended early)
+        for variant in ("cpu", "gpu"):
+            remove_session_image(IMAGE, variant, dict(os.environ))
     shutil.rmtree(LOG_DIR, ignore_errors=True)

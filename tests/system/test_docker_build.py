@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from support import builds
-from support.docker import podman_tools, untag_session_image
+from support.docker import podman_tools, remove_session_image
 from support.jobs import BIN, REPO, assert_ok, read_results
 from support.launch import LAUNCH_JOB, effective_command, ensure_commands, rank_map
 from support.machine import SESSION
@@ -64,7 +64,7 @@ def image() -> Iterator[str]:
         assert_ok(proc)  # tags :cpu and :VERSION-cpu
         yield TAG
     finally:
-        untag_session_image(IMAGE, "cpu", PODMAN_ENV)
+        remove_session_image(IMAGE, "cpu", PODMAN_ENV)
 
 
 @pytest.fixture(scope="module")

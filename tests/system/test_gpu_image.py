@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 from support import builds
-from support.docker import podman_env, podman_tools, untag_session_image
+from support.docker import podman_env, podman_tools, remove_session_image
 from support.jobs import BIN, assert_ok, read_results
 from support.launch import LAUNCH_JOB, ensure_commands
 from support.nccl import have_nvcc
@@ -61,7 +61,7 @@ def image() -> Iterator[str]:
         print(f"\n[podman build --variant gpu: image {int(size.stdout) / 1e9:.2f} GB]")
         yield TAG
     finally:
-        untag_session_image(IMAGE, "gpu", ENV)
+        remove_session_image(IMAGE, "gpu", ENV)
 
 
 def test_image_is_tagged_with_the_package_version(image) -> None:
