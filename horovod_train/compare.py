@@ -34,12 +34,15 @@ class Run:
     engine: str  # the --engine it trains with
     launcher: str  # its row in the launcher table (LAUNCHERS)
     world_size: int  # processes; single and dp take world_size x the per-rank batch instead
+    variant_args: tuple[str, ...] = ()  # an engine's named variant (Engine.run_variants): its train arguments
 
     def row(self) -> Launcher:
         return launcher(self.launcher)
 
     def command(self, train_args: list[str]) -> list[str]:
-        return self.launch([sys.executable, "-m", "horovod_train", "train", "--engine", self.engine, *train_args])
+        # The variant's arguments last: they are what makes this run differ from the engine's default.
+        program = [sys.executable, "-m", "horovod_train", "train", "--engine", self.engine, *train_args]
+        return self.launch([*program, *self.variant_args])
 
     def launch(self, program: list[str], env: Mapping[str, str] | None = None) -> list[str]:
         """``program`` under this run's launcher, its ranks on this machine. horovodrun and torchrun hand their
@@ -72,17 +75,24 @@ def supported_runs(world: int) -> list[Run]:
             runs.append(Run("horovod-mpi", "horovod", "mpirun", world))
     except (ImportError, OSError):
         pass
+    backend = "nccl" if gpus else "gloo"
     backend_ok = dist.is_nccl_available() if gpus else dist.is_gloo_available()
-    if dist.is_available() and backend_ok and launcher("torchrun").tool_installed():
-        runs += [Run(f"{name}-{'nccl' if gpus else 'gloo'}", name, "torchrun", world)
-                 for name, engine in available_engines().items() if engine.local_launcher == "torchrun"]  # fmt: skip
+    torchrun = dist.is_available() and backend_ok and launcher("torchrun").tool_installed()
+    engines = available_engines().items() if torchrun else ()
+    for name, engine in engines:
+        if engine.local_launcher == "torchrun":
+            runs.append(Run(f"{name}-{backend}", name, "torchrun", world))
+            runs += [Run(f"{name}-{variant}-{backend}", name, "torchrun", world, args)
+                     for variant, args in engine.run_variants.items()]  # fmt: skip
     runs += [Run("single", "single", "plain", 1), Run("dp", "dp", "plain", 1)]
     return runs
 
 
 def select_runs(runs: list[Run], wanted: list[str] | None) -> list[Run]:
+    """The runs ``wanted`` names (a run's name, or an engine's: all its runs, variants too); by default every run
+    but the engines' variants."""
     if not wanted:
-        return runs
+        return [r for r in runs if not r.variant_args]
     tokens = [t for item in wanted for t in item.split(",") if t]
     known = {r.name for r in runs} | {r.engine for r in runs}
     unknown = [t for t in tokens if t not in known]

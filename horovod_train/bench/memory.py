@@ -76,8 +76,8 @@ def validate(args: argparse.Namespace) -> tuple[list[compare.Run], dict[str, int
     if len(batches) != len(args.architectures) or min(batches) < 1:
         raise UsageError(f"--batch_sizes {batches}: one size >= 1 per architecture", "pass e.g. --batch_sizes 8 2")
     runs = [] if args.no_runs else compare.select_runs(compare.supported_runs(args.world_size), args.engines)
-    if any(r.engine in ("single", "dp") for r in runs):
-        raise UsageError("bench memory measures multi-process engines", "pass --engines horovod-gloo ddp-gloo")
+    if any(r.engine == "dp" for r in runs):  # one process holding every replica: its peak is not per rank
+        raise UsageError("bench memory measures one process per rank: not dp", "pass e.g. --engines single ddp-gloo")
     return runs, dict(zip(args.architectures, batches, strict=True))
 
 
@@ -143,10 +143,17 @@ def measure_activations(config: Any, seq: int, kind: str, lora_r: int = 8, batch
     return fit.Activations(seq, config.hidden_size, layer, saved[1] / batch - layer)
 
 
-def runnable(model: fit.Model, mode: str, world_size: int, margin_gb: float) -> bool:
-    """Whether ``world_size`` ranks' parameter state (weights, gradients, AdamW) plus a 1.5 GB base each fit now."""
-    state = fit.state_bytes(model, "lora" if mode == "lora" else "full") + 1.5 * fit.GB
-    return world_size * state + margin_gb * fit.GB <= memory_available()
+def state_bytes(model: fit.Model, mode: str, run: compare.Run) -> float:
+    """A rank's parameter state (weights, gradients, AdamW) as ``run``'s engine spreads it over its ranks."""
+    from horovod_train.engines import available_engines
+
+    trainable = model.trainable_lora if mode == "lora" else model.params
+    return available_engines()[run.engine].state_bytes_per_rank(model.params, trainable, run.world_size)
+
+
+def runnable(model: fit.Model, mode: str, run: compare.Run, margin_gb: float) -> bool:
+    """Whether ``run``'s ranks' parameter state plus a 1.5 GB base each fit in the memory free now."""
+    return run.world_size * (state_bytes(model, mode, run) + 1.5 * fit.GB) + margin_gb * fit.GB <= memory_available()
 
 
 def train_args(config_dir: Path, mode: str, batch: int, args: argparse.Namespace, run_dir: Path) -> list[str]:
@@ -184,11 +191,12 @@ def measured_row(run: compare.Run, summary: dict[str, Any], run_dir: Path, mode:
     }
 
 
-def computed_row(model: fit.Model, mode: str, batch: int, act: fit.Activations, reference: dict) -> dict[str, Any]:
+def computed_row(model: fit.Model, mode: str, run: compare.Run, batch: int, act: fit.Activations,
+                 reference: dict) -> dict[str, Any]:  # fmt: skip
     """A mode not run: a measured mode's peak RSS plus the formula's difference in state and activations."""
     ref_mode = reference["mode"]
-    extra = (fit.state_bytes(model, mode) + fit.activation_bytes(model, mode, batch, act)
-             - fit.state_bytes(model, ref_mode) - fit.activation_bytes(model, ref_mode, batch, act))  # fmt: skip
+    extra = (state_bytes(model, mode, run) + fit.activation_bytes(model, mode, batch, act)
+             - state_bytes(model, ref_mode, run) - fit.activation_bytes(model, ref_mode, batch, act))  # fmt: skip
     trainable = model.params if mode != "lora" else model.trainable_lora
     return {
         "params": model.params,
@@ -247,7 +255,7 @@ def train_runs(args: argparse.Namespace, runs: list[compare.Run], batches: dict[
                 head = {"architecture": name, "mode": mode, "run": run.name, "world_size": run.world_size,
                         "batch": batches[name], "seq": args.max_seq_length}  # fmt: skip
                 print(f"{key}", end=" ", flush=True)
-                if runnable(model, mode, run.world_size, args.margin_gb):
+                if runnable(model, mode, run, args.margin_gb):
                     run_dir, log = out / "runs" / key, out / "logs" / f"{key}.log"
                     log.parent.mkdir(parents=True, exist_ok=True)
                     cmd = run.command(train_args(config_dir, mode, batches[name], args, run_dir))
@@ -260,7 +268,7 @@ def train_runs(args: argparse.Namespace, runs: list[compare.Run], batches: dict[
                     if reference is None:
                         row = {**head, "status": "skipped (not enough free memory, nothing measured to compute from)"}
                     else:
-                        row = {**head, **computed_row(model, mode, batches[name], act, reference)}
+                        row = {**head, **computed_row(model, mode, run, batches[name], act, reference)}
                 rows.append(row)
                 print(row["status"], flush=True)
     return rows

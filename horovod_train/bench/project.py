@@ -16,6 +16,15 @@ gradients are all-reduced in buckets while the backward pass still runs. The mod
   NIC, so the NIC carries 2(M-1)/M * S), all-gather in the node;
 - step = compute + what of the communication is still running after backward ends.
 
+The sharded engines (each a ring collective of half an all-reduce's cost: ``AG(S) = RS(S) = allreduce(S) / 2``):
+
+- zero1: DDP's buckets, then, after the optimizer step, an all-gather of the updated parameters (each rank
+  stepped its share), which nothing overlaps;
+- fsdp: the parameters in ``--fsdp_units`` units (transformer blocks: contiguous runs of tensors of about equal
+  bytes); forward all-gathers each unit, the next one prefetched while the current one computes; backward
+  all-gathers each again (``fsdp``, ZeRO-3; ``fsdp-zero2`` keeps them from forward) and reduce-scatters its
+  gradients after its backward. One link: the collectives run one after another in the order they are issued.
+
 Scaling is weak (fixed batch per GPU): samples/s = N x batch / step and efficiency = step(1) / step(N).
 ``--check_published`` predicts the published Horovod runs from their stated hardware (docs/scaling.md).
 """
@@ -35,6 +44,7 @@ from horovod_train.engines.ddp_options import DDPArguments
 from horovod_train.errors import UsageError
 from horovod_train.tables import format_table
 
+SETTING_NAMES = ("horovod", "ddp", "zero1", "fsdp", "fsdp-zero2")
 GBPS = 1e9  # bandwidths in GB/s (10^9 bytes), as bench allreduce reports them
 MB = 2**20
 COLUMNS = [
@@ -72,10 +82,12 @@ class Cluster:
 @dataclass(frozen=True)
 class Setting:
     name: str
-    kind: str  # "horovod" (cycle + fusion) or "ddp" (fixed buckets)
+    kind: str  # "horovod" (cycle + fusion), "ddp" (fixed buckets), "zero1" (ddp + all-gather), "fsdp"
     bucket_bytes: int  # Horovod's fusion threshold, or DDP's bucket cap
     cycle_time: float = 0.0  # seconds between Horovod's fusion rounds
-    overlap: bool = True  # communication starts during backward
+    overlap: bool = True  # communication starts during backward (fsdp: the next unit's all-gather is prefetched)
+    units: int = 12  # fsdp: units the parameters are sharded in (the transformer blocks)
+    reshard: bool = True  # fsdp: all-gather each unit again for backward (ZeRO-3)
 
     @property
     def bucket_mb(self) -> float:
@@ -164,8 +176,52 @@ def horovod_buckets(workload: Workload, setting: Setting) -> list[tuple[float, i
     return buckets
 
 
+def units(tensor_bytes: tuple[int, ...], count: int) -> list[int]:
+    """Bytes of each of ``count`` units: contiguous runs of tensors (forward order), cut where the running total
+    passes each k/count of the whole (fewer units if there are fewer tensors)."""
+    total, cuts, run, sizes = sum(tensor_bytes), 1, 0, []
+    for nbytes in tensor_bytes:
+        run += nbytes
+        if run * count >= cuts * total and len(sizes) < count - 1:
+            sizes.append(run - sum(sizes))
+            cuts += 1
+    rest = total - sum(sizes)
+    return [*sizes, rest] if rest or not sizes else sizes
+
+
+def fsdp_step(workload: Workload, setting: Setting, world: int, cluster: Cluster) -> dict[str, Any]:
+    """FSDP's step: per unit, all-gather before forward (and before backward when resharding), reduce-scatter
+    after backward. A unit's compute waits for its gather; the next unit's gather is issued when a unit starts
+    (prefetch); one link runs the collectives in the order they are issued. Without overlap nothing hides."""
+    sizes = units(workload.tensor_bytes, setting.units)
+    gather = [allreduce_time(s, world, cluster) / 2 for s in sizes]  # all-gather = reduce-scatter = half
+    busy = sum(gather) * (3 if setting.reshard else 2)
+    if not setting.overlap or world == 1:
+        return {"buckets": len(sizes), "comm": busy, "exposed": busy, "step": workload.compute + busy}
+    backward = workload.compute * workload.backward_fraction
+    forward_each, backward_each = (workload.compute - backward) / len(sizes), backward / len(sizes)
+    link = compute = started = 0.0
+    for cost in gather:  # forward: the gather of the next unit was issued when this one started
+        link = max(link, started) + cost
+        started = max(compute, link)
+        compute = started + forward_each
+    ready = {len(sizes) - 1: 0.0}
+    if setting.reshard:  # the last unit's gather is issued when backward starts
+        link = ready[len(sizes) - 1] = max(link, compute) + gather[-1]
+    for unit in reversed(range(len(sizes))):
+        started = max(compute, ready.get(unit, 0.0))
+        if setting.reshard and unit > 0:  # prefetch the previous unit's parameters
+            link = ready[unit - 1] = max(link, started) + gather[unit - 1]
+        compute = started + backward_each
+        link = max(link, compute) + gather[unit]  # reduce-scatter this unit's gradients
+    exposed = max(compute, link) - workload.compute
+    return {"buckets": len(sizes), "comm": busy, "exposed": exposed, "step": workload.compute + exposed}
+
+
 def step(workload: Workload, setting: Setting, world: int, cluster: Cluster) -> dict[str, Any]:
     """One step's times (seconds) on ``world`` GPUs."""
+    if setting.kind == "fsdp":
+        return fsdp_step(workload, setting, world, cluster)
     backward_end = workload.compute * workload.backward_fraction
     make = horovod_buckets if setting.kind == "horovod" else ddp_buckets
     buckets = make(workload, setting)
@@ -175,6 +231,9 @@ def step(workload: Workload, setting: Setting, world: int, cluster: Cluster) -> 
         start = max(launch if setting.overlap else backward_end, done)
         done, busy = start + cost, busy + cost
     exposed = max(0.0, done - backward_end) if world > 1 else 0.0
+    if setting.kind == "zero1":  # each rank's updated share of the parameters, gathered after the step
+        gathered = allreduce_time(sum(workload.tensor_bytes), world, cluster) / 2
+        busy, exposed = busy + gathered, exposed + gathered
     return {"buckets": len(buckets), "comm": busy, "exposed": exposed, "step": workload.compute + exposed}
 
 
@@ -221,7 +280,11 @@ def ddp_setting(args: argparse.Namespace) -> Setting:
 
 
 def settings(args: argparse.Namespace) -> list[Setting]:
-    return [horovod_setting(args), ddp_setting(args)]
+    ddp = ddp_setting(args)
+    fsdp = Setting("fsdp", "fsdp", 0, overlap=not args.no_overlap, units=args.fsdp_units)
+    every = {"horovod": horovod_setting(args), "ddp": ddp, "zero1": replace(ddp, name="zero1", kind="zero1"),
+             "fsdp": fsdp, "fsdp-zero2": replace(fsdp, name="fsdp-zero2", reshard=False)}  # fmt: skip
+    return [every[name] for name in args.engines]
 
 
 def lora_workload(args: argparse.Namespace, full: Workload) -> Workload:
@@ -426,6 +489,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ddp_bucket_cap_mb", type=float, default=float(DDPArguments.ddp_bucket_cap_mb),
                         help="DDP, as the ddp engine's --ddp_bucket_cap_mb (default 25)")  # fmt: skip
     parser.add_argument("--no_overlap", action="store_true", help="communicate only after backward")
+    parser.add_argument(
+        "--engines",
+        nargs="+",
+        default=list(SETTING_NAMES),
+        choices=SETTING_NAMES,
+        help="whose communication to model (fsdp-zero2: --fsdp_reshard_after_forward false)",
+    )
+    parser.add_argument("--fsdp_units", type=int, default=12, help="fsdp: units sharded (the transformer blocks)")
     parser.add_argument("--max_gpus", type=int, default=1024)
     parser.add_argument("--check_published", action="store_true", help="also predict the Horovod paper's 512-GPU runs")
     parser.add_argument("--lora_r", type=int, default=None,
@@ -435,7 +506,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def validate(args: argparse.Namespace) -> None:
     """Every argument against its domain (domains.py), before anything is read or written."""
     domains.writable_dir("output_dir", args.output_dir)
-    counts = ("per_device_train_batch_size", "gpus_per_node", "max_gpus")
+    counts = ("per_device_train_batch_size", "gpus_per_node", "max_gpus", "fsdp_units")
     for name in (*counts, *(("lora_r",) if args.lora_r is not None else ())):
         domains.count(1, example="8")(name, getattr(args, name))
     positive = ("compute_ms", "samples_per_second_1gpu", "intra_gbps", "inter_gbps", "fusion_threshold_mb",

@@ -12,7 +12,7 @@ import json
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
 from torch import nn
@@ -50,6 +50,9 @@ class Engine(ABC):
     # The launcher table's row that starts this engine's ranks on one machine, read by compare, bench and the
     # engine contract test (plain python: a world of one).
     local_launcher: str = "plain"
+    # Named variants that compare and bench run beside the engine's default when asked for by name (or by the
+    # engine's name): variant -> its train arguments. fsdp's "zero2" keeps gathered blocks until backward.
+    run_variants: ClassVar[dict[str, tuple[str, ...]]] = {}
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
@@ -152,9 +155,11 @@ class Engine(ABC):
     # then run as many forward passes as the others, in evaluation too.
     forward_is_collective: bool = False
 
-    def state_bytes_per_rank(self, params: int, trainable: int) -> float:
-        """Bytes of training state a rank holds for a model of ``params`` parameters, ``trainable`` of them trained:
-        fp32 weights (4), and for each trained one its gradient (4) and AdamW's two moments (8)."""
+    @classmethod
+    def state_bytes_per_rank(cls, params: int, trainable: int, world_size: int) -> float:
+        """Bytes of training state a rank holds for a model of ``params`` parameters, ``trainable`` of them trained,
+        at ``world_size`` ranks: fp32 weights (4), and for each trained one its gradient (4) and AdamW's two moments
+        (8). A class method: the memory check before start and `bench memory` ask it before any engine exists."""
         return 4 * params + 12 * trainable
 
     def parameter_checksum(self, model: nn.Module) -> int:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 class FSDPEngine(DDPEngine):
     name = "fsdp"
     forward_is_collective = True
+    run_variants: ClassVar[dict[str, tuple[str, ...]]] = {"zero2": ("--fsdp_reshard_after_forward", "false")}
 
     def __init__(self, config: RunConfig) -> None:
         super().__init__(config)
@@ -151,8 +152,9 @@ class FSDPEngine(DDPEngine):
         named = sorted(model.state_dict().items())
         return tensors_checksum((n, t.full_tensor() if isinstance(t, DTensor) else t) for n, t in named)
 
-    def state_bytes_per_rank(self, params: int, trainable: int) -> float:
-        return (4 * params + 12 * trainable) / self.world_size
+    @classmethod
+    def state_bytes_per_rank(cls, params: int, trainable: int, world_size: int) -> float:
+        return (4 * params + 12 * trainable) / world_size
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "reshard_after_forward": self.reshard_after_forward,

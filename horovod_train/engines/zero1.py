@@ -31,8 +31,9 @@ class Zero1Engine(DDPEngine):
         optimizer.consolidate_state_dict(to=0)  # collective: every rank sends its share to rank 0
         return optimizer.state_dict() if self.is_main else None
 
-    def state_bytes_per_rank(self, params: int, trainable: int) -> float:
-        return 4 * params + 4 * trainable + 8 * trainable / self.world_size
+    @classmethod
+    def state_bytes_per_rank(cls, params: int, trainable: int, world_size: int) -> float:
+        return 4 * params + 4 * trainable + 8 * trainable / world_size
 
 
 def sharded_like(optimizer: Optimizer) -> ZeroRedundancyOptimizer:

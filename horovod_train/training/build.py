@@ -140,7 +140,7 @@ def check_memory(config: RunConfig, engine: Engine, tokenizer: Any, tokenized: D
     shape = build_model(config, tokenizer, tokenized, on_meta=True)
     params = sum(p.numel() for p in shape.parameters())
     trainable = sum(p.numel() for p in shape.parameters() if p.requires_grad)
-    state = engine.state_bytes_per_rank(params, trainable)
+    state = engine.state_bytes_per_rank(params, trainable, engine.world_size)
     ranks = engine.local_world_size if engine.device.type == "cpu" else 1
     peak_memory.check_state_fits(engine.name, params, state, ranks, engine.device)
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from horovod_train import compare
 from horovod_train.bench import common, fit, memory
 from horovod_train.cli import main
 
@@ -65,10 +66,23 @@ def test_lora_all_reduces_the_adapters_and_the_head_alone():
 def test_a_mode_not_run_is_computed_from_a_measured_one_and_marked():
     """full from gc: + the activations checkpointing drops, per rank: 2 x ((10 - 1) x 4e6 - 10 x 4e5) bytes."""
     reference = {"mode": "gc", "peak_rss_mib_per_rank": [1000, 1100]}
-    row = memory.computed_row(MODEL, "full", 2, ACT, reference)
+    row = memory.computed_row(MODEL, "full", compare.Run("ddp-gloo", "ddp", "torchrun", 2), 2, ACT, reference)
     extra = 2 * (9 * 4e6 - 10 * 4e5) / 2**20
     assert row["peak_rss_mib_per_rank"] == [round(1000 + extra), round(1100 + extra)]
     assert row["allreduce_bytes"] == 4 * 10**9 and row["status"].startswith("computed from gc")
+
+
+def test_each_engine_decides_what_a_rank_holds_and_so_what_runs(monkeypatch):
+    """1e9 parameters at 2 ranks: ddp 16 GB per rank, zero1 4 + 4 + 8/2 = 12 GB, fsdp 16/2 = 8 GB (and its "zero2"
+    variant the same); with 21 GB free and a 1.5 GB base per rank, fsdp runs (2 x 9.5 + 2 margin) and ddp and
+    zero1 are not run (2 x 17.5, 2 x 13.5)."""
+    runs = {name: compare.Run(name, engine, "torchrun", 2) for name, engine in
+            [("ddp", "ddp"), ("zero1", "zero1"), ("fsdp", "fsdp"), ("fsdp-zero2", "fsdp")]}  # fmt: skip
+    per_rank = {name: memory.state_bytes(MODEL, "full", run) for name, run in runs.items()}
+    assert per_rank == {"ddp": 16e9, "zero1": 12e9, "fsdp": 8e9, "fsdp-zero2": 8e9}
+    monkeypatch.setattr(memory, "memory_available", lambda: 21e9)
+    fits = [name for name, run in runs.items() if memory.runnable(MODEL, "full", run, margin_gb=2.0)]
+    assert fits == ["fsdp", "fsdp-zero2"]
 
 
 def test_measured_activations_are_per_sequence_and_exceed_a_layers_input():
@@ -85,7 +99,7 @@ def test_measured_activations_are_per_sequence_and_exceed_a_layers_input():
         (["--max_steps", "1"], "--max_steps must be >= 2"),
         (["--batch_sizes", "8"], "one size >= 1 per architecture"),
         (["--activation_seqs", "1024"], "out of 1..512"),
-        (["--engines", "single"], "multi-process engines"),
+        (["--engines", "dp"], "one process per rank: not dp"),
     ],
 )
 def test_bench_memory_bad_input_is_one_line(args, message, tmp_path, capsys):
@@ -102,7 +116,7 @@ def test_project_prints_lora_next_to_full_fine_tuning(tmp_path, capsys):
     assert main([*args, "--output_dir", str(out)]) == 0
     assert "Full fine-tuning vs LoRA r=8" in capsys.readouterr().out
     rows = json.loads((out / "project.json").read_text())["rows"]
-    full = {(r["setting"], r["world_size"]): r for r in rows if r["setting"] in ("horovod", "ddp")}
+    full = {(r["setting"], r["world_size"]): r for r in rows if not r["setting"].endswith("-lora")}
     lora = {(r["setting"].removesuffix("-lora"), r["world_size"]): r for r in rows if r["setting"].endswith("-lora")}
     assert full.keys() == lora.keys() and {r["gradient_bytes"] for r in lora.values()} == {8579 * 4}
     assert all(lora[k]["compute_ms"] == pytest.approx(100 * (1 - 1 / 3)) for k in lora)  # no weight gradients

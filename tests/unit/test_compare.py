@@ -33,3 +33,19 @@ def test_an_earlier_compare_is_not_overwritten_silently(tmp_path, capsys):
         main(["compare", "--output_dir", str(tmp_path)])
     assert "already holds files of an earlier run" in capsys.readouterr().err
     assert (tmp_path / "compare.json").read_text() == "{}"
+
+
+def test_an_engines_variant_runs_when_named_and_its_arguments_come_last():
+    """fsdp's "zero2" variant (Engine.run_variants) is a run of its own on this machine's table: left out of the
+    default set (compare's table stays one run per engine), chosen by its name or by the engine's name, and its
+    train arguments end its command line, after what compare passes through."""
+    from horovod_train import compare
+
+    runs = compare.supported_runs(2)
+    names = [r.name for r in runs]
+    assert "fsdp-gloo" in names and "fsdp-zero2-gloo" in names
+    assert "fsdp-zero2-gloo" not in [r.name for r in compare.select_runs(runs, None)]
+    assert [r.name for r in compare.select_runs(runs, ["fsdp"])] == ["fsdp-gloo", "fsdp-zero2-gloo"]
+    (zero2,) = compare.select_runs(runs, ["fsdp-zero2-gloo"])
+    command = zero2.command(["--fsdp_reshard_after_forward", "true"])
+    assert command[-2:] == ["--fsdp_reshard_after_forward", "false"] and command.count("--engine") == 1

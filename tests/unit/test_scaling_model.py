@@ -56,6 +56,54 @@ def test_efficiency_is_one_on_one_gpu_and_never_rises_beyond_one_node(model):
     assert [r["world_size"] for r in rows[: len(WORLDS)]] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 
 
+def test_fsdp_and_zero1_match_the_hand_computed_case():
+    """Two ranks, no latency, two tensors of S bytes with S/B = 20 ms: an all-gather or reduce-scatter of a unit
+    takes 10 ms. 300 ms of compute, 2/3 backward: 50 ms forward and 100 ms backward per unit.
+    fsdp: forward gathers unit 0 (0-10), computes it (10-60) while unit 1 is gathered (10-20), computes unit 1
+    (60-110); backward gathers unit 1 (110-120), computes it (120-220) while unit 0 is gathered (120-130),
+    reduce-scatters it (220-230), computes unit 0 (220-320), reduce-scatters it (320-330): 30 ms exposed.
+    fsdp-zero2 keeps the gathered units: backward 110-210 and 210-310, the last reduce-scatter to 320: 20 ms.
+    zero1: DDP's all-reduce of both (one 25 MB bucket at the end of backward: 40 ms) plus the all-gather of the
+    updated parameters (20 ms) after the step."""
+    link = Link(1e9, 0.0)
+    work = Workload("two", (20_000_000, 20_000_000), 0.3, 8)
+    cluster = Cluster(8, link, link)
+    fsdp = Setting("fsdp", "fsdp", 0, units=2)
+    assert project.step(work, fsdp, 2, cluster)["exposed"] == pytest.approx(0.030)
+    assert project.step(work, replace(fsdp, reshard=False), 2, cluster)["exposed"] == pytest.approx(0.020)
+    assert project.step(work, fsdp, 2, cluster)["comm"] == pytest.approx(0.060)  # 3 x 2 units x 10 ms
+    zero1 = project.step(work, Setting("zero1", "zero1", 25 * MB), 2, cluster)
+    assert zero1["exposed"] == pytest.approx(0.040 + 0.020) and zero1["comm"] == pytest.approx(0.060)
+    assert project.step(work, fsdp, 1, cluster)["step"] == 0.3  # one rank: nothing to gather
+
+
+@pytest.mark.parametrize("model", ["resnet-50", "bert-base-cased"])
+def test_sharding_costs_half_an_allreduce_more_per_byte_and_zero2_none(model):
+    """On links without latency (time in proportion to bytes), across 8 nodes: fsdp moves 1.5x DDP's bytes (an
+    all-gather in forward and one in backward, a reduce-scatter: each half an all-reduce), fsdp-zero2 1x, zero1
+    1.5x (DDP's all-reduce plus the all-gather of the updated parameters); without overlap all of it is exposed."""
+    bandwidth_only = Cluster(8, Link(100e9, 0.0), Link(12.5e9, 0.0))
+    work, fsdp = workload(model), Setting("fsdp", "fsdp", 0, overlap=False)
+    ddp = project.step(work, Setting("ddp", "ddp", 25 * MB, overlap=False), 64, bandwidth_only)["comm"]
+    sharded = {
+        "fsdp": project.step(work, fsdp, 64, bandwidth_only),
+        "fsdp-zero2": project.step(work, replace(fsdp, reshard=False), 64, bandwidth_only),
+        "zero1": project.step(work, Setting("zero1", "zero1", 25 * MB, overlap=False), 64, bandwidth_only),
+    }
+    assert {name: times["comm"] / ddp for name, times in sharded.items()} == pytest.approx(
+        {"fsdp": 1.5, "fsdp-zero2": 1.0, "zero1": 1.5}
+    )
+    assert all(times["exposed"] == pytest.approx(times["comm"]) for times in sharded.values())
+
+
+def test_units_are_contiguous_runs_of_about_equal_bytes():
+    assert project.units((1, 1, 1, 1, 1, 1), 3) == [2, 2, 2]
+    assert project.units((10, 1, 1, 1), 4) == [10, 1, 1, 1]
+    assert project.units((5,), 12) == [5]
+    sizes = tuple(4 * n for n in layers.parameter_counts("bert-base-cased"))
+    assert sum(project.units(sizes, 12)) == sum(sizes) and len(project.units(sizes, 12)) == 12
+
+
 def test_hierarchical_beats_a_flat_ring_only_when_the_network_is_the_slower_link():
     nbytes, world = 256e6, 64  # 8 nodes x 8 GPUs
     slow_network = Cluster(8, NVLINK, ETHERNET)
@@ -185,11 +233,11 @@ def test_cli_prints_and_writes_csv_json_and_png(tmp_path, capsys):
     assert main([*args, "--gpus_per_node", "4", "--max_gpus", "64", "--check_published", "--output_dir", str(out)]) == 0
     report = json.loads((out / "project.json").read_text())
     worlds = [1, 2, 4, 8, 16, 32, 64]
-    assert [r["world_size"] for r in report["rows"]] == worlds * 2
-    assert {r["setting"] for r in report["rows"]} == {"horovod", "ddp"}
+    assert [r["world_size"] for r in report["rows"]] == worlds * 5
+    assert [r["setting"] for r in report["rows"]][:: len(worlds)] == ["horovod", "ddp", "zero1", "fsdp", "fsdp-zero2"]
     assert report["workload"]["compute"] == pytest.approx(64 / 400) and len(report["published"]) == 3
     with (out / "project.csv").open() as f:
-        assert len(list(csv.DictReader(f))) == 2 * len(worlds)
+        assert len(list(csv.DictReader(f))) == 5 * len(worlds)
     assert (out / "project.png").read_bytes()[:8] == PNG
     printed = capsys.readouterr().out
     assert "Horovod paper" in printed and "vgg-16" in printed
