@@ -54,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--max_steps", type=int, default=6, help="optimizer steps per run (median of their speeds)")
     parser.add_argument("--lora_r", type=int, default=8)
+    parser.add_argument("--bf16", action="store_true", help="train in bf16 (fsdp: bf16 parameters, fp32 reduction)")
     parser.add_argument("--activation_seqs", nargs="+", type=int, default=[128, 512])
     parser.add_argument("--fit_batch", type=int, default=8, help="sequences per GPU in the fit table")
     parser.add_argument("--margin_gb", type=float, default=2.0, help="memory left free when deciding to run a mode")
@@ -164,7 +165,8 @@ def train_args(config_dir: Path, mode: str, batch: int, args: argparse.Namespace
         "--max_seq_length", str(args.max_seq_length), "--pad_to_max_length",
         "--per_device_train_batch_size", str(batch), "--per_device_eval_batch_size", str(batch),
         "--max_steps", str(args.max_steps), "--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no",
-        "--lora_r", str(args.lora_r), *MODE_FLAGS[mode], "--output_dir", str(run_dir),
+        "--lora_r", str(args.lora_r), *MODE_FLAGS[mode], *(["--bf16"] if args.bf16 else []),
+        "--output_dir", str(run_dir),
     ]  # fmt: skip
 
 
