@@ -190,6 +190,22 @@ def test_train_args_pass_through_as_strings() -> None:
     assert args[start : start + 4] == ["--max_steps", "10", "--learning_rate=3e-5", "--no_bf16"]
 
 
+def test_the_pytorchjob_runs_exactly_the_engines_torchrun_starts() -> None:
+    """ENGINE: every engine of the engine table whose ranks torchrun starts renders (a sharded engine for a model
+    whose replica does not fit a GPU), and no other; render.py keeps its own list (it imports nothing)."""
+    from horovod_train.engines import available_engines
+
+    for name, engine in available_engines().items():
+        proc = render("pytorchjob-ddp.yaml", {**BASE, "ENGINE": name})
+        if engine.local_launcher != "torchrun":
+            assert proc.returncode == 2 and f"ENGINE={name!r} is not a valid value" in proc.stderr, name
+            continue
+        assert proc.returncode == 0, proc.stderr
+        for spec in pod_specs(yaml.safe_load(proc.stdout)).values():
+            launched = training_args(spec["containers"][0])
+            assert flag(launched, "--engine") == name
+
+
 BAD_VALUES = [
     ({"IMAGE": "x", "PVC": "p"}, "needs NAME"),
     ({**BASE, "NAMESPACE": "ml"}, "has no value NAMESPACE"),

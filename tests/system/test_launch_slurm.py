@@ -61,18 +61,28 @@ def test_horovod_mpirun_job_uses_the_allocation_hosts(slurm, tmp_path, cache_dir
     assert check_training(out, "horovod")["controller"] == "mpi"
 
 
-def test_ddp_torchrun_job_trains(slurm, tmp_path, cache_dir) -> None:
-    from horovod_train.engines import available_engines
-
-    if "ddp" not in available_engines():
-        pytest.skip("this checkout has no --engine ddp yet")
+@pytest.mark.parametrize("engine", [None, "fsdp"])
+def test_ddp_torchrun_job_trains(slurm, tmp_path, cache_dir, engine) -> None:
+    """The torchrun job trains ddp by default, and a sharded engine with HVT_ENGINE (fsdp: its checkpoint and
+    output gathered on rank 0 like every engine's); an engine torchrun does not start is refused in one line."""
     out = tmp_path / "run"
-    env = launch_env(cache_dir, HVT_RDZV_PORT=str(free_port()))
+    env = launch_env(cache_dir, HVT_RDZV_PORT=str(free_port()), **({"HVT_ENGINE": engine} if engine else {}))
     job, _ = slurm.submit("ddp_torchrun", *LAUNCH_JOB, "--output_dir", str(out), env=env, workdir=tmp_path)
     output = assert_completed(slurm.wait(job, timeout=480))
     assert "--nnodes 1 --nproc_per_node 2 " in output and "--rdzv_backend c10d --rdzv_endpoint 127.0.0.1:" in output
-    results = check_training(out, "ddp")
+    results = check_training(out, engine or "ddp")
     assert results.get("launcher", "torchrun") == "torchrun"
+
+
+def test_torchrun_job_refuses_an_engine_torchrun_does_not_start(slurm, tmp_path, cache_dir) -> None:
+    job, _ = slurm.submit("ddp_torchrun", *LAUNCH_JOB, env=launch_env(cache_dir, HVT_ENGINE="horovod"),
+                          workdir=tmp_path)  # fmt: skip
+    fields = slurm.wait(job, timeout=120)
+    output = job_output(fields)
+    assert fields["JobState"] == "FAILED" and fields["ExitCode"] == "2:0", f"{fields}\n{output}"
+    errors = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "HVT_ENGINE=horovod is not an engine torchrun starts" in errors[0], output
+    assert "zero1" in errors[0] and "fsdp" in errors[0] and "+ srun" not in output
 
 
 @pytest.mark.parametrize(
