@@ -289,13 +289,14 @@ BENCH_BAD: dict[str, dict[str, list[str]]] = {
         "link_from": ["{dir}/none.json", "{file}"], "algorithm": ["tree"], "fusion_threshold_mb": ["0", "nan"],
         "cycle_time_ms": ["-1", "inf"], "ddp_bucket_cap_mb": ["0", "nan"], "no_overlap": ["--no_overlap x"],
         "max_gpus": ["0"], "check_published": ["--check_published x"], "lora_r": ["0", "-1", "1.5"],
+        "engines": ["mxnet"], "fsdp_units": ["0", "1.5"],
     },
     "memory": {
         "output_dir": ["{file}/out", "{long}"], "overwrite_output_dir": ["--overwrite_output_dir x"],
-        "architectures": ["gpt"], "modes": ["fp8"], "engines": ["single", "mxnet"], "world_size": ["0"],
+        "architectures": ["gpt"], "modes": ["fp8"], "engines": ["dp", "mxnet"], "world_size": ["0"],
         "batch_sizes": ["0", "1 2 3"], "max_seq_length": ["0"], "max_steps": ["1"], "lora_r": ["0", "1.5"],
         "activation_seqs": ["0", "513"], "fit_batch": ["0"], "margin_gb": ["-1", "nan", "inf"],
-        "no_runs": ["--no_runs x"],
+        "no_runs": ["--no_runs x"], "bf16": ["x"],
     },
     "gpu": {
         "output_dir": ["{file}/out"], "model": ["gpt"], "tiny": ["--tiny x"], "bf16": ["maybe"],
