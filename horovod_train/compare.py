@@ -77,13 +77,12 @@ def supported_runs(world: int) -> list[Run]:
         pass
     backend = "nccl" if gpus else "gloo"
     backend_ok = dist.is_nccl_available() if gpus else dist.is_gloo_available()
-    torchrun = dist.is_available() and backend_ok and launcher("torchrun").tool_installed()
-    engines = available_engines().items() if torchrun else ()
-    for name, engine in engines:
-        if engine.local_launcher == "torchrun":
-            runs.append(Run(f"{name}-{backend}", name, "torchrun", world))
-            runs += [Run(f"{name}-{variant}-{backend}", name, "torchrun", world, args)
-                     for variant, args in engine.run_variants.items()]  # fmt: skip
+    if dist.is_available() and backend_ok and launcher("torchrun").tool_installed():
+        for name, engine in available_engines().items():
+            if engine.local_launcher == "torchrun":
+                runs.append(Run(f"{name}-{backend}", name, "torchrun", world))
+                runs += [Run(f"{name}-{variant}-{backend}", name, "torchrun", world, args)
+                         for variant, args in engine.run_variants.items()]  # fmt: skip
     runs += [Run("single", "single", "plain", 1), Run("dp", "dp", "plain", 1)]
     return runs
 

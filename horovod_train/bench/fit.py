@@ -77,7 +77,12 @@ def state_bytes(model: Model, mode: str) -> float:
 
 
 def gradient_bytes(model: Model, mode: str) -> float:
-    return (model.trainable_lora if is_lora(mode) else model.params) * GRAD_BYTES
+    return trainable(model, mode) * GRAD_BYTES
+
+
+def trainable(model: Model, mode: str) -> int:
+    """Parameters trained in ``mode``: LoRA's adapters and head, or all of them."""
+    return model.trainable_lora if is_lora(mode) else model.params
 
 
 def engine_extra(model: Model, mode: str, engine: str, fusion_bytes: float = DEFAULT_FUSION) -> float:

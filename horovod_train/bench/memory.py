@@ -148,8 +148,8 @@ def state_bytes(model: fit.Model, mode: str, run: compare.Run) -> float:
     """A rank's parameter state (weights, gradients, AdamW) as ``run``'s engine spreads it over its ranks."""
     from horovod_train.engines import available_engines
 
-    trainable = model.trainable_lora if mode == "lora" else model.params
-    return available_engines()[run.engine].state_bytes_per_rank(model.params, trainable, run.world_size)
+    engine = available_engines()[run.engine]
+    return engine.state_bytes_per_rank(model.params, fit.trainable(model, mode), run.world_size)
 
 
 def runnable(model: fit.Model, mode: str, run: compare.Run, margin_gb: float) -> bool:
@@ -199,7 +199,7 @@ def computed_row(model: fit.Model, mode: str, run: compare.Run, batch: int, act:
     ref_mode = reference["mode"]
     extra = (state_bytes(model, mode, run) + fit.activation_bytes(model, mode, batch, act)
              - state_bytes(model, ref_mode, run) - fit.activation_bytes(model, ref_mode, batch, act))  # fmt: skip
-    trainable = model.params if mode != "lora" else model.trainable_lora
+    trainable = fit.trainable(model, mode)
     return {
         "params": model.params,
         "trainable": trainable,

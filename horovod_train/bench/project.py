@@ -205,7 +205,7 @@ def fsdp_step(workload: Workload, setting: Setting, world: int, cluster: Cluster
         link = max(link, started) + cost
         started = max(compute, link)
         compute = started + forward_each
-    ready = {len(sizes) - 1: 0.0}
+    ready: dict[int, float] = {}  # when each unit's backward all-gather is done
     if setting.reshard:  # the last unit's gather is issued when backward starts
         link = ready[len(sizes) - 1] = max(link, compute) + gather[-1]
     for unit in reversed(range(len(sizes))):

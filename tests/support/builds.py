@@ -123,7 +123,7 @@ def stop(build: Build) -> None:
 def stop_all() -> None:
     for build in BUILDS.values():
         stop(build)
-    if shutil.which("podman"):  # an image whose module did not run (deselected, or the session ended early)
-        for variant in ("cpu", "gpu"):
+    for name, variant in (("cpu-image", "cpu"), ("gpu-image", "gpu")):
+        if BUILDS[name].process is not None:  # podman build ran here: its image may be tagged, its module not run
             remove_session_image(IMAGE, variant, dict(os.environ))
     shutil.rmtree(LOG_DIR, ignore_errors=True)
