@@ -72,8 +72,8 @@ def expect_cuda(ctx: Context, metrics: dict[str, Any]) -> None:
 
 def check_demo(ctx: Context, step: Step, text: str) -> tuple[str, dict[str, Any]]:
     detail, metrics = check_training(ctx, step, text)
-    if not ctx.dry and step.name == "ddp_demo" and metrics["backend"] != "nccl":
-        raise CheckFailed(f"DDP backend {metrics['backend']}, not nccl")
+    if not ctx.dry and step.name in ("ddp_demo", "zero1_demo", "fsdp_demo") and metrics["backend"] != "nccl":
+        raise CheckFailed(f"backend {metrics['backend']}, not nccl")
     return detail, metrics
 
 

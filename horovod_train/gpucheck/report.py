@@ -23,6 +23,7 @@ PATHS = [
     ("DDP's bucketed gradient all-reduce with Gloo on CUDA tensors, 2 ranks on one GPU, parameters equal to one "
      "process's", ("equiv_ddp",)),
     ("DDP over NCCL at np=1 (its reducer at size 1), fp32 and bf16 training", ("ddp_demo", "bert_bf16_ddp")),
+    ("The sharded engines over NCCL at np=1: ZeRO-1 and FSDP2 training on CUDA", ("zero1_demo", "fsdp_demo")),
     ("BERT-base bf16 throughput and MFU, Horovod np=1 against plain", ("bench_b128", "bench_b256")),
     ("fp16 with the GradScaler on CUDA (Horovod np=1)", ("bert_fp16",)),
     ("torch.compile (bench)", ("bench_compile_b128",)),
@@ -31,6 +32,7 @@ PATHS = [
 NEEDS_TWO_GPUS = [
     "Horovod's gradient all-reduce over NCCL between GPUs (NCCL refuses two ranks on one GPU)",
     "DDP's bucketed all-reduce over NCCL between GPUs",
+    "ZeRO-1's and FSDP2's sharded collectives (all-gather, reduce-scatter) over NCCL between GPUs",
     "DataParallel with 2+ replicas (each replica's thread autocasts to the run's dtype)",
     "fp16's GradScaler across ranks on GPUs",
     "elastic Horovod resizing on GPUs",

@@ -43,6 +43,8 @@ ESTIMATES_S = {
     "bert_config": 6,
     "bert_fp16": 35,
     "ddp_demo": 30,
+    "zero1_demo": 30,
+    "fsdp_demo": 30,
     "bench_b256": 40,
     "horovod_demo": 30,
     "bench_compile_b128": 180,
@@ -251,6 +253,8 @@ def demo_steps(ctx: Context) -> dict[str, Step]:
     demo = ["--config", ctx.args.demo_config, *(DRY_DEMO if ctx.dry else DEMO)]
     table = {
         "ddp_demo": ("demo job, 1 epoch, DDP np=1 (NCCL: DDP's reducer at size 1)", ddp, "ddp", ()),
+        "zero1_demo": ("demo job, 1 epoch, ZeRO-1 np=1 (NCCL: DDP plus the optimizer state's shard)", ddp, "zero1", ()),
+        "fsdp_demo": ("demo job, 1 epoch, FSDP2 np=1 (NCCL: all-gather and reduce-scatter at size 1)", ddp, "fsdp", ()),
         "horovod_demo": ("demo job, 1 epoch, Horovod np=1 (NCCL)", hvd, "horovod", ("horovod",)),
         "dp_demo": ("demo job, 1 epoch, DataParallel on the visible GPUs", [], "dp", ()),
     }
@@ -298,7 +302,7 @@ def plan(ctx: Context, strict: bool = True) -> list[Step]:
     demos, (bert_config, bert_fp16, bert_bf16_ddp) = demo_steps(ctx), bert_steps(ctx)
     bench = [bench_step(ctx, 8)] if ctx.dry else [bench_step(ctx, 128)]
     steps = [*fact_steps(ctx), builds_step(ctx), collectives_step(ctx), *bench, *equivalence_steps(ctx)]
-    steps += [bert_config, bert_fp16, demos["ddp_demo"]]
+    steps += [bert_config, bert_fp16, demos["ddp_demo"], demos["zero1_demo"], demos["fsdp_demo"]]
     steps += [] if ctx.dry else [bench_step(ctx, 256)]
     steps += [demos["horovod_demo"], *([] if ctx.dry else [bench_step(ctx, 128, compiled=True)])]
     steps += [bert_bf16_ddp, demos["dp_demo"], doctor_step(ctx)]
