@@ -18,6 +18,8 @@ PY=${PYTHON:-$ROOT/.venv/bin/python}
 PLATFORM=(--only-binary :all: --python-version 3.12 --implementation cp --abi cp312 --platform manylinux_2_28_x86_64
           --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
 mapfile -t WANT < <(grep -E '^(datasets|evaluate)==' "$ROOT/requirements.txt")
+# Horovod's setup.py asks setuptools for cffi (setup_requires), which fetches it from the network unless installed.
+WANT+=("cffi>=1.4.0")
 read -r -a EXTRA <<<"${HVT_BUNDLE_EXTRA:-}"
 WANT+=("${EXTRA[@]+"${EXTRA[@]}"}")
 

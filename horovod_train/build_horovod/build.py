@@ -20,6 +20,10 @@ from horovod_train.digest import sha256
 # Horovod 0.28.1 asks CMake for C++14; torch >= 2.1 needs C++17 (horovod/horovod #3996, #4014, never released).
 CXX_PATCH = ("set(CMAKE_CXX_STANDARD 14)", "set(CMAKE_CXX_STANDARD 17)")
 PATCHED_FILES = ("CMakeLists.txt", "horovod/torch/CMakeLists.txt")
+# GCC 13's libstdc++ no longer includes these through other headers, and Horovod 0.28.1's sources lean on that
+# (group_table.h uses std::string, common.h std::logic_error without including them): seen on the GPU nodes' GCC
+# 13.3. Included first in every C++ file (CMake takes CXXFLAGS as its CMAKE_CXX_FLAGS); harmless on older GCCs.
+FORCED_INCLUDES = ("string", "stdexcept", "cstdint", "limits")
 SUMS = "SHA256SUMS"  # sha256sum's format, written when the wheel is built and checked before every install
 MARK = ".horovod-build-key"  # in sys.prefix: the key of the Horovod installed there
 
@@ -41,6 +45,7 @@ def build_env(plan: Plan, options: Options) -> dict[str, str]:
         "MAKEFLAGS": f"-j{options.jobs or os.environ.get('HOROVOD_BUILD_JOBS') or os.cpu_count() or 1}",
         "PATH": os.pathsep.join([str(plan.target.bin_dir), os.environ.get("PATH", "")]),
         "CXX": plan.compiler,
+        "CXXFLAGS": " ".join([*(f"-include {h}" for h in FORCED_INCLUDES), os.environ.get("CXXFLAGS", "")]).strip(),
     }
     env |= {"HOROVOD_WITH_MPI": "1"} if plan.mpi else {"HOROVOD_WITHOUT_MPI": "1"}
     if plan.cuda_home:  # Horovod's CMake and torch's cpp_extension take the toolkit from here

@@ -48,8 +48,8 @@ NOTES = [
     "MFU = 6 x non-embedding parameters x non-padding tokens/s / the GPU's peak dense bf16 FLOP/s (table by "
     "device name in horovod_train/bench/gpu.py): forward 2 + backward 4 FLOPs per parameter per token; "
     "embeddings (lookups), attention's quadratic term and the padding not counted.",
-    "Each step's estimate_s is an estimate for one H100/H200 with 16 cores until a run on the node measures it "
-    "(seconds); a step starts only if its estimate fits in what is left of --budget_s.",
+    "Each step's estimate_s is its time on one H200 with 16 cores (measured 2026-11-26, rounded up; a few steps "
+    "still estimates: docs/performance.md); a step starts only if its estimate fits in what is left of --budget_s.",
 ]
 VERDICT = "a 2-GPU run is required for the NCCL all-reduce between GPUs"
 
@@ -127,7 +127,7 @@ def build(ctx: Context, steps: list[Step], entries: list[dict[str, Any]], done: 
 def plan_lines(report: dict[str, Any]) -> list[str]:
     rows = [[r["name"], f"{r['estimate_s']:.0f}", f"{r['cumulative_s']:.0f}",
              "" if r["within_budget"] else "if time is left", r["what"][:90]] for r in report["plan"]]  # fmt: skip
-    head = f"plan (seconds on one H100/H200 with 16 cores: estimates until measured; budget {report['budget_s']:.0f}s,"
+    head = f"plan (seconds on one H100/H200 with 16 cores, as measured on one H200; budget {report['budget_s']:.0f}s,"
     head += f" {report['plan_total_s']:.0f}s planned within it):"
     return [head, *format_table(["step", "est s", "cum s", "", "what"], rows)]
 

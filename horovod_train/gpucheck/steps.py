@@ -23,34 +23,32 @@ from horovod_train.gpucheck import checks, wheels
 from horovod_train.gpucheck.nccl import cuda_arch, nccl_dirs
 from horovod_train.gpucheck.runner import Context, Step
 
-# Seconds on one H100/H200 with 16 cores, cold (nothing installed or built): ESTIMATES until measured there
-# (no GPU run yet). Basis: a Python start with torch, transformers and datasets imported takes 8-10 s on a
-# fast core; a Horovod build is ~10 CPU-minutes of C++ (5 min on this project's 2-core machine, CUDA kernels
-# for 7 architectures included), two of them on 16 cores plus CMake, packing a 65 MB extension and pip; a
-# BERT-base bf16 step at batch 128 (~5k tokens) is ~3 TFLOP, under 10 ms of tensor-core time, so the steps
-# are bound by kernel launches and Python (~15-25 ms); torch.compile of BERT-base forward and backward takes
-# 1-3 minutes. docs/performance.md ("The GPU check") lists them with what each step does.
+# Seconds on one H100/H200 with 16 cores, cold (nothing installed or built). Measured on one H200 (2026-11-26,
+# docs/performance.md "First runs on a GPU"), rounded up: the builds 151-155 s at once, a training step's process
+# 20-35 s (starts dominate: torch, transformers, datasets), bench 25-33 s. Still estimates: equiv_horovod (it
+# aborted at its start there), horovod_demo and torch.compile of BERT-base (1-3 minutes); doctor ran out of time
+# at 18 s (horovodrun's start and a Python start with torch).
 ESTIMATES_S = {
     "nvidia_smi": 3,
     "environment": 10,
-    "deps": 15,
-    "builds": 180,  # both builds at once; 20 s when the wheels of an earlier run are there (KEPT_BUILDS_S)
+    "deps": 10,
+    "builds": 165,  # both builds at once; 20 s when the wheels of an earlier run are there (KEPT_BUILDS_S)
     "hvd_collectives": 15,
-    "bench_b128": 40,
-    "equiv_single": 20,
-    "equiv_horovod": 25,
+    "bench_b128": 35,
+    "equiv_single": 25,
+    "equiv_horovod": 30,
     "equiv_ddp": 25,
-    "bert_config": 6,
-    "bert_fp16": 35,
+    "bert_config": 15,
+    "bert_fp16": 40,
     "ddp_demo": 30,
-    "zero1_demo": 30,
-    "fsdp_demo": 30,
-    "bench_b256": 40,
+    "zero1_demo": 35,
+    "fsdp_demo": 35,
+    "bench_b256": 30,
     "horovod_demo": 30,
     "bench_compile_b128": 180,
     "bert_bf16_ddp": 35,
-    "dp_demo": 30,
-    "doctor": 10,
+    "dp_demo": 25,
+    "doctor": 25,
 }
 KEPT_BUILDS_S = 20  # installing the two kept wheels and --check-build instead of building
 MODULES = {  # module -> pip name: what the training imports beyond torch and the node's image
@@ -65,6 +63,7 @@ MODULES = {  # module -> pip name: what the training imports beyond torch and th
     "psutil": "psutil",
     "packaging": "packaging",
     "matplotlib": "matplotlib",
+    "cffi": "cffi",  # Horovod's setup_requires: setuptools would fetch it from the network (no network on the node)
 }
 # The job of tests/integration/test_engine_equivalence.py (docs/equivalence.md): 20 steps of tiny-bert, dropout
 # off, Adam's eps 1e-6 (rounding noise in the attention key biases' zero gradient must not move them).

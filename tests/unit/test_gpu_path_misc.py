@@ -1,8 +1,10 @@
 """Smaller GPU-path items, each checked on the CPU: Horovod with --torch_compile at np=2, the
-predivide factor with grouped all-reduces, a Horovod without NCCL on a CUDA machine, and DataParallel's
-per-GPU peak memory."""
+predivide factor with grouped all-reduces, a Horovod without NCCL on a CUDA machine, DataParallel's
+per-GPU peak memory, and the start broadcast written from Horovod's thread."""
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ from horovod_train.cli import main
 from horovod_train.config import RunConfig, TrainingArguments
 from horovod_train.engines.dp import DataParallelEngine
 from horovod_train.engines.horovod import env as horovod_env
+from horovod_train.engines.horovod.engine import rank_dependent_state
 from horovod_train.engines.horovod.options import HorovodArguments
 
 
@@ -51,3 +54,29 @@ def test_dp_reports_the_peak_memory_of_every_replicas_gpu(monkeypatch):
     assert "peak_memory_mb_per_gpu" not in engine.describe()  # CPU: one replica, the process's RSS
     engine.device_ids = [0, 1]
     assert engine.describe()["peak_memory_mb_per_gpu"] == [3072.0, 5120.0]
+
+
+def test_the_start_broadcast_can_be_written_from_horovods_thread():
+    """A Horovod without GPU support writes a CUDA tensor's broadcast back with copy_ on its background thread, where
+    autograd is on (grad mode is per thread): every tensor rank 0 sends must take that write, and the write must
+    land in the model. Found on an H200 (the GPU check's two ranks on one GPU aborted in broadcast_parameters)."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
+    model[2].weight.requires_grad_(False)  # frozen (LoRA's base): not sent
+    state = rank_dependent_state(model)
+    assert "2.weight" not in state and {"0.weight", "1.running_mean", "2.bias"} <= set(state)
+    errors: list[BaseException] = []
+
+    def background_loop() -> None:  # as Horovod's callback: torch.is_grad_enabled() is True on a new thread
+        try:
+            assert torch.is_grad_enabled()
+            for tensor in state.values():
+                tensor.copy_(torch.full_like(tensor, 7))
+        except BaseException as error:  # noqa: BLE001 - handed to the test's thread
+            errors.append(error)
+
+    thread = threading.Thread(target=background_loop)
+    thread.start()
+    thread.join()
+    assert not errors, errors
+    assert bool((model[0].weight == 7).all()) and bool((model[1].running_mean == 7).all())
+    assert not bool((model[2].weight == 7).any())

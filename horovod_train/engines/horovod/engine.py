@@ -205,7 +205,13 @@ class HorovodEngine(Engine):
 def rank_dependent_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """What rank 0 broadcasts at the start: the parameters that train, and the buffers. Frozen weights (LoRA's
     base model) come from the same checkpoint, or the same seeded init, on every rank: sending them would only
-    cost time (a 7B base model is 28 GB in fp32)."""
-    state = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    cost time (a 7B base model is 28 GB in fp32).
+
+    Detached views, as ``state_dict()`` gives (same storage: the broadcast still lands in the parameters). A Horovod
+    built without GPU support broadcasts a CUDA tensor through a host copy and writes the result back with ``copy_``
+    on its background thread, where autograd is on: into a parameter itself that raises "a leaf Variable that
+    requires grad is being used in an in-place operation" and aborts every rank (the GPU check's two ranks on one
+    GPU found it)."""
+    state = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
     state.update(model.named_buffers())
     return state
