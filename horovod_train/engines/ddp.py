@@ -36,6 +36,7 @@ class DDPEngine(Engine):
         self.options = config.ddp
         if self.options.ddp_bucket_cap_mb <= 0:
             raise UsageError(f"--ddp_bucket_cap_mb must be > 0 (got {self.options.ddp_bucket_cap_mb})", "pass e.g. 25")
+        self.wrapped: DistributedDataParallel | None = None  # released before the process group (shutdown)
 
     def setup(self) -> None:
         env = environment.detect()
@@ -64,6 +65,7 @@ class DDPEngine(Engine):
             gradient_as_bucket_view=True,
             find_unused_parameters=self.options.ddp_find_unused_parameters,
         )
+        self.wrapped = wrapped
         return wrapped, optimizer
 
     def unwrap(self, model: nn.Module) -> nn.Module:
@@ -127,5 +129,19 @@ class DDPEngine(Engine):
         }
 
     def shutdown(self) -> None:
+        if self.wrapped is not None:
+            release_reducer(self.wrapped)
+            self.wrapped = None
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def release_reducer(model: DistributedDataParallel) -> None:
+    """Free DDP's reducer while the process group is still registered. The reducer holds the group: freed after
+    ``destroy_process_group`` (when the caller's last reference to the model goes), it destroys the Gloo group
+    itself, joining the group's worker threads while holding the GIL, and a worker that is still freeing a finished
+    all-reduce needs the GIL for it (a Python object in the work's thread-local state): a deadlock after the last
+    step, seen about one run in three with --ddp_find_unused_parameters. Freed here, the reducer leaves the group to
+    ``destroy_process_group``, whose binding releases the GIL while the threads stop."""
+    model.logger = None  # the logger holds the reducer too
+    model.reducer = None
