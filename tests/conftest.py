@@ -12,6 +12,12 @@ from pathlib import Path
 
 import pytest
 
+# No test reaches the hub (this machine has no network to it): offline before anything imports huggingface_hub,
+# which reads HF_HUB_OFFLINE once, at import. Set later (monkeypatch in a test), it came too late, and a test that
+# named an absent hub model waited 70 s on connection retries before its one-line error. Launched jobs get it in
+# their environment (support/jobs.py).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
 # Fixtures that test modules of several tiers use, defined beside their helpers.
 from support import builds, sharing
 from support.checkpoints import trained  # noqa: F401

@@ -25,7 +25,7 @@ EIGHT_MINUTES = 480
 BACK = re.compile(r"[A-Za-z0-9._-]+")  # the names a lent machine sends back
 # The dry plan in two runs of the documented command, each within its timeout: together every step.
 SETUP_AND_TWO_RANKS = "nvidia_smi,environment,deps,builds,hvd_collectives,bench_b8,equiv_single,equiv_horovod,equiv_ddp"
-TRAINING = "bert_config,bert_fp16,ddp_demo,horovod_demo,bert_bf16_ddp,dp_demo,doctor"
+TRAINING = "bert_config,bert_fp16,ddp_demo,zero1_demo,fsdp_demo,horovod_demo,bert_bf16_ddp,dp_demo,doctor"
 
 
 def dry_env(cache_dir: Path, out: Path) -> dict[str, str]:
@@ -53,8 +53,11 @@ def read_report(folder: Path) -> dict:
         assert {"name", "what", "status", "seconds", "detail", "cmd", "estimate_s"} <= set(step)
         assert step["status"] in STATUSES, step
     assert report["gpu_path_verified"] is False
+    from horovod_train.gpucheck.report import NEEDS_TWO_GPUS
+
     states = {p["path"]: p["state"] for p in report["paths"]}
-    assert sum(state == "needs 2+ GPUs" for state in states.values()) == 5
+    assert {path for path, state in states.items() if state == "needs 2+ GPUs"} == set(NEEDS_TWO_GPUS)
+    assert any("ZeRO-1" in path for path in NEEDS_TWO_GPUS)  # the sharded engines' collectives between GPUs
     return report
 
 
@@ -106,7 +109,8 @@ def test_the_two_dry_runs_below_cover_every_step_of_the_dry_plan(monkeypatch):
 
 
 def run_documented_dry(tmp_path: Path, cache_dir: Path, steps: str) -> tuple[dict, Path, str]:
-    proc = gpu_check(cache_dir, tmp_path / "OUT", *documented_args(), "--dry-run", "--steps", steps)
+    # Up to nine steps, each a Python start or a launch: 2 minutes on a quiet machine, beside the other tiers more.
+    proc = gpu_check(cache_dir, tmp_path / "OUT", *documented_args(), "--dry-run", "--steps", steps, timeout=420)
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     folder = tmp_path / "OUT" / "gpu_check"
     assert_it_can_come_back(folder)
@@ -149,10 +153,12 @@ def test_the_documented_command_run_dry_trains_under_every_engine(tmp_path, cach
     skipped = {"bert_fp16", "bert_config"}  # fp16's GradScaler needs CUDA; a dry run's BERT is tiny-bert
     assert {n for n, s in status.items() if s == "skipped"} == skipped and set(status.values()) == {"ok", "skipped"}
     steps = {s["name"]: s for s in report["steps"]}
-    for name in ("ddp_demo", "horovod_demo", "bert_bf16_ddp", "dp_demo"):
+    trained = ["ddp_demo", "zero1_demo", "fsdp_demo", "horovod_demo", "bert_bf16_ddp", "dp_demo"]
+    for name in trained:
         metrics = steps[name]["metrics"]
         assert metrics["last_loss"] < metrics["first_loss"] and metrics["device"] == "cpu", (name, metrics)
-    assert_details(folder, report, ["ddp_demo", "horovod_demo", "bert_bf16_ddp", "dp_demo"])
+    assert {steps[name]["metrics"]["engine"] for name in trained} == {"ddp", "zero1", "fsdp", "horovod", "dp"}
+    assert_details(folder, report, trained)
 
 
 def assert_details(folder: Path, report: dict, runs: list[str]) -> None:
