@@ -2,7 +2,9 @@
 
 Each run of `bench train` (the same job, launchers and world size) is run once more with every rank
 recording its step's parts (horovod_train/bench/traced.py: wall-clock spans, a few per step) and, for
-Horovod, with its timeline. Per step, medians over the steps after the first --skip_steps and over the ranks:
+Horovod, with its timeline. Per step, over the steps after the first --skip_steps and over the ranks (the main
+thread's parts: means over the middle half of the steps by length, so that they add up to the step; the timeline's:
+medians):
 
   main thread    forward, backward (DDP's final wait for its buckets included), Horovod's gradient wait,
                  the optimizer (clip, step, zero_grad), the rest;
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -85,15 +88,29 @@ def timeline_steps(events: list[dict[str, Any]], steps: int) -> list[dict[str, f
 
 
 def summarize(run: compare.Run, trace_dir: Path, skip: int, samples_per_second: float) -> dict[str, Any]:
-    """Medians over ranks and measured steps of each part of the step (the timeline's parts: NaN, not yet read)."""
+    """The step and its parts over ranks and measured steps (the timeline's parts: NaN, not yet read)."""
     per_rank = [json.loads(p.read_text())["steps"] for p in sorted(trace_dir.glob("rank*.steps.json"))]
     measured = [s for steps in per_rank for s in steps[skip:]]
     row: dict[str, Any] = {"name": run.name, "launcher": run.row().tool, "world_size": run.world_size}
     row["steps"] = len(per_rank[0]) - skip if per_rank else 0
     row["samples_per_second"] = samples_per_second
-    for part in MAIN_PARTS:
-        row[part] = common.median([s[part] for s in measured])
-    return row | {part: float("nan") for part in ("timeline_samples_per_second", *TIMELINE_PARTS)}
+    return (
+        row
+        | middle_half_mean(measured)
+        | {part: float("nan") for part in ("timeline_samples_per_second", *TIMELINE_PARTS)}
+    )
+
+
+def middle_half_mean(steps: list[dict[str, float]]) -> dict[str, float]:
+    """Each part's mean over the middle half of the steps by their length: the parts add up to the step, as in each
+    step (medians taken part by part did not: their sum could exceed the median step), and the slowest and fastest
+    quarters (a collection, a late rank) are left out as a median would leave them."""
+    if not steps:
+        return {part: float("nan") for part in MAIN_PARTS}
+    ordered = sorted(steps, key=lambda s: s["step"])
+    quarter = len(ordered) // 4
+    kept = ordered[quarter : len(ordered) - quarter]
+    return {part: statistics.fmean(s[part] for s in kept) for part in MAIN_PARTS}
 
 
 def timeline_parts(trace_dir: Path, skip: int) -> dict[str, float]:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from horovod_train.bench.trace import read_timeline, timeline_steps
+from horovod_train.bench.trace import MAIN_PARTS, middle_half_mean, read_timeline, timeline_steps
 from horovod_train.bench.traced import PARTS, step_breakdown, union_ms
 from horovod_train.training import phases
 
@@ -63,6 +63,30 @@ def fused_step(t0: int) -> list[tuple[str, int, int]]:
         ("GLOO_ALLREDUCE", t0 + 200, t0 + 900),
         ("MEMCPY_OUT_FUSION_BUFFER", t0 + 900, t0 + 990),
     ]
+
+
+# A step: its parts (forward, backward, gradient wait, optimizer) in ms, and what is left over of it.
+steps_of_a_run = st.lists(st.lists(st.floats(0, 50), min_size=len(PARTS) + 1, max_size=len(PARTS) + 1), min_size=1,
+                          max_size=16)  # fmt: skip
+
+
+@given(steps_of_a_run)
+def test_the_summary_of_a_run_adds_up_to_its_step(values):
+    """As in each step, the summarized parts add up to the summarized step (a median part by part did not: the
+    sum of the medians exceeded the median step, a red CI), and the slowest quarter of steps is left out."""
+    steps = []
+    for *parts, other in values:
+        step = dict(zip(PARTS, parts, strict=True))
+        steps.append(step | {"other": other, "step": sum(parts) + other})
+    summary = middle_half_mean(steps)
+    assert set(summary) == set(MAIN_PARTS)
+    assert sum(summary[p] for p in PARTS) + summary["other"] == pytest.approx(summary["step"], rel=1e-9, abs=1e-9)
+    assert summary["other"] >= -1e-9
+    lengths = sorted(s["step"] for s in steps)
+    assert lengths[0] - 1e-9 <= summary["step"] <= lengths[-1] + 1e-9
+    if len(steps) >= 4:  # a step slower than every other does not move it
+        slow = steps + [{p: 1e6 for p in PARTS} | {"other": 0.0, "step": 4e6}]
+        assert middle_half_mean(slow)["step"] <= lengths[-1] + 1e-9
 
 
 def test_timeline_steps_take_the_kth_all_reduce_of_every_gradient():
