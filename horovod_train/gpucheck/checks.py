@@ -70,9 +70,10 @@ def expect_cuda(ctx: Context, metrics: dict[str, Any]) -> None:
         raise CheckFailed(f"trained on {metrics.get('device')}, not on the GPU")
 
 
-def check_demo(ctx: Context, step: Step, text: str) -> tuple[str, dict[str, Any]]:
+def check_nccl_training(ctx: Context, step: Step, text: str) -> tuple[str, dict[str, Any]]:
+    """A torchrun-launched engine (ddp, zero1, fsdp) on the node: torch.distributed's process group is NCCL's."""
     detail, metrics = check_training(ctx, step, text)
-    if not ctx.dry and step.name in ("ddp_demo", "zero1_demo", "fsdp_demo") and metrics["backend"] != "nccl":
+    if not ctx.dry and metrics["backend"] != "nccl":
         raise CheckFailed(f"backend {metrics['backend']}, not nccl")
     return detail, metrics
 

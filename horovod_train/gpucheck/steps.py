@@ -258,9 +258,10 @@ def demo_steps(ctx: Context) -> dict[str, Step]:
         "dp_demo": ("demo job, 1 epoch, DataParallel on the visible GPUs", [], "dp", ()),
     }
     return {
-        name: train_step(ctx, name, what, launcher, [*demo, "--engine", engine], check=checks.check_demo, after=after)
+        name: train_step(ctx, name, what, launcher, [*demo, "--engine", engine], after=after,
+                         check=checks.check_nccl_training if launcher is ddp else checks.check_training)
         for name, (what, launcher, engine, after) in table.items()
-    }
+    }  # fmt: skip
 
 
 def doctor_step(ctx: Context) -> Step:
