@@ -40,6 +40,10 @@ report() {
     local python=python3
     [ -x "$VENV/bin/python" ] && python=$VENV/bin/python
     "$python" scripts/clock_report.py "$CLOCK" || true
+    # HVT_CLOCK_KEEP=DIR keeps the raw clock (every test's seconds, the logs) for a closer look than the table.
+    if [ -n "${HVT_CLOCK_KEEP:-}" ]; then
+        mkdir -p "$HVT_CLOCK_KEEP" && cp -r "$CLOCK"/. "$HVT_CLOCK_KEEP"/
+    fi
     rm -rf "$CLOCK"
 }
 trap report EXIT
