@@ -51,7 +51,12 @@ def available_engines() -> dict[str, type[Engine]]:
 
 
 def create_engine(config: RunConfig) -> Engine:
+    """The engine the run asks for, its module alone imported: every rank of every run starts here, and the other
+    engines' imports (zero1's torch.distributed.optim scripts its functional optimizers) cost a second each."""
     engine = config.training.engine
     if engine not in ENGINE_CLASSES:
         raise UsageError(f"unknown engine {engine!r}", f"use --engine {' or '.join(ENGINE_CLASSES)}")
-    return _loaded()[engine](config)
+    registry = _registry()
+    if engine not in registry:
+        registry[engine] = _engine_class(ENGINE_CLASSES[engine])
+    return registry[engine](config)

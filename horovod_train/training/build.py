@@ -41,7 +41,8 @@ def prepare_data(config: RunConfig, engine: Engine, cache_dir: Path, rank_zero: 
     raw = read_raw_data(config, engine)
     tokenizer_name = c.model.tokenizer_name or c.model.model_name_or_path
     if tokenizer_name == model_lib.TINY_BERT:
-        texts = [t for column in text_columns(raw) for t in raw["train"][column]]
+        # [:] reads a column as one list; iterating the Column reads it a row at a time (0.5 s for 7200 rows).
+        texts = [t for column in text_columns(raw) for t in raw["train"][column][:]]
         tokenizer_dir = model_lib.tiny_tokenizer_dir(cache_dir, texts)
         # One tokenizer for the job, rank 0's: training one is not deterministic.
         files = rank_zero.read_in_setup(lambda: model_lib.tiny_tokenizer_files(tokenizer_dir, texts))

@@ -157,6 +157,38 @@ CASES = {
         ["--resume_from_checkpoint", str(_write(_mkdir(tmp / "checkpoint-3") / "manifest.json", "[]").parent)],
         "manifest.json that lists no",
     ),
+    # The task shapes' (issue 21): a regression label, a multi-label cell, the threshold.
+    "regression label that is not a number": lambda tmp: (
+        [
+            "--task_name",
+            "stsb",
+            "--train_file",
+            str(_write(tmp / "train.csv", "sentence1,sentence2,label\na b,c d,3.5\ne f,g h,high\ni j,k l,1\n")),
+        ],
+        "row 2 holds 'high', which is not a number",
+    ),
+    "multi-label cell that is not a list": lambda tmp: (
+        [
+            "--train_file",
+            str(
+                _write(
+                    tmp / "train.jsonl",
+                    '{"text": "a b", "label": ["x"]}\n'
+                    '{"text": "c d", "label": null}\n{"text": "e f", "label": ["y"]}\n',
+                )
+            ),
+        ],
+        "row 2 holds None, which is not a list of labels",
+    ),
+    "multi-label threshold outside (0, 1)": lambda tmp: (
+        [
+            "--multi_label_threshold",
+            "1.5",
+            "--train_file",
+            str(_write(tmp / "train.jsonl", '{"text": "a b", "label": ["x"]}\n{"text": "e f", "label": ["y"]}\n')),
+        ],
+        "--multi_label_threshold must be in (0, 1)",
+    ),
 }
 
 
