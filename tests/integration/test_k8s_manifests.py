@@ -253,7 +253,10 @@ def test_pod_script_is_shellcheck_clean_and_refuses_bad_use(tmp_path: Path) -> N
         assert proc.returncode == 2 and line.startswith("error: ") and expected in line, line
 
 
-JOB = [*SMALL_JOB, "--synthetic_num_examples", "3000", "--max_steps", "400", "--logging_steps", "5"]
+# SIGTERM comes once 20 steps are logged, the stop a few steps later: 100 to spare, and the restarted pod trains the
+# rest (as test_stopping.py's jobs).
+MAX_STEPS = 120
+JOB = [*SMALL_JOB, "--synthetic_num_examples", "3000", "--max_steps", str(MAX_STEPS), "--logging_steps", "5"]
 
 
 def logged_step(out: Path) -> int:
@@ -349,11 +352,11 @@ def test_pod_sigterm_checkpoints_and_the_restarted_pod_resumes(launch: str, tmp_
     saved = ckpt.list_checkpoints(out)
     assert saved, output[-3000:]
     step = ckpt.verify_checkpoint(saved[-1])["global_step"]
-    assert 20 <= step < 400 and f"stopped by SIGUSR1 at step {step}: saved checkpoint-{step}" in output
+    assert 20 <= step < MAX_STEPS and f"stopped by SIGUSR1 at step {step}: saved checkpoint-{step}" in output
 
     restarted = pod(command, out, cache_dir)  # the restarted pod runs the same command
     output, _ = restarted.communicate(timeout=400)
     assert restarted.returncode == 0, output[-3000:]
     assert f"resumed from step {step}" in output
     results = json.loads((out / "all_results.json").read_text())
-    assert results["global_step"] == 400 and len(set(results["param_checksum_per_rank"])) == 1
+    assert results["global_step"] == MAX_STEPS and len(set(results["param_checksum_per_rank"])) == 1

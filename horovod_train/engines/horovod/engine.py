@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -156,23 +157,39 @@ class HorovodEngine(Engine):
         with optimizer.skip_synchronize():
             amp.optimizer_step(optimizer, scaler)
 
-    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self.hvd.allreduce(tensor, op=self.hvd.Sum, name=None)
+    def wait(self, handle: int) -> Any:
+        """The result of an operation Horovod runs in the background, waited for without spinning.
+
+        hvd.synchronize() polls the handle in a loop of sched_yield(): a rank that waits while rank 0 writes a
+        checkpoint, or builds the tokenizer, holds a core the whole time, and where ranks share cores (CPU
+        training, two ranks on one GPU's host, a test machine) it takes it from the rank it waits for. The
+        engine's own collectives wait for seconds at such points; here a waiting rank sleeps between polls, up
+        to 5 ms. The gradients' all-reduce (hvd.DistributedOptimizer's, on the step's critical path) keeps
+        Horovod's own wait."""
+        delay = 0.0
+        while not self.hvd.poll(handle):
+            time.sleep(delay)
+            delay = min(max(2 * delay, 5e-5), 5e-3)
+        return self.hvd.synchronize(handle)  # complete: returns at once (raises what the operation raised)
+
+    def all_reduce_sum(self, tensor: torch.Tensor, name: str = "horovod_train.all_reduce_sum") -> torch.Tensor:
+        # Named as broadcast_ below; its own name, as it may run while all_reduce_sum_async's is in flight.
+        return self.wait(self.hvd.allreduce_async(tensor, op=self.hvd.Sum, name=name))
 
     def all_reduce_sum_async(self, tensor: torch.Tensor) -> Callable[[], torch.Tensor]:
         # Named: one is in flight at a time (the caller waits before starting the next), and automatic names
         # number each process's own operations.
         handle = self.hvd.allreduce_async(tensor, op=self.hvd.Sum, name="horovod_train.all_reduce_sum_async")
-        return lambda: self.hvd.synchronize(handle)
+        return lambda: self.wait(handle)
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self.hvd.allgather(tensor)
+        return self.wait(self.hvd.allgather_async(tensor))
 
     def broadcast_(self, tensor: torch.Tensor) -> None:
         # One explicit name, reused: each call completes before the next, in the same order on every rank.
         # Horovod's automatic names number each process's own operations, which may differ between ranks,
         # and mismatched names hang the collective.
-        self.hvd.broadcast_(tensor, root_rank=0, name="horovod_train.broadcast_")
+        self.wait(self.hvd.broadcast_async_(tensor, root_rank=0, name="horovod_train.broadcast_"))
 
     def local_main_first(self, work: Any) -> Any:
         # A worker that joins an elastic job runs this setup alone, so it must not wait in a collective
@@ -180,7 +197,8 @@ class HorovodEngine(Engine):
         return work() if self.options.elastic else super().local_main_first(work)
 
     def barrier(self) -> None:
-        self.hvd.barrier()
+        # hvd.barrier() has no asynchronous form: a one-element all-reduce waits for every rank the same way.
+        self.all_reduce_sum(torch.zeros(1, device=self.device), name="horovod_train.barrier")
 
     def describe(self) -> dict[str, Any]:
         hvd = self.hvd
