@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -158,19 +157,11 @@ class HorovodEngine(Engine):
             amp.optimizer_step(optimizer, scaler)
 
     def wait(self, handle: int) -> Any:
-        """The result of an operation Horovod runs in the background, waited for without spinning.
-
-        hvd.synchronize() polls the handle in a loop of sched_yield(): a rank that waits while rank 0 writes a
-        checkpoint, or builds the tokenizer, holds a core the whole time, and where ranks share cores (CPU
-        training, two ranks on one GPU's host, a test machine) it takes it from the rank it waits for. The
-        engine's own collectives wait for seconds at such points; here a waiting rank sleeps between polls, up
-        to 5 ms. The gradients' all-reduce (hvd.DistributedOptimizer's, on the step's critical path) keeps
-        Horovod's own wait."""
-        delay = 0.0
-        while not self.hvd.poll(handle):
-            time.sleep(delay)
-            delay = min(max(2 * delay, 5e-5), 5e-3)
-        return self.hvd.synchronize(handle)  # complete: returns at once (raises what the operation raised)
+        """The result of the engine's own collectives (not the gradients'), which wait for seconds where rank 0
+        writes a checkpoint or builds the tokenizer: polled without spinning (env.poll_until_done), up to 5 ms
+        apart, then taken from Horovod (complete: synchronize returns at once, or raises what it raised)."""
+        env.poll_until_done(self.hvd, handle, longest_sleep_s=5e-3)
+        return self.hvd.synchronize(handle)
 
     def all_reduce_sum(self, tensor: torch.Tensor, name: str = "horovod_train.all_reduce_sum") -> torch.Tensor:
         # Named as broadcast_ below; its own name, as it may run while all_reduce_sum_async's is in flight.
