@@ -27,11 +27,17 @@ def _registry() -> dict[str, type[Engine]]:
 
 def _loaded() -> dict[str, type[Engine]]:
     """Every row of the table as it is now (a row added after import, a test's toy engine, too), loaded once."""
+    for name in ENGINE_CLASSES:
+        _loaded_one(name)
+    return _registry()
+
+
+def _loaded_one(name: str) -> type[Engine]:
+    """The class of one row, loaded once (a class a test put in the registry wins)."""
     registry = _registry()
-    for name, where in ENGINE_CLASSES.items():
-        if name not in registry:
-            registry[name] = _engine_class(where)
-    return registry
+    if name not in registry:
+        registry[name] = _engine_class(ENGINE_CLASSES[name])
+    return registry[name]
 
 
 @functools.cache
@@ -56,7 +62,4 @@ def create_engine(config: RunConfig) -> Engine:
     engine = config.training.engine
     if engine not in ENGINE_CLASSES:
         raise UsageError(f"unknown engine {engine!r}", f"use --engine {' or '.join(ENGINE_CLASSES)}")
-    registry = _registry()
-    if engine not in registry:
-        registry[engine] = _engine_class(ENGINE_CLASSES[engine])
-    return registry[engine](config)
+    return _loaded_one(engine)(config)

@@ -1,8 +1,8 @@
 """The model families users bring in 2026, each tiny and random-init from transformers' own configuration
 classes, saved to a local directory as a downloaded checkpoint would be: encoders (BERT, RoBERTa, XLM-R,
 DeBERTa-v2, ModernBERT) and decoder LLM classifiers (Llama, Qwen2, Mistral) whose tokenizers have no pad
-token. Each trains with 2 ranks, under Horovod or DDP (ENGINES: each engine gets encoders and decoders, and
-both padding sides), and its output directory loads in a text-classification pipeline."""
+token. Each trains with 2 ranks, under Horovod or DDP (ENGINES: each engine gets encoders and decoders), and its
+output directory loads in a text-classification pipeline."""
 
 from __future__ import annotations
 
