@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from horovod_train import bench, compare, doctor
 from horovod_train.arguments import FALSE_VALUES, TRUE_VALUES, ArgumentParser, add_dataclass_arguments
-from horovod_train.build_horovod import command as build_horovod
 from horovod_train.config import CONFIG_HELP, SECTIONS, RunConfig, parse_run_config
 from horovod_train.console import write_line
 from horovod_train.errors import UsageError, exit_with
@@ -27,22 +27,57 @@ class DebugArguments:
     debug: bool = field(default=False, metadata={"help": "Show tracebacks for bad input."})
 
 
-def build_parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its help, and the module holding its ``add_arguments(parser)`` and ``main(args)``."""
+
+    help: str
+    module: str
+    add: str = "add_arguments"
+    main: str = "main"
+    debug: bool = False  # takes --debug
+    nested: bool = False  # its arguments depend on its next word (bench's benchmark): add(parser, rest)
+
+    def function(self, name: str) -> Callable:
+        return getattr(importlib.import_module(self.module), name)
+
+
+# Only the command a command line names is imported and given its arguments: bench's and train's modules import
+# torch and transformers (5 s of CPU), which `--help`, a mistyped flag and a parent that only launches (compare,
+# bench train) do without.
+COMMANDS = {
+    "train": Command(
+        "fine-tune a sequence-classification model", "horovod_train.cli", "add_train_arguments", "cmd_train", True
+    ),
+    "compare": Command("run one job under every engine and tabulate them", "horovod_train.compare", debug=True),
+    "doctor": Command("print the rank/host/device map and Horovod's build", "horovod_train.doctor"),
+    "bench": Command("all-reduce, training and GPU benchmarks", "horovod_train.bench", nested=True),
+    "build-horovod": Command("build Horovod for this environment's torch", "horovod_train.build_horovod.command"),
+}
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """Every command's parser; with ``argv``, only the command it names (its first word) gets its arguments."""
     parser = ArgumentParser(prog="horovod-train", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
-    train = commands.add_parser("train", help="fine-tune a sequence-classification model",
-                                description="Fine-tune a sequence-classification model data-parallel.",
-                                dataclass_types=SECTIONS.values())  # fmt: skip
-    train.add_argument("--config", help=CONFIG_HELP)
-    compare_parser = commands.add_parser("compare", help="run one job under every engine and tabulate them")
-    compare.add_arguments(compare_parser)
-    doctor_parser = commands.add_parser("doctor", help="print the rank/host/device map and Horovod's build")
-    doctor.add_arguments(doctor_parser)
-    bench.add_arguments(commands.add_parser("bench", help="all-reduce, training and GPU benchmarks"))
-    build_horovod.add_arguments(commands.add_parser("build-horovod", help="build Horovod for this environment's torch"))
-    for command in (train, compare_parser):
-        add_dataclass_arguments(command, DebugArguments)
+    for name, command in COMMANDS.items():
+        subparser = commands.add_parser(name, help=command.help)
+        if argv is None or argv[:1] == [name]:
+            add = command.function(command.add)
+            if command.nested:
+                add(subparser, None if argv is None else argv[1:])
+            else:
+                add(subparser)
+            if command.debug:
+                add_dataclass_arguments(subparser, DebugArguments)
     return parser
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = "Fine-tune a sequence-classification model data-parallel."
+    for section in SECTIONS.values():
+        parser._add_dataclass_arguments(section)  # as HfArgumentParser(dataclass_types) adds them
+    parser.add_argument("--config", help=CONFIG_HELP)
 
 
 def debug_requested(argv: list[str]) -> bool:
@@ -66,10 +101,11 @@ def quiet_libraries() -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    config = parse_run_config(namespace=args)  # bad flags are refused before torch and transformers load
+
     from horovod_train.engines import create_engine
     from horovod_train.model import fit_max_seq_length
 
-    config = parse_run_config(namespace=args)
     quiet_libraries()
     fit_max_seq_length(config, warn=warn_on_rank_0)
     engine = create_engine(config)
@@ -149,13 +185,6 @@ def result_line(results: dict) -> str:
 
 
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
-COMMANDS = {
-    "train": cmd_train,
-    "compare": compare.main,
-    "doctor": doctor.main,
-    "bench": bench.main,
-    "build-horovod": build_horovod.main,
-}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["train", "--config", argv[1]]  # run_glue.py's `python run_glue.py args.json`
     debug = debug_requested(argv) or os.environ.get("HOROVOD_TRAIN_DEBUG") == "1"
     try:
-        args = build_parser().parse_args(argv)
-        return COMMANDS[args.command](args)
+        args = build_parser(argv).parse_args(argv)
+        command = COMMANDS[args.command]
+        return command.function(command.main)(args)
     except UsageError as error:
         if debug:
             raise

@@ -21,10 +21,14 @@ def _module(name: str):
     return importlib.import_module(f"{__name__}.{BENCHMARKS[name][0]}")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> None:
+    """Every benchmark's parser; with ``argv`` (the words after `bench`), only the one it names gets its
+    arguments: the others' modules (gpu's imports torch and transformers) stay unimported."""
     benchmarks = parser.add_subparsers(dest="benchmark", required=True, parser_class=type(parser))
     for name, (_, help_text) in BENCHMARKS.items():
-        _module(name).add_arguments(benchmarks.add_parser(name, help=help_text, description=help_text))
+        subparser = benchmarks.add_parser(name, help=help_text, description=help_text)
+        if argv is None or argv[:1] == [name]:
+            _module(name).add_arguments(subparser)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 
 import pytest
@@ -125,3 +126,18 @@ def test_stale_open_mpi_variables_without_mpirun_are_one_line(command, tmp_path,
     assert all(name in proc.stderr for name in STALE_OPEN_MPI) and "or launch with mpirun" in proc.stderr
     assert time.monotonic() - started < 120
     assert snapshot(tmp_path) == before
+
+
+def test_help_and_a_refused_flag_start_without_torch_or_transformers_models():
+    """Only the named command's module is imported: `--help` and a flag refused while parsing answer in about a
+    second, without torch (2 s) and transformers' models (3 s); `train --help` lists every section's flags."""
+    probe = (
+        "import sys\nfrom horovod_train.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "print('loaded:', sorted({'torch', 'transformers.modeling_utils'} & set(sys.modules)))"
+    )
+    for argv in (["--help"], ["train", "--help"], ["train", "--engine", "nosuch"], ["bench", "project", "--help"]):
+        proc = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120)
+        assert proc.stdout.splitlines()[-1] == "loaded: []", (argv, proc.stdout[-2000:], proc.stderr[-2000:])
+        if argv == ["train", "--help"]:
+            assert all(f"--{flag}" in proc.stdout for flag in ("learning_rate", "engine", "gradient_predivide_factor"))

@@ -11,7 +11,7 @@ import pytest
 import torch
 from support.checkpoints import SAVED, resume
 from support.checks import max_abs_diff
-from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, torchrun, train_cmd
+from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, torchrun, train_here
 
 from horovod_train import checkpoint as ckpt
 from horovod_train.digest import sha256
@@ -22,44 +22,43 @@ pytestmark = pytest.mark.slow
 JOB = [*SMALL_JOB, "--synthetic_num_examples", "600", "--dropout", "0", "--save_total_limit", "20"]
 
 
-def launch(engine: str, *args: str) -> list[str]:
+def train(engine: str, cache_dir: Path, *args: str, timeout: float = 300):
+    """Two ranks under horovodrun or torchrun, or one process (single) in this one."""
     if engine == "horovod":
-        return horovodrun(2, *args)
+        return run(horovodrun(2, *args), cache_dir, timeout)
     if engine == "ddp":
-        return torchrun(2, "--engine", "ddp", *args)
-    return train_cmd("--engine", "single", *args)
+        return run(torchrun(2, "--engine", "ddp", *args), cache_dir, timeout)
+    return train_here(cache_dir, "--engine", "single", *args)
 
 
-@pytest.mark.parametrize(
-    ("engine", "max_steps", "save_steps", "resume_step"),
-    [("single", 50, 10, 20), ("horovod", 30, 5, 10), ("ddp", 30, 5, 10)],
-)
-def test_resume_mid_epoch_ends_with_the_same_parameters(
-    tmp_path, cache_dir, engine, max_steps, save_steps, resume_step
-):
-    np = 1 if engine == "single" else 2
-    full = tmp_path / "full"
-    args = [*JOB, "--max_steps", str(max_steps), "--save_steps", str(save_steps)]
-    assert_ok(run(launch(engine, *args, "--output_dir", str(full)), cache_dir))
-    state = json.loads((full / f"checkpoint-{resume_step}" / ckpt.TRAINER_FILE).read_text())
-    assert state["epoch"] == 0 and 0 < state["steps_in_epoch"] < 34 // np, "the resume point must be mid-epoch"
-
-    # A second run directory that holds only what a crash after step `resume_step` would have left.
-    resumed = tmp_path / "resumed"
+def resume_from_a_crash(engine: str, args: list[str], tmp_path: Path, cache_dir: Path, step: int) -> Path:
+    """The uninterrupted run in ``full``; then a second run directory holding only what a crash after ``step``
+    would have left, resumed with `latest`, which must end with the same parameters. Returns ``full``."""
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    assert_ok(train(engine, cache_dir, *args, "--output_dir", str(full)))
+    state = json.loads((full / f"checkpoint-{step}" / ckpt.TRAINER_FILE).read_text())
+    # Both jobs train on 540 examples (600, 10% held out): fewer seen means the resume point is mid-epoch.
+    assert state["epoch"] == 0 and 0 < state["samples_in_epoch"] < 540, "the resume point must be mid-epoch"
     resumed.mkdir()
-    shutil.copytree(full / f"checkpoint-{resume_step}", resumed / f"checkpoint-{resume_step}")
-    proc = run(launch(engine, *args, "--output_dir", str(resumed), "--resume_from_checkpoint", "latest"), cache_dir)
+    shutil.copytree(full / f"checkpoint-{step}", resumed / f"checkpoint-{step}")
+    proc = train(engine, cache_dir, *args, "--output_dir", str(resumed), "--resume_from_checkpoint", "latest")
     assert_ok(proc)
-    assert f"resumed from step {resume_step}" in proc.stdout
+    assert f"resumed from step {step}" in proc.stdout
     diff = max_abs_diff(full, resumed)
-    print(f"{engine} np={np}: max-abs parameter difference after resume = {diff:.3e}")
+    print(f"{engine}: max-abs parameter difference after resume = {diff:.3e}")
     assert diff <= 1e-6, f"resumed run differs from the uninterrupted one by {diff:.3e}"
+    return full
+
+
+def test_resume_mid_epoch_ends_with_the_same_parameters(tmp_path, cache_dir):
+    resume_from_a_crash("single", [*JOB, "--max_steps", "50", "--save_steps", "10"], tmp_path, cache_dir, 20)
 
 
 @pytest.mark.parametrize("engine", ["horovod", "ddp"])
-def test_resume_with_dropout_restores_every_ranks_generators(tmp_path, cache_dir, engine):
+def test_two_ranks_resume_mid_epoch_with_dropout_and_every_ranks_generators(tmp_path, cache_dir, engine):
     """With dropout each rank draws its own masks (its batches are padded to other lengths): every rank's
-    RNG states are saved and each rank gets its own back, so the resumed run repeats the masks exactly."""
+    RNG states are saved and each rank gets its own back, so the run resumed mid-epoch repeats the masks
+    exactly."""
     import pandas as pd
 
     from horovod_train import synthetic
@@ -68,18 +67,10 @@ def test_resume_with_dropout_restores_every_ranks_generators(tmp_path, cache_dir
     frame["premise"] = [f"{p} {' '.join(['indeed'] * (i % 9))}" for i, p in enumerate(frame["premise"])]
     data = tmp_path / "varied.csv"
     frame.to_csv(data, index=False)
-    args = [*SMALL_JOB, "--train_file", str(data), "--dropout", "0.1", "--max_steps", "30"]
-    args += ["--save_steps", "5", "--save_total_limit", "20"]
-    full, resumed = tmp_path / "full", tmp_path / "resumed"
-    assert_ok(run(launch(engine, *args, "--output_dir", str(full)), cache_dir))
+    args = [*SMALL_JOB, "--train_file", str(data), "--dropout", "0.1", "--max_steps", "30", "--save_steps", "5"]
+    full = resume_from_a_crash(engine, [*args, "--save_total_limit", "20"], tmp_path, cache_dir, 10)
     rng = torch.load(full / "checkpoint-10" / ckpt.STATE_FILE, weights_only=True)["rng"]
     assert len(rng) == 2 and rng[0]["torch"] != rng[1]["torch"], "the ranks' generators should have diverged"
-    resumed.mkdir()
-    shutil.copytree(full / "checkpoint-10", resumed / "checkpoint-10")
-    assert_ok(run(launch(engine, *args, "--output_dir", str(resumed), "--resume_from_checkpoint", "latest"), cache_dir))
-    diff = max_abs_diff(full, resumed)
-    print(f"{engine} np=2, dropout 0.1: max-abs parameter difference after resume = {diff:.3e}")
-    assert diff <= 1e-6
 
 
 def test_checkpoints_are_pruned_and_verified(tmp_path, cache_dir):
@@ -95,7 +86,7 @@ def test_checkpoints_are_pruned_and_verified(tmp_path, cache_dir):
         "--save_total_limit",
         "2",
     ]
-    assert_ok(run(train_cmd("--engine", "single", *args, "--output_dir", str(out)), cache_dir))
+    assert_ok(train_here(cache_dir, "--engine", "single", *args, "--output_dir", str(out)))
     assert [p.name for p in ckpt.list_checkpoints(out)] == ["checkpoint-8", "checkpoint-12"]
     assert not list(out.glob(".checkpoint-*")), "no temporary checkpoint directory may be left behind"
     state = ckpt.verify_checkpoint(out / "checkpoint-12")
@@ -193,7 +184,7 @@ def test_resume_of_a_checkpoint_over_2_gib(tmp_path, cache_dir, engine):
 
     out = tmp_path / "run"
     args = [*JOB, "--max_steps", "10", "--save_steps", "10"]
-    assert_ok(run(launch(engine, *args, "--output_dir", str(out)), cache_dir))
+    assert_ok(train(engine, cache_dir, *args, "--output_dir", str(out)))
     checkpoint = out / "checkpoint-10"
     state_file = checkpoint / ckpt.STATE_FILE
     state = torch.load(state_file, weights_only=True)
@@ -209,8 +200,8 @@ def test_resume_of_a_checkpoint_over_2_gib(tmp_path, cache_dir, engine):
     manifest[ckpt.STATE_FILE] = digest.hexdigest()
     (checkpoint / ckpt.MANIFEST).write_text(json.dumps(manifest))
 
-    resumed = run(launch(engine, *args, "--max_steps", "12", "--output_dir", str(out), "--resume_from_checkpoint",
-                         "latest", "--save_strategy", "no"), cache_dir, timeout=600)  # fmt: skip
+    resumed = train(engine, cache_dir, *args, "--max_steps", "12", "--output_dir", str(out),
+                    "--resume_from_checkpoint", "latest", "--save_strategy", "no", timeout=600)  # fmt: skip
     assert_ok(resumed)
     assert "resumed from step 10" in resumed.stdout
     results = read_results(out)
@@ -271,8 +262,8 @@ def test_group_by_length_resumes_on_another_split_of_the_global_batch(tmp_path, 
     assert read_results(full)["history"][0]["samples"]["skipped"] == 0
     out.mkdir()
     shutil.copytree(full / "checkpoint-5", out / "checkpoint-5")  # what a crash after step 5 leaves
-    resumed = run(train_cmd("--engine", "single", *args, "--gradient_accumulation_steps", "2",
-                            "--output_dir", str(out), "--resume_from_checkpoint", "auto"), cache_dir)  # fmt: skip
+    resumed = train("single", cache_dir, *args, "--gradient_accumulation_steps", "2", "--output_dir", str(out),
+                    "--resume_from_checkpoint", "auto")  # fmt: skip
     assert_ok(resumed)
     assert "resumed from step 5" in resumed.stdout
     (epoch,) = read_results(out)["history"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support.jobs import SMALL_JOB, assert_ok, run, train_cmd
+from support.jobs import SMALL_JOB, assert_ok, run, train_cmd, train_here
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -16,7 +16,8 @@ JOB = [*SMALL_JOB, "--engine", "single", "--synthetic_num_examples", "600", "--l
 
 
 def train(cache_dir: Path, out: Path, *args: str):
-    return run(train_cmd(*JOB, "--output_dir", str(out), *args), cache_dir)
+    """One process: run in this one (what is read is the run's files and lines, not a launch's)."""
+    return train_here(cache_dir, *JOB, "--output_dir", str(out), *args)
 
 
 def read(path: Path) -> dict:
@@ -80,14 +81,14 @@ def test_hf_argument_parser_habits_no_flags_and_a_lone_json_file(tmp_path, cache
 
     args = build_parser().parse_args(["train", "--no_do_eval"])
     assert args.do_eval is False and build_parser().parse_args(["train"]).do_eval is None  # None: the default
-    refused = run(train_cmd("--no_do_eval", "--output_dir", str(tmp_path / "x")), cache_dir)
+    refused = train_here(cache_dir, "--no_do_eval", "--output_dir", str(tmp_path / "x"))
     assert refused.returncode == 2 and "--do_eval false" in refused.stderr, refused.stderr
 
     out = tmp_path / "from-json"
     config = {"engine": "single", "model_name_or_path": "tiny-bert", "synthetic_num_examples": 300, "max_steps": 2,
               "per_device_train_batch_size": 16, "learning_rate": 3e-4, "output_dir": str(out)}  # fmt: skip
     (tmp_path / "args.json").write_text(json.dumps(config))
-    assert_ok(run(train_cmd(str(tmp_path / "args.json")), cache_dir))
+    assert_ok(train_here(cache_dir, str(tmp_path / "args.json")))
     assert read(out / "run_config.json")["learning_rate"] == 3e-4 and read(out / "all_results.json")["global_step"] == 2
 
 
@@ -100,6 +101,8 @@ def test_adam_betas_reach_the_optimizer(tmp_path, cache_dir):
 
 
 def test_debug_false_keeps_the_one_line_error(tmp_path, cache_dir):
+    """As programs: --debug's traceback is the interpreter's, at the process's end (refused while parsing, before
+    torch loads: a second each)."""
     proc = run(train_cmd("--learning_rate", "-1", "--debug", "false", "--output_dir", str(tmp_path / "x")), cache_dir)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().startswith("error: --learning_rate must be > 0"), proc.stderr
@@ -157,8 +160,8 @@ def test_mnli_evaluates_matched_and_mismatched_from_a_saved_dataset(tmp_path, ca
         str(saved)
     )
     out = tmp_path / "run"
-    proc = run(train_cmd(*SMALL_JOB, "--engine", "single", "--dataset_name", str(saved), "--task_name", "mnli",
-                         "--max_steps", "10", "--output_dir", str(out)), cache_dir)  # fmt: skip
+    proc = train_here(cache_dir, *SMALL_JOB, "--engine", "single", "--dataset_name", str(saved), "--task_name", "mnli",
+                      "--max_steps", "10", "--output_dir", str(out))  # fmt: skip
     assert_ok(proc)
     results = read(out / "all_results.json")
     assert (results["eval_samples"], results["eval_validation_mismatched_samples"]) == (40, 50)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from horovod_train.launching import LAUNCHERS
 
@@ -75,6 +79,25 @@ def mpirun(np: int, *args: str) -> list[str]:
 
 def read_results(output_dir: Path) -> dict:
     return json.loads((output_dir / "all_results.json").read_text())
+
+
+def train_here(cache_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """`python -m horovod_train train ARGS` (one process: --engine single) run inside this one, its exit status
+    and what it printed returned as `run` returns a launch's. It pays no start-up (5 s of CPU: torch and
+    transformers are imported). The environment is its own (conftest's autouse fixtures give a test back its
+    environment and the stop signals' handlers)."""
+    from horovod_train.cli import main
+
+    offline = {k: v for k, v in base_env(cache_dir).items() if k.startswith(("HOROVOD_TRAIN_", "HF_", "TRANSFORMERS_"))}
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        for name, value in offline.items():
+            patch.setenv(name, value)
+        try:
+            code = main(["train", *args])
+        except SystemExit as exited:
+            code = exited.code
+    return subprocess.CompletedProcess(["train", *args], code, out.getvalue(), err.getvalue())
 
 
 def assert_ok(proc: subprocess.CompletedProcess) -> None:
