@@ -17,6 +17,11 @@ import pytest
 # named an absent hub model waited 70 s on connection retries before its one-line error. Launched jobs get it in
 # their environment (support/jobs.py).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Runs trained in the test process (support/jobs.train_here, the unit tier) use one thread, as a launched rank
+# does (support/jobs.base_env): `make test` runs three pytest processes and their ranks on the machine's cores,
+# where the engine's default (the cores over the local ranks) gave each a second thread that only waited and spun
+# (test_data's hypothesis-only run: 43 s of CPU in-process against 38 s launched). Before torch is imported.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # Fixtures that test modules of several tiers use, defined beside their helpers.
 from support import builds, sharing

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.jobs import assert_ok, read_results, run, train_cmd
+from support.jobs import assert_ok, read_results, run, train_here
 
 LEARNING_JOB = [
     "--engine", "single", "--synthetic_num_examples", "2000", "--per_device_train_batch_size", "32",
@@ -17,7 +17,7 @@ LEARNING_JOB = [
 
 def test_bf16_training_learns_on_cpu(tmp_path, cache_dir):
     out = tmp_path / "bf16"
-    proc = run(train_cmd(*LEARNING_JOB, "--bf16", "--group_by_length", "--output_dir", str(out)), cache_dir)
+    proc = train_here(cache_dir, *LEARNING_JOB, "--bf16", "--group_by_length", "--output_dir", str(out))
     assert_ok(proc)
     results = read_results(out)
     assert results["eval_accuracy"] > 0.6, results["history"]  # chance is 0.33

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import transformers
 from safetensors.torch import load_file
-from support.jobs import SMALL_JOB, assert_ok, run, train_cmd
+from support.jobs import SMALL_JOB, assert_ok, train_here
 
 SEQ2SEQ = dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
                encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64)  # fmt: skip
@@ -25,12 +25,12 @@ def test_a_tied_model_trains_checkpoints_and_resumes_exactly(tmp_path, cache_dir
     job = [*SMALL_JOB, "--engine", "single", "--synthetic_num_examples", "300", "--config_name", str(config_dir),
            "--max_steps", "10", "--save_steps", "5", "--save_total_limit", "5"]  # fmt: skip
     full, resumed = tmp_path / "full", tmp_path / "resumed"
-    assert_ok(run(train_cmd(*job, "--output_dir", str(full)), cache_dir))
+    assert_ok(train_here(cache_dir, *job, "--output_dir", str(full)))
     assert json.loads((full / "run_config.json").read_text())["config_name"] == str(config_dir)
     assert "BartForSequenceClassification" in (full / "config.json").read_text()
     resumed.mkdir()
     shutil.copytree(full / "checkpoint-5", resumed / "checkpoint-5")
-    assert_ok(run(train_cmd(*job, "--output_dir", str(resumed), "--resume_from_checkpoint", "latest"), cache_dir))
+    assert_ok(train_here(cache_dir, *job, "--output_dir", str(resumed), "--resume_from_checkpoint", "latest"))
     assert max_abs_diff(full, resumed) == 0.0
 
 

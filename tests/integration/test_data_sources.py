@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from support.data_sources import sentiment_frame
-from support.jobs import SMALL_JOB, assert_ok, read_results, run, train_cmd
+from support.jobs import SMALL_JOB, assert_ok, read_results, train_here
 
 
 def test_a_single_sentence_task_trains_end_to_end(tmp_path, cache_dir):
@@ -15,8 +15,9 @@ def test_a_single_sentence_task_trains_end_to_end(tmp_path, cache_dir):
     sentiment_frame(20, seed=1)[["idx", "sentence"]].to_csv(test, index=False)
     out = tmp_path / "out"
     files = ["--train_file", str(train), "--test_file", str(test)]
-    proc = run(train_cmd("--engine", "single", *SMALL_JOB, *files, "--max_steps", "20", "--output_dir", str(out)),
-               cache_dir)  # fmt: skip
+    proc = train_here(
+        cache_dir, "--engine", "single", *SMALL_JOB, *files, "--max_steps", "20", "--output_dir", str(out)
+    )
     assert_ok(proc)
     results = read_results(out)
     assert 0.0 <= results["eval_accuracy"] <= 1.0 and results["eval_samples"] == 60
@@ -28,12 +29,8 @@ def test_a_single_sentence_task_trains_end_to_end(tmp_path, cache_dir):
 def test_bad_text_column_names_are_refused_in_one_line(tmp_path, cache_dir):
     sentiment_frame(40, seed=0).to_csv(tmp_path / "train.csv", index=False)
     out = tmp_path / "out"
-    proc = run(
-        train_cmd("--engine", "single", "--train_file", str(tmp_path / "train.csv"), "--text_column_names",
-                  "sentence,sentence2", "--output_dir", str(out)),
-        cache_dir,
-        timeout=120,
-    )  # fmt: skip
+    proc = train_here(cache_dir, "--engine", "single", "--train_file", str(tmp_path / "train.csv"),
+                      "--text_column_names", "sentence,sentence2", "--output_dir", str(out))  # fmt: skip
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
     assert "train data has no column 'sentence2' (has: idx, sentence, label)" in lines[0] and "; fix: " in lines[0]

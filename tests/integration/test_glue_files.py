@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 from support.glue_layouts import write_glue_task
-from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, train_cmd
+from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, train_here
 
 from horovod_train import glue
 
@@ -49,8 +49,9 @@ def test_a_parquet_file_without_the_text_column_is_refused_and_nothing_written(t
     data.mkdir()
     pd.DataFrame({"premise": ["a b", "c d"] * 10, "label": [0, 1] * 10}).to_parquet(data / "train.parquet")
     out = tmp_path / "out"
-    proc = run(train_cmd("--engine", "single", "--train_file", str(data / "train.parquet"), "--output_dir", str(out)),
-               cache_dir, timeout=120)  # fmt: skip
+    proc = train_here(
+        cache_dir, "--engine", "single", "--train_file", str(data / "train.parquet"), "--output_dir", str(out)
+    )
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert "train data has no text column" in _refused_in_one_line(proc) and "; fix: " in lines[0]
