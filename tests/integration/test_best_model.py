@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, train_cmd
+from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, train_here
 from support.metrics import recompute_metrics
 from transformers import BertConfig
 
@@ -61,7 +61,7 @@ def test_config_name_random_inits_its_architecture_or_configures_a_pretrained_mo
         architecture
     )
     first = tmp_path / "first"
-    assert_ok(run(train_cmd(*job, "--config_name", str(architecture), "--output_dir", str(first)), cache_dir))
+    assert_ok(train_here(cache_dir, *job, "--config_name", str(architecture), "--output_dir", str(first)))
     trained = read(first / "config.json")
     assert (trained["hidden_size"], trained["num_hidden_layers"], trained["num_attention_heads"]) == (48, 1, 3)
     assert trained["vocab_size"] < 30522 and len(trained["id2label"]) == 3  # the tiny tokenizer's vocabulary
@@ -71,9 +71,8 @@ def test_config_name_random_inits_its_architecture_or_configures_a_pretrained_mo
     other = tmp_path / "other-config"
     tuned.save_pretrained(other)
     second = tmp_path / "second"
-    cmd = train_cmd(*job, "--model_name_or_path", str(first), "--config_name", str(other), "--learning_rate", "1e-12",
-                    "--output_dir", str(second))  # fmt: skip
-    assert_ok(run(cmd, cache_dir))
+    assert_ok(train_here(cache_dir, *job, "--model_name_or_path", str(first), "--config_name", str(other),
+                         "--learning_rate", "1e-12", "--output_dir", str(second)))  # fmt: skip
     assert read(second / "config.json")["hidden_dropout_prob"] == 0.25
     before, after = load_file(first / "model.safetensors"), load_file(second / "model.safetensors")
     assert max((before[k] - after[k]).abs().max().item() for k in before) < 1e-6  # the first run's weights

@@ -8,15 +8,16 @@ import json
 from pathlib import Path
 
 from support.filesystems import fill, small_filesystem
-from support.jobs import SMALL_JOB, assert_ok, mpirun, run, train_cmd
+from support.jobs import SMALL_JOB, assert_ok, mpirun, run, train_here
 
 from horovod_train import checkpoint as ckpt
 from horovod_train.run_directory import record
 
 
 def train(tmp_path: Path, cache_dir: Path, out: Path, *args: str):
+    """One process, in this one."""
     job = [*SMALL_JOB, "--engine", "single", "--synthetic_num_examples", "600", "--output_dir", str(out), *args]
-    return run(train_cmd(*job), cache_dir)
+    return train_here(cache_dir, *job)
 
 
 def test_rotation_follows_the_lineage_after_resuming_from_an_older_checkpoint(tmp_path, cache_dir):
@@ -80,7 +81,7 @@ def test_a_full_disk_during_a_checkpoint_stops_every_rank_with_one_line(tmp_path
     job = [*SMALL_JOB, "--synthetic_num_examples", "600", "--save_steps", "3"]
     with small_filesystem(tmp_path / "disk", 64 << 20) as disk:
         out = disk / "run"
-        assert_ok(run(train_cmd("--engine", "single", *job, "--max_steps", "3", "--output_dir", str(out)), cache_dir))
+        assert_ok(train_here(cache_dir, "--engine", "single", *job, "--max_steps", "3", "--output_dir", str(out)))
         checkpoint = out / "checkpoint-3"
         fill(disk, leave_bytes=sum(p.stat().st_size for p in checkpoint.rglob("*") if p.is_file()) // 2)
         resume = ["--max_steps", "6", "--output_dir", str(out), "--resume_from_checkpoint", "latest"]
@@ -94,6 +95,6 @@ def test_a_full_disk_during_a_checkpoint_stops_every_rank_with_one_line(tmp_path
         assert ckpt.verify_checkpoint(checkpoint)["global_step"] == 3
         assert sorted(p.name for p in out.glob("*checkpoint-*")) == ["checkpoint-3"]
         (disk / "ballast").unlink()
-        resumed = run(train_cmd("--engine", "single", *job, *resume), cache_dir)
+        resumed = train_here(cache_dir, "--engine", "single", *job, *resume)
         assert_ok(resumed)
         assert "resumed from step 3" in resumed.stdout

@@ -10,7 +10,7 @@ import shutil
 import pytest
 import transformers
 from safetensors.torch import load_file
-from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, train_cmd
+from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, train_here
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,7 @@ def test_a_lora_checkpoint_loads_with_from_pretrained_as_the_trained_model(tmp_p
     out = tmp_path / "out"
     args = [*SMALL_JOB, *LORA, "--engine", "single", "--max_steps", "6", "--save_strategy", "steps"]
     args += ["--save_steps", "3"]
-    assert_ok(run(train_cmd(*args, "--output_dir", str(out)), cache_dir))
+    assert_ok(train_here(cache_dir, *args, "--output_dir", str(out)))
     auto = transformers.AutoModelForSequenceClassification
     checkpoint, info = auto.from_pretrained(out / "checkpoint-6", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info

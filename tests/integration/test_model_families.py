@@ -10,7 +10,7 @@ import json
 
 import pytest
 import transformers
-from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, torchrun, train_cmd
+from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, torchrun, train_here
 from support.models import FAMILIES, JOB, model_dir
 
 from horovod_train import synthetic
@@ -65,7 +65,7 @@ def test_a_roberta_trains_at_the_longest_sequence_its_positions_take(tmp_path, c
     args = ["--engine", "single", "--model_name_or_path", str(path), "--train_file", str(data), "--max_seq_length",
             "40", "--per_device_train_batch_size", "8", "--max_steps", "3", "--disable_tqdm",
             "--output_dir", str(out)]  # fmt: skip
-    proc = run(train_cmd(*args), cache_dir)
+    proc = train_here(cache_dir, *args)
     assert_ok(proc)
     warnings = [line for line in proc.stderr.splitlines() if "--max_seq_length" in line]
     assert warnings == [

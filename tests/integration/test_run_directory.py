@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.jobs import REPO, SMALL_JOB, assert_ok, base_env, horovodrun, run, train_cmd
+from support.jobs import REPO, SMALL_JOB, assert_ok, base_env, horovodrun, train_cmd, train_here
 
 from horovod_train import run_directory as outdir
 
@@ -24,7 +24,8 @@ UNTIL_KILLED = ["--max_steps", "100000", "--logging_steps", "1", "--save_strateg
 
 
 def train(cache_dir: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
-    return run(train_cmd(*JOB, "--output_dir", str(out), *args), cache_dir)
+    """One run to the end, in this process; a job beside it (`start`) is a process of its own."""
+    return train_here(cache_dir, *JOB, "--output_dir", str(out), *args)
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
