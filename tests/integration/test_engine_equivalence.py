@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from support.jobs import assert_ok, horovodrun, mpirun, read_results, run, torchrun, train_cmd
+from support.jobs import assert_ok, horovodrun, mpirun, read_results, run, torchrun, train_here
 
 from horovod_train.gpucheck.checks import EQUIVALENCE_TOLERANCE as TOLERANCE
 from horovod_train.gpucheck.steps import EQUIVALENCE_BATCH, EQUIVALENCE_JOB
@@ -57,7 +57,8 @@ CASES = {
 def train(out: Path, cache_dir: Path, launcher, engine: str, batch: int, accum: int, *extra: str) -> Path:
     args = [*JOB, *extra, "--engine", engine, "--per_device_train_batch_size", str(batch)]
     args += ["--gradient_accumulation_steps", str(accum), "--output_dir", str(out)]
-    proc = run(launcher(2, *args) if launcher else train_cmd(*args), cache_dir, timeout=300)
+    # One process (single, dp) trains in this one: its numbers are the same (one thread, as a rank's).
+    proc = run(launcher(2, *args), cache_dir, timeout=300) if launcher else train_here(cache_dir, *args)
     assert_ok(proc)
     results = read_results(out)
     assert results["engine"] == engine and results["global_step"] == STEPS
