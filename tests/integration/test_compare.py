@@ -50,16 +50,7 @@ def test_compare_runs_every_engine_on_the_same_job(tmp_path, cache_dir):
         assert r["name"] in proc.stdout and (out / r["name"] / "model.safetensors").is_file()
         assert (out / "logs" / f"{r['name']}.log").is_file()
     assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.mark.slow
-def test_compare_a_subset(tmp_path, cache_dir):
-    out = tmp_path / "subset"
-    proc = run([*COMPARE, *JOB, "--engines", "single,dp", "--output_dir", str(out)], cache_dir, timeout=300)
-    assert_ok(proc)
-    runs = json.loads((out / "compare.json").read_text())["runs"]
-    assert [r["name"] for r in runs] == ["single", "dp"]
-    assert json.loads((out / "single" / "all_results.json").read_text())["world_size"] == 1
-    # Global batch 2 x 8 on a CPU machine: one process reads batches of 16.
-    config = json.loads((out / "dp" / "run_config.json").read_text())
-    assert config["per_device_train_batch_size"] == 16 and config["engine"] == "dp"
+    # Global batch 2 x 8 on a CPU machine: one process (single, dp) reads batches of 16.
+    for name in ("single", "dp"):
+        config = json.loads((out / name / "run_config.json").read_text())
+        assert config["per_device_train_batch_size"] == 16 and config["engine"] == name

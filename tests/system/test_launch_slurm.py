@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -34,44 +35,73 @@ def slurm(tmp_path_factory) -> Iterator[SlurmCluster]:
         yield cluster
 
 
+def job_env(cache_dir: Path, job: str) -> dict[str, str]:
+    """A batch script's environment: its own rendezvous port (torchrun), and for horovod_mpirun a Horovod knob
+    through HVT_MPIRUN_ARGS (fusion changes no sum: the parameters stay those of a run without it)."""
+    knobs = {"HVT_MPIRUN_ARGS": "--fusion-threshold-mb 16"} if job == "horovod_mpirun" else {}
+    return launch_env(cache_dir, HVT_RDZV_PORT=str(free_port()), **knobs)
+
+
+@dataclass(frozen=True)
+class Finished:
+    out: Path
+    submitted: str  # what submit.sh printed
+    output: str  # the job's output
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(slurm, tmp_path_factory, cache_dir) -> Callable[[str], Finished]:
+    """A batch script's job of STOP_JOB run to the end, submitted once per module: each script's training test
+    reads it, and so does its warning-signal test (the run the requeued one must end like)."""
+    done: dict[str, Finished] = {}
+
+    def finished(job: str) -> Finished:
+        if job not in done:
+            workdir = tmp_path_factory.mktemp(job)
+            out = workdir / "reference"
+            env = job_env(cache_dir, job)
+            job_id, submitted = slurm.submit(job, *STOP_JOB, "--output_dir", str(out), env=env, workdir=workdir)
+            done[job] = Finished(out, submitted, assert_completed(slurm.wait(job_id, timeout=480)))
+        return done[job]
+
+    return finished
+
+
 def test_srun_offers_pmix(slurm) -> None:
     """Debian's slurm-wlm ships the PMIx plugin, so Horovod's ranks start with plain srun --mpi=pmix."""
     proc = subprocess.run(["srun", "--mpi=list"], env=slurm.env(), capture_output=True, text=True, timeout=30)
     assert re.search(r"^\s*pmix\s*$", proc.stdout + proc.stderr, re.M), proc.stdout + proc.stderr
 
 
-def test_horovod_srun_pmix_job_trains(slurm, tmp_path, cache_dir) -> None:
+def test_horovod_srun_pmix_job_trains(uninterrupted) -> None:
+    run = uninterrupted("horovod_srun")
+    assert "+ sbatch " in run.submitted and "--ntasks-per-node=2" in run.submitted and "--gres" not in run.submitted
+    assert f"+ srun --mpi=pmix --kill-on-bad-exit=1 {BIN}/python -m horovod_train train " in run.output
+    assert check_training(run.out, "horovod")["controller"] == "mpi"
+
+
+def test_horovod_mpirun_job_uses_the_allocation_hosts(slurm, uninterrupted) -> None:
+    run = uninterrupted("horovod_mpirun")
+    assert f"-np 2 -H {slurm.host}:2 --fusion-threshold-mb 16 --" in run.output  # scontrol show hostnames -> -H
+    assert "+ mpirun " in run.output and "-x HOROVOD_FUSION_THRESHOLD" in run.output
+    assert check_training(run.out, "horovod")["controller"] == "mpi"
+
+
+def test_ddp_torchrun_job_trains(uninterrupted) -> None:
+    run = uninterrupted("ddp_torchrun")
+    assert "--nnodes 1 --nproc_per_node 2 " in run.output
+    assert "--rdzv_backend c10d --rdzv_endpoint 127.0.0.1:" in run.output
+    assert check_training(run.out, "ddp").get("launcher", "torchrun") == "torchrun"
+
+
+def test_ddp_torchrun_job_trains_a_sharded_engine_given_by_hvt_engine(slurm, tmp_path, cache_dir) -> None:
+    """fsdp: its checkpoint and output gathered on rank 0 like every engine's; an engine torchrun does not start
+    is refused in one line (the next test)."""
     out = tmp_path / "run"
-    job, submitted = slurm.submit(
-        "horovod_srun", *LAUNCH_JOB, "--output_dir", str(out), env=launch_env(cache_dir), workdir=tmp_path
-    )
-    assert "+ sbatch " in submitted and "--ntasks-per-node=2" in submitted and "--gres" not in submitted
-    output = assert_completed(slurm.wait(job, timeout=480))
-    assert f"+ srun --mpi=pmix --kill-on-bad-exit=1 {BIN}/python -m horovod_train train " in output
-    assert check_training(out, "horovod")["controller"] == "mpi"
-
-
-def test_horovod_mpirun_job_uses_the_allocation_hosts(slurm, tmp_path, cache_dir) -> None:
-    out = tmp_path / "run"
-    env = launch_env(cache_dir, HVT_MPIRUN_ARGS="--fusion-threshold-mb 16")
-    job, _ = slurm.submit("horovod_mpirun", *LAUNCH_JOB, "--output_dir", str(out), env=env, workdir=tmp_path)
-    output = assert_completed(slurm.wait(job, timeout=480))
-    assert f"-np 2 -H {slurm.host}:2 --fusion-threshold-mb 16 --" in output  # scontrol show hostnames -> -H
-    assert "+ mpirun " in output and "-x HOROVOD_FUSION_THRESHOLD" in output
-    assert check_training(out, "horovod")["controller"] == "mpi"
-
-
-@pytest.mark.parametrize("engine", [None, "fsdp"])
-def test_ddp_torchrun_job_trains(slurm, tmp_path, cache_dir, engine) -> None:
-    """The torchrun job trains ddp by default, and a sharded engine with HVT_ENGINE (fsdp: its checkpoint and
-    output gathered on rank 0 like every engine's); an engine torchrun does not start is refused in one line."""
-    out = tmp_path / "run"
-    env = launch_env(cache_dir, HVT_RDZV_PORT=str(free_port()), **({"HVT_ENGINE": engine} if engine else {}))
+    env = launch_env(cache_dir, HVT_RDZV_PORT=str(free_port()), HVT_ENGINE="fsdp")
     job, _ = slurm.submit("ddp_torchrun", *LAUNCH_JOB, "--output_dir", str(out), env=env, workdir=tmp_path)
-    output = assert_completed(slurm.wait(job, timeout=480))
-    assert "--nnodes 1 --nproc_per_node 2 " in output and "--rdzv_backend c10d --rdzv_endpoint 127.0.0.1:" in output
-    results = check_training(out, engine or "ddp")
-    assert results.get("launcher", "torchrun") == "torchrun"
+    assert_completed(slurm.wait(job, timeout=480))
+    assert check_training(out, "fsdp").get("launcher", "torchrun") == "torchrun"
 
 
 def test_torchrun_job_refuses_an_engine_torchrun_does_not_start(slurm, tmp_path, cache_dir) -> None:
@@ -124,18 +154,13 @@ def test_bad_input_under_srun_is_one_line_from_rank_0_and_nothing_is_touched(slu
 @pytest.mark.parametrize(
     ("job", "engine"), [("horovod_srun", "horovod"), ("horovod_mpirun", "horovod"), ("ddp_torchrun", "ddp")]
 )
-def test_warning_signal_checkpoints_requeues_and_resumes(slurm, tmp_path, cache_dir, job, engine) -> None:
+def test_warning_signal_checkpoints_requeues_and_resumes(slurm, uninterrupted, tmp_path, cache_dir, job, engine):
     """What #SBATCH --signal=B:USR1@120 does before a time limit, sent now with scancel: the batch shell
     passes SIGUSR1 to the ranks, they checkpoint and stop, the job requeues itself, and the requeued run
     resumes from that checkpoint and ends with the parameters of an uninterrupted run."""
-
-    def submit(out: Path) -> str:
-        env = launch_env(cache_dir, HVT_RDZV_PORT=str(free_port()))
-        return slurm.submit(job, *STOP_JOB, "--output_dir", str(out), env=env, workdir=tmp_path)[0]
-
-    reference, stopped = tmp_path / "reference", tmp_path / "stopped"
-    assert_completed(slurm.wait(submit(reference), timeout=480))
-    job_id = submit(stopped)
+    reference, stopped = uninterrupted(job).out, tmp_path / "stopped"
+    env = job_env(cache_dir, job)
+    job_id = slurm.submit(job, *STOP_JOB, "--output_dir", str(stopped), env=env, workdir=tmp_path)[0]
     started = time.monotonic()
     _, _, stop = stop_and_resume(slurm, job_id, stopped)
     assert_resumed_exactly(reference, stopped, engine, job, stop, started)

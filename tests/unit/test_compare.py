@@ -46,6 +46,7 @@ def test_an_engines_variant_runs_when_named_and_its_arguments_come_last():
     assert "fsdp-gloo" in names and "fsdp-zero2-gloo" in names
     assert "fsdp-zero2-gloo" not in [r.name for r in compare.select_runs(runs, None)]
     assert [r.name for r in compare.select_runs(runs, ["fsdp"])] == ["fsdp-gloo", "fsdp-zero2-gloo"]
+    assert [r.name for r in compare.select_runs(runs, ["dp,single"])] == ["single", "dp"]  # comma separated
     (zero2,) = compare.select_runs(runs, ["fsdp-zero2-gloo"])
     command = zero2.command(["--fsdp_reshard_after_forward", "true"])
     assert command[-2:] == ["--fsdp_reshard_after_forward", "false"] and command.count("--engine") == 1
