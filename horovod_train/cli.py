@@ -76,7 +76,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = "Fine-tune a sequence-classification model data-parallel."
     for section in SECTIONS.values():
-        parser._add_dataclass_arguments(section)  # as HfArgumentParser(dataclass_types) adds them
+        add_dataclass_arguments(parser, section)
     parser.add_argument("--config", help=CONFIG_HELP)
 
 

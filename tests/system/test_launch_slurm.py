@@ -98,7 +98,7 @@ def test_ddp_torchrun_job_trains_a_sharded_engine_given_by_hvt_engine(slurm, tmp
     """fsdp: its checkpoint and output gathered on rank 0 like every engine's; an engine torchrun does not start
     is refused in one line (the next test)."""
     out = tmp_path / "run"
-    env = launch_env(cache_dir, HVT_RDZV_PORT=str(free_port()), HVT_ENGINE="fsdp")
+    env = {**job_env(cache_dir, "ddp_torchrun"), "HVT_ENGINE": "fsdp"}
     job, _ = slurm.submit("ddp_torchrun", *LAUNCH_JOB, "--output_dir", str(out), env=env, workdir=tmp_path)
     assert_completed(slurm.wait(job, timeout=480))
     assert check_training(out, "fsdp").get("launcher", "torchrun") == "torchrun"
