@@ -54,6 +54,11 @@ else
     echo "[setup] Python dependencies up to date"
 fi
 
+# The checkout's bytecode: pip compiles what it installs, but this package is installed editable, so its modules are
+# compiled by whichever process imports them first; where PYTHONDONTWRITEBYTECODE is set (container and CI shells
+# often set it), by every process again: each rank of each run. A fraction of a second here, once.
+stage "bytecode of horovod_train" "$PY" -m compileall -q -j 0 horovod_train
+
 # Horovod for this torch: `horovod-train build-horovod` (a cached wheel, nothing at all when it is installed). It
 # prints `horovodrun --check-build`, and fails unless PyTorch, Gloo and MPI are listed, when it builds or installs
 # Horovod; otherwise one line naming the Horovod installed.

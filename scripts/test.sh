@@ -61,11 +61,13 @@ pytest_run() {
     HVT_CLOCK_FILE=$CLOCK/$name.json PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m pytest "$@" ${PYTEST_ARGS:-}
 }
 
-# Three pytest processes at once: the system tier (Podman images, SLURM clusters, network namespaces: much of it
-# waiting on daemons, image layers and downloads), and two that share the integration tier module by module
-# (tests/support/sharing.py: its tests use about one core each), the first running tests/unit before it. The suite
-# is built for test runs side by side on one machine (docs/launch.md, Developers' notes). Their outputs follow one
-# another. HVT_TIERS_IN_TURN=1 runs the tiers one after the other in one process.
+# Three pytest processes at once, sharing the integration tier module by module (tests/support/sharing.py: its tests
+# use about one core each). Each runs a tier of its own first: tests/unit in the first; nothing more in the second;
+# tests/system in the third (Podman images, SLURM clusters, network namespaces: much of it waiting on daemons, image
+# layers and downloads), which then takes the integration modules still unclaimed, so that no core idles while two
+# processes finish the tier. The suite is built for test runs side by side on one machine (docs/launch.md,
+# Developers' notes). Their outputs follow one another. HVT_TIERS_IN_TURN=1 runs the tiers one after the other in
+# one process.
 all_tiers() {
     if [ "${HVT_TIERS_IN_TURN:-0}" = 1 ]; then
         pytest_run pytest tests
@@ -73,7 +75,7 @@ all_tiers() {
     fi
     local system second rc=0 rc_second=0 rc_system=0
     mkdir "$CLOCK/claims"
-    pytest_run system tests/system >"$CLOCK/system.log" 2>&1 &
+    HVT_SHARE_DIR=$CLOCK/claims pytest_run system tests/system tests/integration >"$CLOCK/system.log" 2>&1 &
     system=$!
     HVT_SHARE_DIR=$CLOCK/claims HVT_EARLY_BUILDS=0 pytest_run integration-2 tests/integration \
         >"$CLOCK/integration-2.log" 2>&1 &
@@ -85,7 +87,7 @@ all_tiers() {
     echo "=== the second process of tests/integration, which ran beside the one above ==="
     cat "$CLOCK/integration-2.log"
     echo
-    echo "=== tests/system, which ran beside them ==="
+    echo "=== tests/system and then tests/integration's modules left, which ran beside them ==="
     cat "$CLOCK/system.log"
     local code
     for code in "$rc" "$rc_second" "$rc_system"; do

@@ -174,41 +174,42 @@ def test_missing_checkpoint_path_is_refused(tmp_path, cache_dir, trained):
     assert proc.returncode == 2 and "does not exist" in proc.stderr and untouched
 
 
-@pytest.mark.parametrize("engine", ["horovod", "ddp"])
-def test_resume_of_a_checkpoint_over_2_gib(tmp_path, cache_dir, engine):
-    """Resume payloads over 2 GiB used to crash (hvd.broadcast_object's int32 size) or be copied once per
-    rank (an all-gather). A real checkpoint grown past 2 GiB by a synthetic entry in its training state
-    resumes, and each rank holds about one copy of it."""
-    import hashlib
-    import json
+BALLAST_BYTES = 2**31 + 2**27  # 2.125 GiB
 
-    out = tmp_path / "run"
-    args = [*JOB, "--max_steps", "10", "--save_steps", "10"]
-    assert_ok(train(engine, cache_dir, *args, "--output_dir", str(out)))
+
+@pytest.fixture(scope="module")
+def over_2_gib(tmp_path_factory, cache_dir) -> Path:
+    """A real checkpoint (one process, the global batch of two ranks' 16) grown past 2 GiB by a synthetic entry in
+    its training state, its manifest's digest rewritten: made once, resumed read-only by each engine's test."""
+    out = tmp_path_factory.mktemp("over-2-gib") / "run"
+    args = [*JOB, "--per_device_train_batch_size", "32", "--max_steps", "10", "--save_steps", "10"]
+    assert_ok(train("single", cache_dir, *args, "--output_dir", str(out)))
     checkpoint = out / "checkpoint-10"
     state_file = checkpoint / ckpt.STATE_FILE
     state = torch.load(state_file, weights_only=True)
-    ballast_bytes = 2**31 + 2**27  # 2.125 GiB
-    state["ballast"] = torch.arange(ballast_bytes // 4, dtype=torch.int32)
+    state["ballast"] = torch.arange(BALLAST_BYTES // 4, dtype=torch.int32)
     torch.save(state, state_file)
     del state
     manifest = json.loads((checkpoint / ckpt.MANIFEST).read_text())
-    digest = hashlib.sha256()
-    with state_file.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            digest.update(block)
-    manifest[ckpt.STATE_FILE] = digest.hexdigest()
+    manifest[ckpt.STATE_FILE] = sha256(state_file)
     (checkpoint / ckpt.MANIFEST).write_text(json.dumps(manifest))
+    return checkpoint
 
-    resumed = train(engine, cache_dir, *args, "--max_steps", "12", "--output_dir", str(out),
-                    "--resume_from_checkpoint", "latest", "--save_strategy", "no", timeout=600)  # fmt: skip
+
+@pytest.mark.parametrize("engine", ["horovod", "ddp"])
+def test_resume_of_a_checkpoint_over_2_gib(tmp_path, cache_dir, engine, over_2_gib):
+    """Resume payloads over 2 GiB used to crash (hvd.broadcast_object's int32 size) or be copied once per
+    rank (an all-gather). Two ranks resume the checkpoint, and each rank holds about one copy of it."""
+    out = tmp_path / "run"
+    resumed = train(engine, cache_dir, *JOB, "--max_steps", "12", "--output_dir", str(out),
+                    "--resume_from_checkpoint", str(over_2_gib), "--save_strategy", "no", timeout=600)  # fmt: skip
     assert_ok(resumed)
     assert "resumed from step 10" in resumed.stdout
     results = read_results(out)
     assert results["global_step"] == 12 and len(set(results["param_checksum_per_rank"])) == 1
     peaks = results["peak_memory_mb_per_rank"]
-    print(f"{engine}: resumed a {ballast_bytes / 2**30:.2f} GiB payload; peak RSS per rank {peaks} MiB")
-    assert max(peaks) < (ballast_bytes + 1.5 * 2**30) / 2**20, "more than one copy of the payload on a rank"
+    print(f"{engine}: resumed a {BALLAST_BYTES / 2**30:.2f} GiB payload; peak RSS per rank {peaks} MiB")
+    assert max(peaks) < (BALLAST_BYTES + 1.5 * 2**30) / 2**20, "more than one copy of the payload on a rank"
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """The suite's long builds, started as soon as the session knows it needs them and run in the background beside the
-other tests (issue 40): the NCCL build's environment, then the GPU image that seeds its wheel, and the CPU image. Much
-of their time is downloads, layer copies and commits, which the tests' CPU work fills.
+other tests (issue 40): the NCCL build's environment and the CPU image, then the GPU image, which seeds the NCCL
+build's wheel and takes the CPU image's OS and MPI layers from Podman's cache. Much of their time is downloads, layer
+copies and commits, which the tests' CPU work fills.
 
 A test module asks for one with ``pytestmark = pytest.mark.builds("gpu-image")``: its tests are moved to the end of
 the session (in their random order), the build starts when collection ends, and the module's fixture calls
@@ -37,6 +38,9 @@ class Build:
     name: str
     after: str | None  # a build whose output this one uses (the GPU image seeds the NCCL build's wheel)
     timeout: float
+    # Builds that go first when the session wants them too, not built for this one: the images share their OS and
+    # MPI layers (docker/Dockerfile), which the second build takes from Podman's cache only if the first made them.
+    follows: tuple[str, ...] = ()
     done: threading.Event = field(default_factory=threading.Event)
     result: subprocess.CompletedProcess | None = None
     seconds: float = 0.0
@@ -56,7 +60,7 @@ class Build:
 
 BUILDS = {
     "nccl": Build("nccl", after=None, timeout=1700),
-    "gpu-image": Build("gpu-image", after="nccl", timeout=3300),
+    "gpu-image": Build("gpu-image", after="nccl", timeout=3300, follows=("cpu-image",)),
     "cpu-image": Build("cpu-image", after=None, timeout=1500),
 }
 LOG_DIR = Path(tempfile.mkdtemp(prefix=f"hvt-builds-{SESSION}-"))
@@ -67,6 +71,9 @@ def _run(build: Build) -> None:
     try:
         if build.after is not None:
             BUILDS[build.after].done.wait()
+        for name in build.follows:
+            if BUILDS[name].thread is not None:
+                BUILDS[name].done.wait()
         found = build.command()
         if found is None:
             return
@@ -97,11 +104,11 @@ def start(names: set[str]) -> None:
         while after is not None:
             wanted.add(after)
             after = BUILDS[after].after
-    for name in sorted(wanted):
-        build = BUILDS[name]
-        if build.thread is None:
-            build.thread = threading.Thread(target=_run, args=(build,), name=f"build-{name}", daemon=True)
-            build.thread.start()
+    new = [BUILDS[name] for name in sorted(wanted) if BUILDS[name].thread is None]
+    for build in new:  # every thread made before any starts: a build sees which of its `follows` this session runs
+        build.thread = threading.Thread(target=_run, args=(build,), name=f"build-{build.name}", daemon=True)
+    for build in new:
+        build.thread.start()
 
 
 def result(name: str) -> subprocess.CompletedProcess | None:

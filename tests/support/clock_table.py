@@ -14,8 +14,8 @@ def minutes(seconds: float) -> str:
 
 
 def merge(found: dict[str, dict]) -> dict:
-    """The clocks of pytest processes that ran at once (scripts/test.sh: the system tier and two processes sharing
-    the integration tier) as one: a tier's time is summed over the processes, the wall is the longest one's."""
+    """The clocks of pytest processes that ran at once (scripts/test.sh: three, each after a tier of its own,
+    sharing the integration tier) as one: a tier's time is summed over the processes, the wall is the longest one's."""
     runs = list(found.values())
     return {
         "wall_s": max(run["wall_s"] for run in runs),

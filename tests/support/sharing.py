@@ -1,15 +1,18 @@
-"""Two pytest processes sharing the integration tier, module by module (scripts/test.sh, issue 40). Its tests are
-about one core each (two ranks that mostly take turns, imports, waits), so a second process fills the machine's
-other core. With ``HVT_SHARE_DIR`` set, a process runs a shared module's tests only if it claimed the module first
-(a file created with O_EXCL in that directory, which both processes see); the other process passes them over
-without a report, so the two runs' reports add up to the tier once. A module is claimed whole, when its first test
-is reached: its module-scoped launches stay in one process. Both processes collect everything and walk the
-modules in their own random order; the claims keep the work dynamic (a slow module never holds the other process
-up). Without ``HVT_SHARE_DIR`` nothing changes.
+"""Pytest processes sharing the integration tier, module by module (scripts/test.sh, issue 40): three, each after a
+tier of its own (tests/unit, nothing, tests/system), so that the one whose own tier ends first fills its core with
+integration modules. Its tests are about one core each (two ranks that mostly take turns, imports, waits). With
+``HVT_SHARE_DIR`` set, a process runs a shared module's tests only if it claimed the module first (a file created
+with O_EXCL in that directory, which every process sees); the others pass them over without a report, so the runs'
+reports add up to the tier once. A module is claimed whole, when its first test is reached: its module-scoped
+launches stay in one process. Each process collects everything and walks the modules in its own random order; the
+claims keep the work dynamic (a slow module never holds another process up). Without ``HVT_SHARE_DIR`` nothing
+changes.
 
-The processes' other tiers (tests/unit beside the first) run before the shared modules, so that passing a module
-over never leaves a fixture of another directory set up (pytest tears down what the next item does not need only
-at the end of an item it ran)."""
+A process's own tier runs before the shared modules (tests/conftest.py orders them), so that passing a module over
+never leaves a fixture of another directory set up (pytest tears down what the next item does not need only at the
+end of an item it ran).
+
+"""
 
 from __future__ import annotations
 
