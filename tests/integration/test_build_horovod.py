@@ -117,6 +117,8 @@ def test_setup_says_each_stage_with_its_time() -> None:
         "[setup] MPI ...",
         "[setup] MPI: done in T",
         "[setup] Python dependencies up to date",
+        "[setup] bytecode of horovod_train ...",
+        "[setup] bytecode of horovod_train: done in T",
         "[setup] Horovod ...",
         "[setup] Horovod: done in T",
         f"[setup] ready: {venv} (setup took T)",
