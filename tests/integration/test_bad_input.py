@@ -1,5 +1,6 @@
 """Bad input as real programs: a one-line error naming the problem and the fix, exit code 2, and nothing written
-(every case of support/bad_input.py also runs in-process in tests/unit/test_bad_input.py)."""
+(every case of support/bad_input.py also runs in-process in tests/unit/test_bad_input.py). An earlier run's
+files are refused in this process: test_recipes refuses them as a program under every launcher of the README."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 
 import pytest
 from support.bad_input import CASES, _small_vocab_model, assert_refused, snapshot
-from support.jobs import BIN, REPO, base_env, run, train_cmd
+from support.jobs import BIN, REPO, base_env, run, train_cmd, train_here
 
 from horovod_train.launching import LAUNCHERS
 from horovod_train.run_directory import record
@@ -87,12 +88,13 @@ def test_earlier_run_is_not_overwritten_without_the_flag(tmp_path, cache_dir):
     (out / "eval_results.json").write_text('{"accuracy": 0.9}\n')
     (out / "model.safetensors").write_bytes(b"weights of an earlier run")
     before = snapshot(out)
-    proc = run(train_cmd("--engine", "single", "--output_dir", str(out)), cache_dir, timeout=120)
+    # In this process: the same refusal as a program under every launcher of the README is test_recipes'.
+    proc = train_here(cache_dir, "--engine", "single", "--output_dir", str(out))
     assert_refused(proc, "holds files this project did not write (eval_results.json, model.safetensors)")
     assert snapshot(out) == before
     record(out, "eval_results.json", "model.safetensors")
     before = snapshot(out)
-    proc = run(train_cmd("--engine", "single", "--output_dir", str(out)), cache_dir, timeout=120)
+    proc = train_here(cache_dir, "--engine", "single", "--output_dir", str(out))
     assert_refused(proc, "already holds files of an earlier run; fix: pass --overwrite_output_dir")
     assert snapshot(out) == before
 

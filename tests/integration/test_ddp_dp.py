@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from support.jobs import SMALL_JOB, assert_ok, read_results, run, torchrun, train_cmd
+from support.jobs import SMALL_JOB, assert_ok, read_results, run, torchrun, train_here
 
 
 @pytest.mark.slow
@@ -25,7 +25,7 @@ def test_ddp_gathers_uneven_shards_exactly(tmp_path, cache_dir):
 @pytest.mark.slow
 def test_dp_on_cpu_says_so_once_and_trains(tmp_path, cache_dir):
     out = tmp_path / "dp"
-    proc = run(train_cmd(*SMALL_JOB, "--engine", "dp", "--max_steps", "5", "--output_dir", str(out)), cache_dir)
+    proc = train_here(cache_dir, *SMALL_JOB, "--engine", "dp", "--max_steps", "5", "--output_dir", str(out))
     assert_ok(proc)
     assert proc.stdout.count("no GPU visible") == 1
     results = read_results(out)
