@@ -1,7 +1,7 @@
 """The suite's long builds, started as soon as the session knows it needs them and run in the background beside the
 other tests (issue 40): the NCCL build's environment and the CPU image, then the GPU image, which seeds the NCCL
-build's wheel and takes the CPU image's OS and MPI layers from Podman's cache. Much of their time is downloads, layer
-copies and commits, which the tests' CPU work fills.
+build's wheel and takes the CPU image's OS, MPI and torch-free requirements layers from Podman's cache. Much of
+their time is downloads, layer copies and commits, which the tests' CPU work fills.
 
 A test module asks for one with ``pytestmark = pytest.mark.builds("gpu-image")``: its tests are moved to the end of
 the session (in their random order), the build starts when collection ends, and the module's fixture calls
@@ -38,8 +38,9 @@ class Build:
     name: str
     after: str | None  # a build whose output this one uses (the GPU image seeds the NCCL build's wheel)
     timeout: float
-    # Builds that go first when the session wants them too, not built for this one: the images share their OS and
-    # MPI layers (docker/Dockerfile), which the second build takes from Podman's cache only if the first made them.
+    # Builds that go first when the session wants them too, not built for this one: the images share their OS, MPI
+    # and torch-free requirements layers (docker/Dockerfile), which the second build takes from Podman's cache only
+    # if the first made them.
     follows: tuple[str, ...] = ()
     done: threading.Event = field(default_factory=threading.Event)
     result: subprocess.CompletedProcess | None = None
