@@ -1,9 +1,9 @@
 """Elastic Horovod: a worker killed mid-epoch leaves the job running on the survivor; a host added
 mid-run grows the job back. Two local "hosts" (localhost and 127.0.0.1) stand for two machines.
 
-A job grows in two tests, each of which a fresh full-model job's growth would repeat: a resumed job's (the joining
-worker takes the state the job resumed, as a fresh job's) and a fresh LoRA job's (the adapters, the head and the
-optimizer's state from the state sync)."""
+No test grows a fresh full-model job: two tests cover what it would check. A resumed job grows (the joining worker
+takes the job's state from the state sync, as it would a fresh job's), and a fresh LoRA job grows (the adapters, the
+head and the optimizer's state from the state sync)."""
 
 from __future__ import annotations
 
