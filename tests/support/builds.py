@@ -6,9 +6,9 @@ their time is downloads, layer copies and commits, which the tests' CPU work fil
 A test module asks for one with ``pytestmark = pytest.mark.builds("gpu-image")``: its tests are moved to the end of
 the session (in their random order), the build starts when collection ends, and the module's fixture calls
 ``result(name)``, which waits for it. A build that fails fails the tests that need it, with its log. Each build
-runs in a process group of its own, killed when the session ends, when the session's images are removed too. Where
-a precondition is missing (not root, no podman, no nvcc), nothing starts in the background and the fixture's own
-checks skip or fail as before.
+runs in a process group of its own, killed when the session ends, when the session's images are removed too (each
+variant's newest build first kept as the machine's build cache: support/docker.py). Where a precondition is missing
+(not root, no podman, no nvcc), nothing starts in the background and the fixture's own checks skip or fail as before.
 """
 
 from __future__ import annotations
