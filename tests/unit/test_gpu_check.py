@@ -238,7 +238,9 @@ def test_a_failed_dependency_install_skips_the_training_but_not_the_builds_or_th
     imports no datasets) still measures."""
     parser = argparse.ArgumentParser()
     check.add_arguments(parser)
-    args = parser.parse_args(["--dry_run", "--scripts_dir", "scripts", "--output_dir", str(tmp_path / "out")])
+    # --work_dir in tmp_path: run_steps, unlike main, does not remove the default one (TMPDIR/hvt-gpu-check-<pid>).
+    args = parser.parse_args(["--dry_run", "--scripts_dir", "scripts", "--output_dir", str(tmp_path / "out"),
+                              "--work_dir", str(tmp_path / "work")])  # fmt: skip
     ctx = check.make_context(args)
     ctx.out.mkdir()
     plan = steps.plan(ctx)
