@@ -19,12 +19,14 @@ from horovod_train.gpucheck.runner import CheckFailed, Context, Step
 EIGHT_MINUTES = 480
 
 
-def node_context(tmp_path: Path, budget_s: float = check.DEFAULT_BUDGET_S) -> Context:
+def node_context(tmp_path: Path, budget_s: float = check.DEFAULT_BUDGET_S, dry_run: bool = False) -> Context:
+    """The check's context on a GPU node (dry_run: the same plan rehearsed on the CPU), everything in tmp_path: the
+    default work directory (TMPDIR/hvt-gpu-check-<pid>) is removed by main only, not by run_steps."""
     parser = argparse.ArgumentParser()
     check.add_arguments(parser)
     args = parser.parse_args(["--scripts_dir", "scripts", "--output_dir", str(tmp_path / "out"),
                               "--work_dir", str(tmp_path / "work"), "--budget_s", str(budget_s)])  # fmt: skip
-    args.dry_run = False
+    args.dry_run = dry_run
     return check.make_context(args)
 
 
@@ -236,12 +238,7 @@ def test_a_failed_dependency_install_skips_the_training_but_not_the_builds_or_th
     """The plan's dependencies, run by the real runner (each command a no-op here): without the wheels the node
     lacks, the runs that train need them and are skipped, but Horovod is still built and the bench (which
     imports no datasets) still measures."""
-    parser = argparse.ArgumentParser()
-    check.add_arguments(parser)
-    # --work_dir in tmp_path: run_steps, unlike main, does not remove the default one (TMPDIR/hvt-gpu-check-<pid>).
-    args = parser.parse_args(["--dry_run", "--scripts_dir", "scripts", "--output_dir", str(tmp_path / "out"),
-                              "--work_dir", str(tmp_path / "work")])  # fmt: skip
-    ctx = check.make_context(args)
+    ctx = node_context(tmp_path, dry_run=True)
     ctx.out.mkdir()
     plan = steps.plan(ctx)
     for step in plan:
