@@ -20,23 +20,34 @@ phase() {
     return "$rc"
 }
 
-# disk_watch: every 10 s, the free space of each filesystem the suite writes to (temporary files, Podman's image
-# storage, the checkout), so that the table shows the least there was. A run that fills the disk fails wherever it
-# happens to write next (stop 41's CI: "No space left on device" in tmp_path's setup); this shows how close it came.
-disk_watch() {
+# machine_watch: every 10 s, the free space of each filesystem the suite writes to (temporary files, Podman's
+# image storage, the checkout), so that the table shows the least there was; and the machine's busy and idle CPU
+# time (/proc/stat, every process's: daemons and containers that no test reaps too; a VM's steal is neither), so
+# that it shows whether the cores were full. A run that fills the disk fails wherever it happens to write next (stop 41's CI: "No space left
+# on device" in tmp_path's setup); this shows how close it came.
+cpu_sample() {
+    local cpu user nice system idle iowait irq softirq
+    if read -r cpu user nice system idle iowait irq softirq _ </proc/stat 2>/dev/null && [ "$cpu" = cpu ]; then
+        printf '%s\t%s\t%s\n' "$EPOCHREALTIME" "$((user + nice + system + irq + softirq))" \
+            "$((idle + iowait))" >>"$CLOCK/cpu.tsv"
+    fi
+}
+machine_watch() {
     local places=("${TMPDIR:-/tmp}" "$ROOT")
     [ -d /var/lib/containers ] && places+=(/var/lib/containers)
     while :; do
         df -Pk "${places[@]}" 2>/dev/null | awk -v t="$EPOCHSECONDS" 'NR > 1 {print t "\t" $6 "\t" $4}' \
             >>"$CLOCK/disk.tsv"
+        cpu_sample
         sleep 10
     done
 }
-disk_watch &
-DISK_WATCH=$!
+machine_watch &
+MACHINE_WATCH=$!
 
 report() {
-    kill "$DISK_WATCH" 2>/dev/null
+    kill "$MACHINE_WATCH" 2>/dev/null
+    cpu_sample
     local python=python3
     [ -x "$VENV/bin/python" ] && python=$VENV/bin/python
     "$python" scripts/clock_report.py "$CLOCK" || true

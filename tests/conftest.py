@@ -39,9 +39,10 @@ def needed_builds(item: pytest.Item) -> set[str]:
 @pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that wait for a background build (support/builds.py) go last, in their random order, so that the
-    build runs beside every other test instead of holding the session up; where two processes share a tier
-    (support/sharing.py), its tests come after the others."""
-    items[:] = sorted(items, key=lambda item: (sharing.shared(item), bool(needed_builds(item))))  # stable: in order
+    build runs beside every other test instead of holding the session up; where processes share a tier
+    (support/sharing.py), its tests come after the others, its longest modules first."""
+    items[:] = sorted(items, key=lambda item: (sharing.shared(item), bool(needed_builds(item)),
+                                               sharing.longest_first(item)))  # fmt: skip  # stable: else in order
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

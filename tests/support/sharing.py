@@ -4,9 +4,13 @@ integration modules. Its tests are about one core each (two ranks that mostly ta
 ``HVT_SHARE_DIR`` set, a process runs a shared module's tests only if it claimed the module first (a file created
 with O_EXCL in that directory, which every process sees); the others pass them over without a report, so the runs'
 reports add up to the tier once. A module is claimed whole, when its first test is reached: its module-scoped
-launches stay in one process. Each process collects everything and walks the modules in its own random order; the
-claims keep the work dynamic (a slow module never holds another process up). Without ``HVT_SHARE_DIR`` nothing
-changes.
+launches stay in one process. Each process collects everything and walks the modules longest first (the seconds
+each took in a recent run, ``module_seconds.json``; one not listed counts as the median), so that the modules left
+for the end are short and the processes end close together: in a random order, a 6-minute module taken last kept
+one process running minutes after the others, on one core of two. Ties keep pytest-randomly's order, and the tests
+inside a module keep theirs. The claims keep the work dynamic (a slow module never holds another process up).
+Without ``HVT_SHARE_DIR`` nothing changes. Refresh the file from a kept clock (``HVT_CLOCK_KEEP=DIR make test``):
+``python scripts/clock_report.py --module-seconds DIR > tests/support/module_seconds.json``.
 
 A process's own tier runs before the shared modules (tests/conftest.py orders them), so that passing a module over
 never leaves a fixture of another directory set up (pytest tears down what the next item does not need only at the
@@ -17,7 +21,9 @@ end of an item it ran).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import statistics
 from pathlib import Path
 
 import pytest
@@ -29,8 +35,18 @@ SHARE_DIR = os.environ.get("HVT_SHARE_DIR")
 EARLY_BUILDS = os.environ.get("HVT_EARLY_BUILDS", "1") == "1"
 
 
+# The shared tier's modules: the seconds each took in a recent run, its tests' sum (scripts/clock_report.py writes it).
+MODULE_SECONDS: dict[str, float] = json.loads((Path(__file__).parent / "module_seconds.json").read_text())
+MEDIAN_SECONDS = statistics.median(MODULE_SECONDS.values())
+
+
 def shared(item: pytest.Item) -> bool:
     return SHARE_DIR is not None and item.nodeid.startswith(SHARED_TIER)
+
+
+def longest_first(item: pytest.Item) -> float:
+    """A sort key: a shared module's expected seconds, negated (0 for the others: their order is their own)."""
+    return -MODULE_SECONDS.get(item.nodeid.split("::")[0], MEDIAN_SECONDS) if shared(item) else 0.0
 
 
 class Claims:
