@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
@@ -39,20 +38,16 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from horovod_train import lora
+from horovod_train.checkpoint_layout import AUTO, LATEST, MANIFEST, NAME, PREFIX, named_checkpoint
 from horovod_train.digest import sha256
 from horovod_train.errors import UsageError
 from horovod_train.files import atomic_directory, disk_full, fsync_directory, full_disk_problem
 from horovod_train.position import TrainingPosition
 
-PREFIX = "checkpoint-"
 MODEL_FILE = "model.safetensors"
 LORA_FILE = "lora_state.safetensors"  # a LoRA run's: what its merged MODEL_FILE does not hold as it trained it
 STATE_FILE = "training_state.pt"
 TRAINER_FILE = "trainer_state.json"
-MANIFEST = "manifest.json"
-NAME = re.compile(rf"{PREFIX}(\d+)")
-STALE = re.compile(rf"\.{PREFIX}\d+\..*\.tmp|\.{PREFIX}\d+\.previous")
-AUTO, LATEST = "auto", "latest"
 Payload = tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]  # tensors, training state, trainer state
 
 
@@ -323,21 +318,6 @@ def newest_sequence(output_dir: Path) -> int:
     return max((_saved_state(p).get("save_sequence", 0) for p in list_checkpoints(output_dir)), default=0)
 
 
-def clean_stale(output_dir: Path) -> None:
-    """Remove what crashed writes left: temporary checkpoints, and replaced ones whose successor is in
-    place (a replaced one whose successor never arrived is put back)."""
-    if not output_dir.is_dir():
-        return
-    for path in output_dir.iterdir():
-        if not STALE.fullmatch(path.name):
-            continue
-        original = output_dir / path.name[1 : -len(".previous")] if path.name.endswith(".previous") else None
-        if original is not None and not original.exists():
-            os.rename(path, original)
-        else:
-            shutil.rmtree(path, ignore_errors=True)
-
-
 def verify_checkpoint(path: Path) -> dict[str, Any]:
     """Check every file against the manifest; return the trainer state. Nothing is loaded on failure."""
     try:
@@ -401,16 +381,6 @@ def _model_tensors(path: Path) -> dict[str, torch.Tensor]:
     if (path / LORA_FILE).exists():
         tensors.update(load_file(path / LORA_FILE))
     return tensors
-
-
-def named_checkpoint(spec: str) -> Path:
-    """The directory ``--resume_from_checkpoint`` names (not auto or latest), which must exist."""
-    path = Path(spec)
-    if not path.is_dir():
-        raise UsageError(
-            f"--resume_from_checkpoint {spec} does not exist", "pass a checkpoint-<step> directory, 'latest' or 'auto'"
-        )
-    return path
 
 
 def load_resumable(spec: str, output_dir: Path, warn: Callable[[str], None]) -> tuple[Path, Payload] | None:

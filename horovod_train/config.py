@@ -369,6 +369,11 @@ class RunConfigRules:
             if check_with:  # an engine's options' rules with the training arguments (--elastic's, --op adasum's)
                 check_with(self.training)
 
+    def workers_join_running_job(self) -> bool:
+        """Workers may join the run while it trains (an engine's section says so: --elastic), so a process's rank
+        at its start does not say whether the output directory is its job's to judge."""
+        return any(getattr(getattr(self, f.name), "workers_join", False) for f in dataclasses.fields(self))  # type: ignore[arg-type]
+
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> RunConfig:
         """Each section from the values named by its fields (the others keep their defaults)."""

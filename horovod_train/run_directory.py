@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from horovod_train.checkpoint import AUTO, LATEST, MANIFEST, NAME, PREFIX, STALE, clean_stale, named_checkpoint
+from horovod_train.checkpoint_layout import AUTO, LATEST, MANIFEST, NAME, PREFIX, STALE, clean_stale, named_checkpoint
 from horovod_train.domains import writable_below
 from horovod_train.errors import UsageError
 from horovod_train.files import write_json_atomic
@@ -289,19 +289,35 @@ class RunDirectory:
     def claim(self, overwrite: bool, resume: str | None) -> None:
         """Rank 0, before anything reads or writes the directory: usable, locked, and (for a fresh start)
         empty or holding only what --overwrite_output_dir may remove. Refused: released, nothing written."""
-        check_usable(self.path)
-        if resume not in (None, AUTO, LATEST):
-            named_checkpoint(resume)  # a wrong path is the first thing to hear about
+        self.check_inputs(resume)
         self.lock.acquire()
         try:
+            self.judge(overwrite, resume)
             if self.continues(resume):
-                refuse_clashes(self.path)
                 clean_stale(self.path)  # what a crash of this run left: temporaries, a checkpoint set aside
-            else:
-                check_fresh(self.path, overwrite, resume)
         except BaseException:
             self.lock.release()
             raise
+
+    def refuse_early(self, overwrite: bool, resume: str | None) -> None:
+        """``claim``'s refusals, without the lock and without writing: rank 0 asks before the job loads torch,
+        so that a refused directory costs a second, not a launch. ``claim`` still judges under the lock. A lock
+        file there may be a running job's, whose "in use" is ``claim``'s to say: the directory is not judged."""
+        self.check_inputs(resume)
+        if not (self.path / LOCK_FILE).exists():
+            self.judge(overwrite, resume)
+
+    def check_inputs(self, resume: str | None) -> None:
+        check_usable(self.path)
+        if resume not in (None, AUTO, LATEST):
+            named_checkpoint(resume)  # a wrong path is the first thing to hear about
+
+    def judge(self, overwrite: bool, resume: str | None) -> None:
+        """What the directory holds, for a run that continues in place or one that starts fresh."""
+        if self.continues(resume):
+            refuse_clashes(self.path)
+        else:
+            check_fresh(self.path, overwrite, resume)
 
     def check_start_over(self, overwrite: bool) -> None:
         """``auto`` found no valid checkpoint here: start over only where that loses nothing (an empty

@@ -130,16 +130,29 @@ def test_stale_open_mpi_variables_without_mpirun_are_one_line(command, tmp_path,
     assert snapshot(tmp_path) == before
 
 
-def test_help_and_a_refused_flag_start_without_torch_or_transformers_models():
+def test_help_and_a_refused_flag_start_without_torch_or_transformers_models(tmp_path):
     """Only the named command's module is imported: `--help` and a flag refused while parsing answer in about a
-    second, without torch (2 s) and transformers' models (3 s); `train --help` lists every section's flags."""
+    second, without torch (2 s) and transformers' models (3 s); `train --help` lists every section's flags. So
+    does an --output_dir the run would refuse (rank 0 judges it before the job loads anything), and a missing
+    checkpoint to resume from."""
     probe = (
         "import sys\nfrom horovod_train.cli import main\n"
         "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
         "print('loaded:', sorted({'torch', 'transformers.modeling_utils'} & set(sys.modules)))"
     )
-    for argv in (["--help"], ["train", "--help"], ["train", "--engine", "nosuch"], ["bench", "project", "--help"]):
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "all_results.json").write_text("{}\n")
+    record(earlier, "all_results.json")  # a run of this project's
+    refusals = {
+        "already holds files of an earlier run": ["train", "--output_dir", str(earlier)],
+        "does not exist": ["train", "--output_dir", str(tmp_path / "new"), "--resume_from_checkpoint", "gone"],
+    }
+    for argv in (["--help"], ["train", "--help"], ["train", "--engine", "nosuch"], ["bench", "project", "--help"],
+                 *refusals.values()):  # fmt: skip
         proc = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120)
         assert proc.stdout.splitlines()[-1] == "loaded: []", (argv, proc.stdout[-2000:], proc.stderr[-2000:])
+        refused = [problem for problem, refused_argv in refusals.items() if refused_argv == argv]
+        assert not refused or refused[0] in proc.stderr, (argv, proc.stderr[-2000:])
         if argv == ["train", "--help"]:
             assert all(f"--{flag}" in proc.stdout for flag in ("learning_rate", "engine", "gradient_predivide_factor"))

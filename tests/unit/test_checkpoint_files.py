@@ -12,6 +12,7 @@ import torch
 from support.filesystems import small_filesystem
 
 from horovod_train import checkpoint as ckpt
+from horovod_train.checkpoint_layout import clean_stale
 from horovod_train.errors import UsageError
 from horovod_train.position import TrainingPosition
 
@@ -46,7 +47,7 @@ def test_crash_leftovers_are_cleaned_and_a_set_aside_checkpoint_is_put_back(tmp_
     (tmp_path / "checkpoint-10").rename(tmp_path / ".checkpoint-10.previous")  # a crash between the renames
     shutil.copytree(tmp_path / "checkpoint-5", tmp_path / ".checkpoint-5.previous")  # its successor is in place
     (tmp_path / ".checkpoint-15.k2j3.tmp").mkdir()  # a crash while writing
-    ckpt.clean_stale(tmp_path)
+    clean_stale(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-10", "checkpoint-5"]
     assert ckpt.load_resumable("latest", tmp_path, warn=print)[0].name == "checkpoint-10"
 

@@ -97,3 +97,11 @@ def test_packaged_demo_config_is_found_by_name():
     assert config.data.synthetic_num_examples == 8000 and config.training.output_dir == "runs/demo"
     with pytest.raises(UsageError, match="config file nope does not exist"):
         parse_run_config(["--config", "nope"])
+
+
+def test_only_an_elastic_run_lets_workers_join_it():
+    """Where workers join a running job, rank 0 at a process's start does not own the output directory: the early
+    look at it (cli.starting) is left to the trainer."""
+    assert not parse_run_config(["--engine", "horovod"]).workers_join_running_job()
+    assert not parse_run_config(["--engine", "ddp"]).workers_join_running_job()
+    assert parse_run_config(["--engine", "horovod", "--elastic"]).workers_join_running_job()

@@ -177,6 +177,28 @@ def test_a_second_job_hears_in_use_before_what_the_first_wrote(tmp_path, capsys)
         first.release()
 
 
+def test_the_early_look_refuses_as_claim_does_and_leaves_a_held_directory_to_claim(tmp_path):
+    """Rank 0's look before the job loads torch (cli.starting): claim's refusals, nothing written;
+    a directory whose lock a job holds is not judged there, so the second job still hears "in use"."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    before = snapshot(out)
+    with pytest.raises(UsageError, match="holds files this project did not write \\(notes.txt\\)"):
+        outdir.RunDirectory(out).refuse_early(overwrite=True, resume=None)
+    with pytest.raises(UsageError, match="--resume_from_checkpoint .*gone does not exist"):
+        outdir.RunDirectory(tmp_path / "new").refuse_early(overwrite=False, resume=str(tmp_path / "gone"))
+    holder = outdir.OutputDirLock(out)
+    holder.acquire()
+    try:
+        outdir.RunDirectory(out).refuse_early(overwrite=True, resume=None)
+        with pytest.raises(UsageError, match="is in use by another job"):
+            outdir.RunDirectory(out).claim(overwrite=True, resume=None)
+    finally:
+        holder.release()
+    assert snapshot(out) == before and not (tmp_path / "new").exists()
+
+
 def test_a_dangling_symlink_output_dir_is_named_as_such(tmp_path):
     link = tmp_path / "runs"
     link.symlink_to(tmp_path / "gone")

@@ -55,6 +55,11 @@ class HorovodArguments:
         if self.autotune_log and not self.autotune:
             raise UsageError("--autotune_log without --autotune", "add --autotune or drop --autotune_log")
 
+    @property
+    def workers_join(self) -> bool:
+        """Workers join the running job (RunConfig.workers_join_running_job)."""
+        return self.elastic
+
     def grouping_flag(self) -> str | None:
         """The flag that asked for gradient groups explicitly, if any."""
         if self.horovod_groups:
