@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from horovod_train.arguments import FALSE_VALUES, TRUE_VALUES, ArgumentParser, add_dataclass_arguments
 from horovod_train.config import CONFIG_HELP, SECTIONS, RunConfig, parse_run_config
 from horovod_train.console import write_line
-from horovod_train.errors import UsageError, ended_like_rank_0, exit_with
+from horovod_train.errors import UsageError, exit_with
 from horovod_train.launching import environment
 from horovod_train.run_directory import RunDirectory
 from horovod_train.stopping import STOPPED_EXIT_CODE, TrainingStopped
@@ -104,13 +103,14 @@ def quiet_libraries() -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     config = parse_run_config(namespace=args)  # bad flags are refused before torch and transformers load
-    with starting(config, launch_rank()):
-        from horovod_train.engines import create_engine
-        from horovod_train.model import fit_max_seq_length
+    refuse_output_dir_early(config)
 
-        quiet_libraries()
-        fit_max_seq_length(config, warn=warn_on_rank_0)
-        engine = create_engine(config)
+    from horovod_train.engines import create_engine
+    from horovod_train.model import fit_max_seq_length
+
+    quiet_libraries()
+    fit_max_seq_length(config, warn=warn_on_rank_0)
+    engine = create_engine(config)
     training = config.training
     stopped = None
     # The trainer (DDP's wrapped model and its reducer) must be gone before the engine shuts the process group
@@ -132,22 +132,19 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-@contextlib.contextmanager
-def starting(config: RunConfig, rank: int) -> Iterator[None]:
-    """Until the engine has joined the job: rank 0 by its launcher's variables judges --output_dir (and a named
-    checkpoint) first, before torch loads, so that a refused directory costs a second, not a launch (the trainer
-    judges it again under the lock); the launcher then ends the other ranks, which exit 2 like rank 0 (errors.
-    ended_like_rank_0). Not where workers join a running job: one that joins as rank 0 finds its own job's files
-    there, and the driver ends and restarts workers as the hosts change."""
-    if config.workers_join_running_job():
-        yield
-    elif rank == 0:
-        training = config.training
-        RunDirectory(training.output_dir).refuse_early(training.overwrite_output_dir, training.resume_from_checkpoint)
-        yield
-    else:
-        with ended_like_rank_0():
-            yield
+def refuse_output_dir_early(config: RunConfig) -> None:
+    """A one-process run judges --output_dir (and a named checkpoint) before torch loads: a refused directory costs
+    a second, not the start (the trainer judges it again under the lock). Not a job of several ranks: rank 0's exit
+    before the others have started would have the launcher kill them while they import, and report them killed
+    by its signal (horovodrun's shell prints `Terminated`) where they otherwise exit 2 quietly, as rank 0 does."""
+    try:
+        launched = environment.detect(resolve_master=False)
+    except UsageError:
+        return  # the launcher's variables make no sense: the engine says so, once it starts
+    if launched.world_size != 1 or config.workers_join_running_job():
+        return
+    training = config.training
+    RunDirectory(training.output_dir).refuse_early(training.overwrite_output_dir, training.resume_from_checkpoint)
 
 
 def warn_on_rank_0(message: str) -> None:

@@ -6,7 +6,6 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from typing import NoReturn
 
 from horovod_train.console import write_line
@@ -41,24 +40,6 @@ def wait_for_rank_0_to_end_the_job() -> None:
 
 def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(USAGE_EXIT_CODE)
-
-
-@contextlib.contextmanager
-def ended_like_rank_0() -> Iterator[None]:
-    """A non-zero rank while it starts (imports, joining the job), where rank 0 may refuse the run before the job
-    starts (cli.starting): the launcher then ends this rank with SIGTERM, and it exits 2 like rank 0, as it would
-    had it met the error itself, without the line a rank killed by the signal adds (horovodrun's `Terminated`).
-    The handler it had is put back at the block's end; another thread's block changes nothing."""
-    try:
-        previous = signal.signal(signal.SIGTERM, _exit_on_signal)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        if signal.getsignal(signal.SIGTERM) is _exit_on_signal:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def exit_with(error: UsageError, rank: int = 0) -> NoReturn:

@@ -264,9 +264,6 @@ def test_bad_input_is_one_line_from_rank_0_and_the_launch_scripts_end_with_it(pr
     errors = [line for line in output.splitlines() if "error: " in line and "; fix: " in line]
     assert len(errors) == 1 and errors[0].endswith(REFUSED), detail
     assert first_failed(output) == (0, 2), detail  # rank 0 said it; the others waited for the launcher's end
-    # Rank 0 refused before the job started; the others, ended by the launcher while they started, exit 2 as it
-    # did: none is reported killed by the signal (horovodrun's `Terminated`, torchrun's `-15 ... (SIGTERM)`).
-    assert not re.search(r"Terminated$|\(SIGTERM\)", output, re.MULTILINE), detail
     if program.endswith(".sh"):  # a launch/ script
         assert refused.proc.returncode == 2 and output.splitlines()[-1] == REFUSED, detail
     else:

@@ -101,7 +101,7 @@ def test_packaged_demo_config_is_found_by_name():
 
 def test_only_an_elastic_run_lets_workers_join_it():
     """Where workers join a running job, rank 0 at a process's start does not own the output directory: the early
-    look at it (cli.starting) is left to the trainer."""
+    look at it (cli.refuse_output_dir_early) is left to the trainer."""
     assert not parse_run_config(["--engine", "horovod"]).workers_join_running_job()
     assert not parse_run_config(["--engine", "ddp"]).workers_join_running_job()
     assert parse_run_config(["--engine", "horovod", "--elastic"]).workers_join_running_job()

@@ -178,7 +178,7 @@ def test_a_second_job_hears_in_use_before_what_the_first_wrote(tmp_path, capsys)
 
 
 def test_the_early_look_refuses_as_claim_does_and_leaves_a_held_directory_to_claim(tmp_path):
-    """Rank 0's look before the job loads torch (cli.starting): claim's refusals, nothing written;
+    """A one-process run's look before it loads torch (cli.refuse_output_dir_early): claim's refusals, nothing written;
     a directory whose lock a job holds is not judged there, so the second job still hears "in use"."""
     out = tmp_path / "run"
     out.mkdir()
