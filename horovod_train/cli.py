@@ -137,12 +137,9 @@ def refuse_output_dir_early(config: RunConfig) -> None:
     a second, not the start (the trainer judges it again under the lock). Not a job of several ranks: rank 0's exit
     before the others have started would have the launcher kill them while they import, and report them killed
     by its signal (horovodrun's shell prints `Terminated`) where they otherwise exit 2 quietly, as rank 0 does."""
-    try:
-        launched = environment.detect(resolve_master=False)
-    except UsageError:
-        return  # the launcher's variables make no sense: the engine says so, once it starts
-    if launched.world_size != 1 or config.workers_join_running_job():
-        return
+    launched = launcher_view()
+    if launched is None or launched.world_size != 1 or config.workers_join_running_job():
+        return  # None: the launcher's variables make no sense, which the engine says once it starts
     training = config.training
     RunDirectory(training.output_dir).refuse_early(training.overwrite_output_dir, training.resume_from_checkpoint)
 
@@ -153,13 +150,20 @@ def warn_on_rank_0(message: str) -> None:
         write_line(message, sys.stderr)
 
 
+def launcher_view() -> environment.DistEnv | None:
+    """This process's place in its job by its launcher's variables, before the engine joins it; None where they
+    make no sense (the engine says so once it starts)."""
+    try:
+        return environment.detect(resolve_master=False)
+    except UsageError:
+        return None
+
+
 def launch_rank() -> int:
     """This process's rank by its launcher's variables (0 without a launcher, and where they make no sense: then
     it speaks)."""
-    try:
-        return environment.detect(resolve_master=False).rank
-    except UsageError:
-        return 0
+    launched = launcher_view()
+    return 0 if launched is None else launched.rank
 
 
 def train_once(config: RunConfig, engine: Engine) -> tuple[dict, list[str]]:

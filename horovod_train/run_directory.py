@@ -300,9 +300,10 @@ class RunDirectory:
             raise
 
     def refuse_early(self, overwrite: bool, resume: str | None) -> None:
-        """``claim``'s refusals, without the lock and without writing: rank 0 asks before the job loads torch,
-        so that a refused directory costs a second, not a launch. ``claim`` still judges under the lock. A lock
-        file there may be a running job's, whose "in use" is ``claim``'s to say: the directory is not judged."""
+        """``claim``'s refusals, without the lock and without writing: a one-process run asks before it loads
+        torch (cli.refuse_output_dir_early), so that a refused directory costs a second. ``claim`` still judges
+        under the lock. A lock file there may be a running job's, whose "in use" is ``claim``'s to say: the
+        directory is not judged."""
         self.check_inputs(resume)
         if not (self.path / LOCK_FILE).exists():
             self.judge(overwrite, resume)

@@ -17,36 +17,29 @@ from support.clock_table import merge, minutes, table  # noqa: E402
 
 def main(clock_dir: str) -> None:
     folder = Path(clock_dir)
-    phases = []
+    phases = []  # (name, start, end, exit status), epoch seconds
     if (folder / "phases.tsv").is_file():
         for line in (folder / "phases.tsv").read_text().splitlines():
             name, start, end, status = line.split("\t")
-            phases.append((name, float(end) - float(start), int(status)))
+            phases.append((name, float(start), float(end), int(status)))
     print("\n=== where the time went ===")
     clocks = {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
     if clocks:
         for line in table(merge(clocks)):
             print(line)
     print("phases:")
-    for name, seconds, status in phases:
-        print(f"  {name:<12} {minutes(seconds)}{'' if status == 0 else f'  (exit {status})'}")
-    print(f"  {'total':<12} {minutes(sum(s for _, s, _ in phases))}")
+    for name, start, end, status in phases:
+        print(f"  {name:<12} {minutes(end - start)}{'' if status == 0 else f'  (exit {status})'}")
+    print(f"  {'total':<12} {minutes(sum(end - start for _, start, end, _ in phases))}")
     if (folder / "cpu.tsv").is_file():
         print("machine CPU (/proc/stat, every process on it; sampled every 10 s):")
-        for line in cpu_lines((folder / "cpu.tsv").read_text(), phases_at(folder)):
+        spans = [(name, start, end) for name, start, end, _ in phases]
+        for line in cpu_lines((folder / "cpu.tsv").read_text(), spans):
             print(line)
     if (folder / "disk.tsv").is_file():
         print("disk (free on each filesystem the run writes to, sampled every 10 s):")
         for line in disk_lines((folder / "disk.tsv").read_text()):
             print(line)
-
-
-def phases_at(folder: Path) -> list[tuple[str, float, float]]:
-    """(name, start, end) of each phase, in epoch seconds."""
-    if not (folder / "phases.tsv").is_file():
-        return []
-    return [(name, float(start), float(end)) for name, start, end, _ in
-            (line.split("\t") for line in (folder / "phases.tsv").read_text().splitlines())]  # fmt: skip
 
 
 WINDOW_S = 300  # the idle share is shown per 5 minutes of the longest phase: where in the run the cores idled

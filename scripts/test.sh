@@ -20,11 +20,8 @@ phase() {
     return "$rc"
 }
 
-# machine_watch: every 10 s, the free space of each filesystem the suite writes to (temporary files, Podman's
-# image storage, the checkout), so that the table shows the least there was; and the machine's busy and idle CPU
-# time (/proc/stat, every process's: daemons and containers that no test reaps too; a VM's steal is neither), so
-# that it shows whether the cores were full. A run that fills the disk fails wherever it happens to write next (stop 41's CI: "No space left
-# on device" in tmp_path's setup); this shows how close it came.
+# cpu_sample: the machine's busy and idle CPU time so far (/proc/stat: every process's, daemons' and containers'
+# that no test reaps too; a VM's steal is neither), so that the table shows whether the cores were full.
 cpu_sample() {
     local cpu user nice system idle iowait irq softirq
     if read -r cpu user nice system idle iowait irq softirq _ </proc/stat 2>/dev/null && [ "$cpu" = cpu ]; then
@@ -32,6 +29,10 @@ cpu_sample() {
             "$((idle + iowait))" >>"$CLOCK/cpu.tsv"
     fi
 }
+# machine_watch: every 10 s, a CPU sample and the free space of each filesystem the suite writes to (temporary
+# files, Podman's image storage, the checkout), so that the table shows the least there was. A run that fills the
+# disk fails wherever it happens to write next (stop 41's CI: "No space left on device" in tmp_path's setup); this
+# shows how close it came.
 machine_watch() {
     local places=("${TMPDIR:-/tmp}" "$ROOT")
     [ -d /var/lib/containers ] && places+=(/var/lib/containers)

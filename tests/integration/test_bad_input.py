@@ -133,7 +133,7 @@ def test_stale_open_mpi_variables_without_mpirun_are_one_line(command, tmp_path,
 def test_help_and_a_refused_flag_start_without_torch_or_transformers_models(tmp_path):
     """Only the named command's module is imported: `--help` and a flag refused while parsing answer in about a
     second, without torch (2 s) and transformers' models (3 s); `train --help` lists every section's flags. So
-    does an --output_dir the run would refuse (rank 0 judges it before the job loads anything), and a missing
+    does an --output_dir a one-process run would refuse (it judges it before it loads anything), and a missing
     checkpoint to resume from."""
     probe = (
         "import sys\nfrom horovod_train.cli import main\n"
