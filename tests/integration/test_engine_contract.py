@@ -1,13 +1,15 @@
 """The engine contract, checked over every engine under its real launcher: what the trainer relies on
 (ranks, exact collectives, rank-0 broadcast, local-main-first, identical replicas after wrap and after a
 step, the default policy, the model's and the optimizer's whole state gathered on rank 0 and loaded back,
-evaluation in step over uneven shards) holds for each of them."""
+evaluation in step over uneven shards) holds for each of them. The engines of one plain python process (the
+fallback launcher) are probed in this one, which is such a process: their contract is not about processes."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from probes import engine_probe
 from support.jobs import BIN, REPO, assert_ok, probe_launch, run
 
 from horovod_train.engines import available_engines
@@ -32,7 +34,10 @@ def contract_launches() -> list[tuple[str, str]]:
 @pytest.mark.parametrize(("launcher", "engine"), contract_launches())
 def test_engine_contract(launcher, engine, tmp_path, cache_dir):
     world = 1 if LAUNCHERS[launcher].fallback else 2
-    assert_ok(run(probe_launch(launcher, [*PROBE, engine, str(tmp_path)]), cache_dir, timeout=300))
+    if world == 1:  # no start-up to pay: 6-7 CPU-seconds of imports
+        engine_probe.main(engine, tmp_path)
+    else:
+        assert_ok(run(probe_launch(launcher, [*PROBE, engine, str(tmp_path)]), cache_dir, timeout=300))
     reports = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(world)]
     big = float(2**40)
     expected_gather = [[r, r] for r in range(world) for _ in range(r + 1)]

@@ -3,20 +3,25 @@
 W=2 ranks of per-rank batch b (Horovod with the Gloo and the MPI controller, DDP under torchrun and
 mpirun, ZeRO-1 and FSDP under torchrun) against one process with 2b (single, DataParallel), with and without
 gradient accumulation (the accumulating runs also recompute their activations: --gradient_checkpointing); see
-docs/equivalence.md. The sampler test checks the data side exactly (index sets per
-global batch). The fsdp and torchrun ddp runs also checkpoint half-way, and each checkpoint continues under the
-other engine (fsdp's at another world size too) to the same parameters; each case is launched once.
+docs/equivalence.md. The runs without accumulation are one `compare` launch (every engine compare runs by default,
+each under its real launcher), whose table, compare.json, logs and chart are checked here too; the accumulating runs
+are launched one by one, DDP's under mpirun (its torchrun run is compare's). The sampler test checks the data side
+exactly (index sets per global batch). Every compared run also checkpoints half-way, and the fsdp and ddp
+checkpoints continue under the other engine (fsdp's at another world size too) to the same parameters; each case is
+launched once.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
-from support.jobs import assert_ok, horovodrun, mpirun, read_results, run, torchrun, train_here
+from support.jobs import BIN, assert_ok, horovodrun, mpirun, read_results, run, torchrun, train_here
 
 from horovod_train.gpucheck.checks import EQUIVALENCE_TOLERANCE as TOLERANCE
 from horovod_train.gpucheck.steps import EQUIVALENCE_BATCH, EQUIVALENCE_JOB
@@ -27,31 +32,45 @@ JOB = EQUIVALENCE_JOB
 B = EQUIVALENCE_BATCH  # per-rank batch of the 2-rank runs
 STEPS = int(JOB[JOB.index("--max_steps") + 1])
 
-# The sharded engines' runs checkpoint at half-way for the resume tests below (checkpoints change no parameter).
+# The compared runs checkpoint at half-way for the resume tests below (checkpoints change no parameter).
 HALF_WAY = ["--save_strategy", "steps", "--save_steps", str(STEPS // 2)]
 # Evaluation over uneven shards: 79 examples in batches of 13 are 4 batches on rank 0, 3 on rank 1, which FSDP's
 # collective forward must keep in step.
 UNEVEN_EVAL = ["--max_eval_samples", "79", "--per_device_eval_batch_size", "13"]
+COMPARE = [str(BIN / "python"), "-m", "horovod_train", "compare"]
+# compare's default runs on a CPU machine, in its order: each a case of test_engine_matches_single_process but
+# single, which the compare test holds to the others by their losses.
+COMPARED_RUNS = ["horovod-gloo", "horovod-mpi", "ddp-gloo", "fsdp-gloo", "zero1-gloo", "single", "dp"]
+# case: the compared run that is its 2-rank (or DataParallel) run without accumulation.
+COMPARED = {
+    "horovod-gloo": "horovod-gloo",  # horovodrun --gloo
+    "horovod-mpi": "horovod-mpi",  # mpirun
+    "ddp-torchrun": "ddp-gloo",
+    "dp": "dp",
+    "zero1": "zero1-gloo",
+    "fsdp": "fsdp-gloo",  # ZeRO-3: resharded after forward
+}
 ZERO2 = ["--fsdp_reshard_after_forward", "false"]
 RECOMPUTED = "--gradient_checkpointing"
+# Each engine's accumulating run also recomputes the activations in backward (--gradient_checkpointing,
+# non-reentrant, which DDP's reducer accepts; FSDP gathers a block again for it): neither changes the math, so one
+# launch checks both against the single process that stores them. DDP's is the one under mpirun: the launcher sets
+# the ranks' rendezvous, the engine accumulates, and each is checked with the other's values elsewhere too.
 CASES = {
-    "horovod-gloo": (horovodrun, "horovod", B, 1),
-    "horovod-mpi": (mpirun, "horovod", B, 1),
-    "ddp-torchrun": (torchrun, "ddp", B, 1, *HALF_WAY),
-    "ddp-mpirun": (mpirun, "ddp", B, 1),
-    "dp": (None, "dp", 2 * B, 1),
     "single-accum": (None, "single", B, 2),
-    # Each engine's accumulating run also recomputes the activations in backward (--gradient_checkpointing,
-    # non-reentrant, which DDP's reducer accepts; FSDP gathers a block again for it): neither changes the math, so
-    # one launch checks both against the single process that stores them.
     "horovod-gloo-accum-recomputed": (horovodrun, "horovod", B // 2, 2, RECOMPUTED),
-    "ddp-torchrun-accum-recomputed": (torchrun, "ddp", B // 2, 2, RECOMPUTED),
+    "ddp-mpirun-accum-recomputed": (mpirun, "ddp", B // 2, 2, RECOMPUTED),
     "dp-accum-recomputed": (None, "dp", B, 2, RECOMPUTED),
-    "zero1": (torchrun, "zero1", B, 1),
     "zero1-accum-recomputed": (torchrun, "zero1", B // 2, 2, RECOMPUTED),
-    "fsdp": (torchrun, "fsdp", B, 1, *HALF_WAY, *UNEVEN_EVAL),  # ZeRO-3: resharded after forward
     "fsdp-zero2-accum-recomputed": (torchrun, "fsdp", B // 2, 2, *ZERO2, RECOMPUTED),  # ZeRO-2
 }
+
+
+def check_run(out: Path, engine: str) -> Path:
+    results = read_results(out)
+    assert results["engine"] == engine and results["global_step"] == STEPS
+    assert len(set(results["param_checksum_per_rank"])) == 1, "ranks disagree"
+    return out / "model.safetensors"
 
 
 def train(out: Path, cache_dir: Path, launcher, engine: str, batch: int, accum: int, *extra: str) -> Path:
@@ -60,10 +79,7 @@ def train(out: Path, cache_dir: Path, launcher, engine: str, batch: int, accum: 
     # One process (single, dp) trains in this one: its numbers are the same (one thread, as a rank's).
     proc = run(launcher(2, *args), cache_dir, timeout=300) if launcher else train_here(cache_dir, *args)
     assert_ok(proc)
-    results = read_results(out)
-    assert results["engine"] == engine and results["global_step"] == STEPS
-    assert len(set(results["param_checksum_per_rank"])) == 1, "ranks disagree"
-    return out / "model.safetensors"
+    return check_run(out, engine)
 
 
 def parameter_differences(a: Path, b: Path) -> dict[str, float]:
@@ -79,11 +95,31 @@ def baseline(tmp_path_factory, cache_dir) -> Path:
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, cache_dir) -> Callable[[str], Path]:
-    """A case's model.safetensors, trained once per module (the resume tests read the sharded runs' checkpoints)."""
+def compared(tmp_path_factory, cache_dir) -> tuple[subprocess.CompletedProcess, Path]:
+    """`compare` on the job, launched once: its exit status and output, and its directory (a run's failure is its
+    own case's, so nothing is asserted here)."""
+    out = tmp_path_factory.mktemp("compared") / "compare"
+    args = [*JOB, *HALF_WAY, *UNEVEN_EVAL, "--per_device_train_batch_size", str(B), "--output_dir", str(out)]
+    return run([*COMPARE, *args], cache_dir, timeout=600), out
+
+
+def compared_run(proc: subprocess.CompletedProcess, out: Path, name: str) -> Path:
+    """A compared run's model.safetensors, its row in compare.json ok (else its log is the message)."""
+    assert (out / "compare.json").is_file(), f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    (row,) = [r for r in json.loads((out / "compare.json").read_text())["runs"] if r["name"] == name]
+    assert row["ok"], Path(row["log"]).read_text()[-4000:]
+    return check_run(out / name, row["engine"])
+
+
+@pytest.fixture(scope="module")
+def trained(request, tmp_path_factory, cache_dir) -> Callable[[str], Path]:
+    """A case's model.safetensors: a compared run's, or trained once per module (the resume tests read the compared
+    sharded runs' checkpoints)."""
     done: dict[str, Path] = {}
 
     def case_run(case: str) -> Path:
+        if case in COMPARED:
+            return compared_run(*request.getfixturevalue("compared"), COMPARED[case])
         if case not in done:
             done[case] = train(tmp_path_factory.mktemp(case), cache_dir, *CASES[case])
         return done[case]
@@ -92,7 +128,7 @@ def trained(tmp_path_factory, cache_dir) -> Callable[[str], Path]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [*COMPARED, *CASES])
 def test_engine_matches_single_process(case, baseline, trained, record_property):
     params = trained(case)
     differences = parameter_differences(baseline, params)
@@ -176,3 +212,32 @@ def test_an_fsdp_run_ends_with_a_model_that_from_pretrained_and_a_pipeline_load(
     assert all(torch.equal(model.state_dict()[name], tensor) for name, tensor in saved.items())
     predicted = pipeline("text-classification", model=str(out), device="cpu")("a lamp. a lamp moves.")
     assert predicted[0]["label"] in model.config.label2id
+
+
+@pytest.mark.slow
+def test_compare_runs_every_engine_on_the_same_job(compared):
+    """`compare` runs every engine this machine supports under its real launcher with the same global batch, and
+    tabulates, saves and plots them."""
+    proc, out = compared
+    assert_ok(proc)
+    report = json.loads((out / "compare.json").read_text())
+    runs = report["runs"]
+    assert [r["name"] for r in runs] == COMPARED_RUNS and all(r["ok"] for r in runs)
+    assert [r["world_size"] for r in runs] == [2, 2, 2, 2, 2, 1, 1] and report["global_batch"] == 2 * B
+    assert [len(r["peak_memory_mb_per_rank"]) for r in runs] == [2, 2, 2, 2, 2, 1, 1]
+    assert all(m > 50 for r in runs for m in r["peak_memory_mb_per_rank"])
+    assert all(r["samples_per_second"] > 0 and r["tokens_per_second"] > 0 for r in runs)
+    # The same job: same global batches and gradients, so the same loss and accuracy on every engine.
+    losses = [r["final_train_loss"] for r in runs]
+    assert max(losses) - min(losses) < 1e-4, losses
+    assert len({r["validation_accuracy"] for r in runs}) == 1
+    header = "engine        launcher    world  samples/s  tokens/s  train loss  val acc  peak MiB/rank"
+    assert header in proc.stdout
+    for r in runs:
+        assert r["name"] in proc.stdout and (out / r["name"] / "model.safetensors").is_file()
+        assert (out / "logs" / f"{r['name']}.log").is_file()
+    assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Global batch 2 x B on a CPU machine: one process (single, dp) reads batches of 2B.
+    for name in ("single", "dp"):
+        config = json.loads((out / name / "run_config.json").read_text())
+        assert config["per_device_train_batch_size"] == 2 * B and config["engine"] == name

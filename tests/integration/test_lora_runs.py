@@ -1,11 +1,12 @@
-"""LoRA runs end to end under Horovod (np=2): an exact resume from a mid-run checkpoint, the best
-checkpoint's adapters loaded at the end, and an output directory that pipeline() and peft both load; a
+"""LoRA runs end to end under Horovod (np=2): the best checkpoint's adapters loaded at the end, an output
+directory that pipeline() and peft both load, and an exact resume from a mid-run checkpoint of that same run; a
 checkpoint that from_pretrained loads as the trained model."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import transformers
@@ -15,24 +16,47 @@ from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, tr
 pytestmark = pytest.mark.slow
 
 LORA = ["--use_peft", "--lora_r", "4", "--learning_rate", "2e-3", "--synthetic_num_examples", "600"]
+# 30 steps, evaluated and checkpointed every 10, the best checkpoint loaded at the end. "Best" is the highest loss,
+# so that it is not the last checkpoint (the loss falls): loading it is seen.
+BEST = [*SMALL_JOB, *LORA, "--max_steps", "30", "--eval_strategy", "steps", "--eval_steps", "10"]
+BEST += ["--save_strategy", "steps", "--save_steps", "10", "--load_best_model_at_end"]
+BEST += ["--metric_for_best_model", "eval_loss", "--greater_is_better", "true"]
+# What a LoRA checkpoint and output hold of the model (checkpoint.py): merged weights, the adapter as peft saves it.
+MODEL_FILES = ("model.safetensors", "adapter/adapter_model.safetensors")
 
 
-def test_a_lora_run_resumes_exactly_from_a_mid_run_checkpoint(tmp_path, cache_dir):
-    """lora_dropout 0.05 draws masks from every rank's generator: the resumed run repeats them exactly."""
-    args = [*SMALL_JOB, *LORA, "--max_steps", "24", "--save_steps", "8", "--save_total_limit", "10"]
-    full, resumed = tmp_path / "full", tmp_path / "resumed"
-    assert_ok(run(horovodrun(2, *args, "--output_dir", str(full)), cache_dir))
+def best_checkpoint(run_dir: Path) -> Path:
+    return Path(json.loads((run_dir / "trainer_state.json").read_text())["best_model_checkpoint"])
+
+
+@pytest.fixture(scope="module")
+def best_run(tmp_path_factory, cache_dir) -> Path:
+    """The job, launched once: the best-checkpoint test reads it, the resume test continues its checkpoint-10."""
+    out = tmp_path_factory.mktemp("lora") / "full"
+    assert_ok(run(horovodrun(2, *BEST, "--output_dir", str(out)), cache_dir))
+    return out
+
+
+def test_a_lora_run_resumes_exactly_from_a_mid_run_checkpoint(best_run, tmp_path, cache_dir):
+    """lora_dropout 0.05 draws masks from every rank's generator: the resumed run repeats them exactly, through its
+    evaluations, to the checkpoints it writes and to its output."""
+    resumed = tmp_path / "resumed"
     resumed.mkdir()
-    shutil.copytree(full / "checkpoint-8", resumed / "checkpoint-8")
-    proc = run(horovodrun(2, *args, "--output_dir", str(resumed), "--resume_from_checkpoint", "latest"), cache_dir)
+    shutil.copytree(best_run / "checkpoint-10", resumed / "checkpoint-10")
+    proc = run(horovodrun(2, *BEST, "--output_dir", str(resumed), "--resume_from_checkpoint", "latest"), cache_dir)
     assert_ok(proc)
-    assert "resumed from step 8" in proc.stdout
-    for name in ("model.safetensors", "adapter/adapter_model.safetensors"):
-        left, right = load_file(full / name), load_file(resumed / name)
+    assert "resumed from step 10" in proc.stdout
+    # The output is the best checkpoint's (loaded at the end), maybe the copied one: the last checkpoint (the others
+    # but the best are rotated away) holds what the resumed run trained.
+    last = [f"checkpoint-30/{name}" for name in (*MODEL_FILES, "lora_state.safetensors")]
+    for name in (*last, *MODEL_FILES):
+        left, right = load_file(best_run / name), load_file(resumed / name)
         assert left.keys() == right.keys()
         difference = max(float((left[k] - right[k]).abs().max()) for k in left)
         print(f"{name}: max-abs difference after resume {difference:.3e}")
         assert difference == 0.0, name
+    full, again = best_checkpoint(best_run), best_checkpoint(resumed)
+    assert again.name == full.name and again.parent.resolve() == resumed.resolve(), (full, again)
 
 
 def test_a_lora_checkpoint_loads_with_from_pretrained_as_the_trained_model(tmp_path, cache_dir):
@@ -56,13 +80,8 @@ def test_a_lora_checkpoint_loads_with_from_pretrained_as_the_trained_model(tmp_p
     assert PeftConfig.from_pretrained(str(out / "checkpoint-6" / "adapter")).r == 4
 
 
-def test_the_best_lora_checkpoint_is_loaded_at_the_end_and_the_output_loads(tmp_path, cache_dir):
-    out = tmp_path / "out"
-    args = [*SMALL_JOB, *LORA, "--max_steps", "30", "--eval_strategy", "steps", "--eval_steps", "10"]
-    # "Best" is the highest loss, so that it is not the last checkpoint (the loss falls): loading it is seen.
-    args += ["--save_strategy", "steps", "--save_steps", "10", "--load_best_model_at_end"]
-    args += ["--metric_for_best_model", "eval_loss", "--greater_is_better", "true"]
-    assert_ok(run(horovodrun(2, *args, "--output_dir", str(out)), cache_dir))
+def test_the_best_lora_checkpoint_is_loaded_at_the_end_and_the_output_loads(best_run):
+    out = best_run
     state = json.loads((out / "trainer_state.json").read_text())
     best = state["best_model_checkpoint"]
     assert best, state
