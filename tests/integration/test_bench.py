@@ -1,15 +1,21 @@
-"""The benchmarks run on CPU in tiny configurations and write well-formed CSV/JSON/PNG (no speed asserts)."""
+"""The benchmarks run on CPU in tiny configurations and write well-formed CSV/JSON/PNG (no speed asserts).
+The bench commands that only launch (allreduce-sweep, train, trace) run inside the test process: their ranks
+are real launches, the command itself pays no start-up. One sweep serves both all-reduce tests: its baseline
+launch is `bench allreduce` under horovodrun."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
+import os
 import statistics
 import subprocess
 from pathlib import Path
 
 import pytest
-from support.jobs import BIN, REPO, assert_ok, probe_launch, run, train_cmd
+from support.jobs import BIN, REPO, assert_ok, base_env, run
 from transformers import AutoConfig
 
 from horovod_train.bench.allreduce import COLUMNS as ALLREDUCE_COLUMNS
@@ -18,6 +24,8 @@ from horovod_train.bench.trace import COLUMNS as TRACE_COLUMNS
 from horovod_train.bench.train import COLUMNS as TRAIN_COLUMNS
 
 BENCH = [str(BIN / "python"), "-m", "horovod_train", "bench"]
+# A bench run inside this process: the test's limit is the launched bench's timeout it replaces (fixture included).
+BENCH_TIMEOUT_S = 400
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -27,12 +35,29 @@ PNG = b"\x89PNG\r\n\x1a\n"
 # LayerNorm 256.
 TINY_BERT_MATMUL_PARAMETERS = 2 * 132_480 + 16_512 + 387 + 256
 
-TINY_ALLREDUCE = ["--max_bytes", "16KB", "--models", "tiny-bert", "--iters", "3", "--budget", "256KB"]
-
 TINY_JOB = [
     "--synthetic_num_examples", "400", "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "40",
     "--max_steps", "6", "--logging_steps", "3", "--disable_tqdm",
 ]  # fmt: skip
+
+
+def bench_here(cache_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """`python -m horovod_train bench ARGS` run inside this process, returned as `run` returns it: the bench's
+    own process pays no start-up (torch, transformers, Horovod are imported here), its launches are still real
+    processes, with the tests' environment (base_env) and the checkout as their working directory."""
+    from horovod_train.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        for name, value in base_env(cache_dir).items():
+            if os.environ.get(name) != value:
+                patch.setenv(name, value)
+        patch.chdir(REPO)
+        try:
+            code = main(["bench", *args])
+        except SystemExit as exited:
+            code = exited.code
+    return subprocess.CompletedProcess(["bench", *args], code, out.getvalue(), err.getvalue())
 
 
 def median_logged_rate(run_dir: Path) -> float:
@@ -51,12 +76,25 @@ def read_outputs(out: Path, stem: str, columns: list[str]) -> tuple[list[dict], 
     return rows, report
 
 
-@pytest.mark.slow
-def test_allreduce_horovod_and_torch_in_the_same_ranks(tmp_path, cache_dir):
-    out = tmp_path / "allreduce"
-    program = [*BENCH, "allreduce", *TINY_ALLREDUCE, "--output_dir", str(out)]
-    proc = run(probe_launch("horovodrun", program), cache_dir, timeout=300)
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, cache_dir) -> tuple[Path, subprocess.CompletedProcess]:
+    """One allreduce-sweep over Gloo: two horovodrun -np 2 launches of `bench allreduce`, the baseline (single
+    tensors up to 16KB and tiny-bert's gradients, Horovod and torch.distributed in the same ranks) and a fusion
+    threshold of 0. Its output folder and what it printed."""
+    out = tmp_path_factory.mktemp("sweep") / "sweep"
+    cmd = ["allreduce-sweep", "--variants", "gloo", "--fusion_threshold_mb", "0", "--cycle_time_ms",
+           "--models", "tiny-bert", "--max_bytes", "16KB", "--bench_args", "--iters 3 --budget 256KB",
+           "--output_dir", str(out)]  # fmt: skip
+    proc = bench_here(cache_dir, *cmd)
     assert_ok(proc)
+    return out, proc
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(BENCH_TIMEOUT_S)
+def test_allreduce_horovod_and_torch_in_the_same_ranks(sweep):
+    """The sweep's baseline launch is `bench allreduce` under horovodrun, its output folder a run's own."""
+    out = sweep[0] / "runs" / "gloo-baseline-default"
     rows, report = read_outputs(out, "allreduce", ALLREDUCE_COLUMNS)
     cases = {(r["framework"], r["case"], r["mode"]) for r in report["rows"]}
     sizes = {"4KB", "8KB", "16KB"}
@@ -80,13 +118,9 @@ def test_allreduce_horovod_and_torch_in_the_same_ranks(tmp_path, cache_dir):
 
 
 @pytest.mark.slow
-def test_allreduce_sweep_launches_one_run_per_setting(tmp_path, cache_dir):
-    out = tmp_path / "sweep"
-    cmd = [*BENCH, "allreduce-sweep", "--variants", "gloo", "--fusion_threshold_mb", "0", "--cycle_time_ms",
-           "--models", "tiny-bert", "--max_bytes", "8KB", "--bench_args", "--iters 2 --budget 64KB",
-           "--output_dir", str(out)]  # fmt: skip
-    proc = run(cmd, cache_dir, timeout=400)
-    assert_ok(proc)
+@pytest.mark.timeout(BENCH_TIMEOUT_S)
+def test_allreduce_sweep_launches_one_run_per_setting(sweep):
+    out, proc = sweep
     _, report = read_outputs(out, "sweep", ["variant", "setting", "value", *ALLREDUCE_COLUMNS])
     unfused = [r for r in report["rows"] if r["setting"] == "fusion_threshold_mb"]
     assert {(r["framework"], r["mode"], r["fusion_threshold"]) for r in unfused} == {
@@ -100,11 +134,12 @@ def test_allreduce_sweep_launches_one_run_per_setting(tmp_path, cache_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(BENCH_TIMEOUT_S)
 def test_bench_train_reports_scaling_and_the_horovod_ddp_ratio(tmp_path, cache_dir):
     out = tmp_path / "train"
-    cmd = [*BENCH, "train", *TINY_JOB, "--world_sizes", "2", "--engines", "horovod-gloo,ddp-gloo",
+    cmd = ["train", *TINY_JOB, "--world_sizes", "2", "--engines", "horovod-gloo,ddp-gloo",
            "--horovod_group_mb", "0.5", "--output_dir", str(out)]  # fmt: skip
-    proc = run(cmd, cache_dir, timeout=400)
+    proc = bench_here(cache_dir, *cmd)
     assert_ok(proc)
     rows, report = read_outputs(out, "bench_train", TRAIN_COLUMNS)
     assert [(r["name"], r["world_size"]) for r in report["rows"]] == [
@@ -136,11 +171,12 @@ def test_bench_train_reports_scaling_and_the_horovod_ddp_ratio(tmp_path, cache_d
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(BENCH_TIMEOUT_S)
 def test_bench_trace_splits_each_engines_step_from_real_traces(tmp_path, cache_dir):
     out = tmp_path / "trace"
-    cmd = [*BENCH, "trace", "--model_size", "demo", *TINY_JOB, "--engines", "horovod-gloo,ddp-gloo",
+    cmd = ["trace", "--model_size", "demo", *TINY_JOB, "--engines", "horovod-gloo,ddp-gloo",
            "--output_dir", str(out)]  # fmt: skip
-    proc = run(cmd, cache_dir, timeout=400)
+    proc = bench_here(cache_dir, *cmd)
     assert_ok(proc)
     with (out / "bench_trace.csv").open() as f:
         assert csv.DictReader(f).fieldnames == TRACE_COLUMNS
@@ -191,20 +227,6 @@ def test_bench_gpu_runs_tiny_on_cpu(tmp_path, cache_dir):
         assert r["mfu"] == pytest.approx(6 * TINY_BERT_MATMUL_PARAMETERS * median[1] / 989e12)
         assert r["peak_tflops"] == 989
     assert "==> horovod np=1 / plain samples/s:" in proc.stdout
-
-
-@pytest.mark.slow
-def test_train_timeline_and_autotune_flags(tmp_path, cache_dir):
-    out, timeline = tmp_path / "run", tmp_path / "tl" / "timeline.json"
-    train = train_cmd(*TINY_JOB, "--horovod_timeline", str(timeline), "--autotune", "--output_dir", str(out))
-    proc = run(probe_launch("horovodrun", train), cache_dir, timeout=300)
-    assert_ok(proc)
-    text = timeline.read_text()
-    assert "NEGOTIATE_ALLREDUCE" in text and "ALLREDUCE" in text
-    config = json.loads((out / "run_config.json").read_text())
-    assert config["horovod_env"]["HOROVOD_TIMELINE"] == str(timeline)
-    assert config["horovod_env"]["HOROVOD_AUTOTUNE"] == "1"
-    assert config["gradient_groups"] == 1  # the CPU default: tiny-bert's 2.2 MB of gradients fit one 4 MiB bucket
 
 
 def test_the_bench_property_tests_write_nothing_in_the_working_directory(tmp_path):

@@ -172,15 +172,17 @@ def assert_details(folder: Path, report: dict, runs: list[str]) -> None:
 
 
 def test_a_failing_step_is_named_exits_non_zero_and_the_report_is_written(tmp_path, cache_dir):
+    """The demo step under no launcher: the cheapest step that can be made to fail (a launcher's failed rank is
+    the same non-zero exit to the check; the dry runs above run every step's launcher)."""
     bad = tmp_path / "bad.yaml"
     bad.write_text("no_such_key: 1\n")
-    proc = gpu_check(cache_dir, tmp_path / "OUT", "--steps", "environment,horovod_demo", "--demo_config", str(bad))
+    proc = gpu_check(cache_dir, tmp_path / "OUT", "--steps", "environment,dp_demo", "--demo_config", str(bad))
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "gpu-check FAILED: horovod_demo" in proc.stderr
+    assert "gpu-check FAILED: dp_demo" in proc.stderr
     folder = tmp_path / "OUT" / "gpu_check"
     report = read_report(folder)
-    assert report["complete"] and not report["ok"] and report["failed"] == ["horovod_demo"]
-    assert {s["name"]: s["status"] for s in report["steps"]} == {"environment": "ok", "horovod_demo": "failed"}
+    assert report["complete"] and not report["ok"] and report["failed"] == ["dp_demo"]
+    assert {s["name"]: s["status"] for s in report["steps"]} == {"environment": "ok", "dp_demo": "failed"}
     assert "exit" in report["steps"][1]["detail"] and "no_such_key" in (folder / "gpu_check.log").read_text()
 
 

@@ -1,20 +1,42 @@
-"""Smaller GPU-path items, each checked on the CPU: Horovod with --torch_compile at np=2, the
-predivide factor with grouped all-reduces, a Horovod without NCCL on a CUDA machine, and DataParallel's
-per-GPU peak memory."""
+"""Horovod with --torch_compile at np=2 under horovodrun, checked on the CPU; the same launch carries train's
+--horovod_timeline and --autotune flags (one 2-rank job: its start-up, not its steps, is the cost)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run
 
 
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory, cache_dir) -> tuple[Path, Path]:
+    """One horovodrun -np 2 job: compiled, with a timeline and autotuning. Its output and timeline."""
+    root = tmp_path_factory.mktemp("compiled")
+    out, timeline = root / "run", root / "tl" / "timeline.json"
+    args = [*SMALL_JOB, "--engine", "horovod", "--torch_compile", "--max_steps", "4", "--output_dir", str(out)]
+    args += ["--horovod_timeline", str(timeline), "--autotune"]
+    assert_ok(run(horovodrun(2, *args), cache_dir, timeout=600))
+    return out, timeline
+
+
 @pytest.mark.slow
-def test_horovod_with_torch_compile_trains_identical_replicas_at_np2(tmp_path, cache_dir):
+def test_horovod_with_torch_compile_trains_identical_replicas_at_np2(compiled):
     """The compiled model's gradient hooks still fire (all at the end of the one compiled backward: no
     overlap, docs/performance.md), and both ranks end with the same weights."""
-    out = tmp_path / "compiled"
-    args = [*SMALL_JOB, "--engine", "horovod", "--torch_compile", "--max_steps", "4", "--output_dir", str(out)]
-    assert_ok(run(horovodrun(2, *args), cache_dir, timeout=600))
-    results = read_results(out)
+    results = read_results(compiled[0])
     assert results["world_size"] == 2 and results["global_step"] == 4
     assert len(set(results["param_checksum_per_rank"])) == 1
+
+
+@pytest.mark.slow
+def test_train_timeline_and_autotune_flags(compiled):
+    """train's own flags (not horovodrun's) reach Horovod: rank 0 writes the timeline, autotuning is on."""
+    out, timeline = compiled
+    text = timeline.read_text()
+    assert "NEGOTIATE_ALLREDUCE" in text and "ALLREDUCE" in text
+    config = json.loads((out / "run_config.json").read_text())
+    assert config["horovod_env"]["HOROVOD_TIMELINE"] == str(timeline)
+    assert config["horovod_env"]["HOROVOD_AUTOTUNE"] == "1"
+    assert config["gradient_groups"] == 1  # the CPU default: tiny-bert's 2.2 MB of gradients fit one 4 MiB bucket
