@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -31,9 +34,12 @@ def train(engine: str, cache_dir: Path, *args: str, timeout: float = 300):
     return train_here(cache_dir, "--engine", "single", *args)
 
 
-def resume_from_a_crash(engine: str, args: list[str], tmp_path: Path, cache_dir: Path, step: int) -> Path:
-    """The uninterrupted run in ``full``; then a second run directory holding only what a crash after ``step``
-    would have left, resumed with `latest`, which must end with the same parameters. Returns ``full``."""
+def crash_and_resume(
+    engine: str, args: list[str], tmp_path: Path, cache_dir: Path, step: int, prepare=None, timeout: float = 300
+) -> tuple[Path, Path, subprocess.CompletedProcess]:
+    """The uninterrupted run in ``full``; then a second run directory, ``resumed``, holding only what a crash after
+    ``step`` would have left (``prepare`` applied to that checkpoint), resumed with `latest`. Returns both and the
+    resume's output."""
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     assert_ok(train(engine, cache_dir, *args, "--output_dir", str(full)))
     state = json.loads((full / f"checkpoint-{step}" / ckpt.TRAINER_FILE).read_text())
@@ -41,36 +47,94 @@ def resume_from_a_crash(engine: str, args: list[str], tmp_path: Path, cache_dir:
     assert state["epoch"] == 0 and 0 < state["samples_in_epoch"] < 540, "the resume point must be mid-epoch"
     resumed.mkdir()
     shutil.copytree(full / f"checkpoint-{step}", resumed / f"checkpoint-{step}")
-    proc = train(engine, cache_dir, *args, "--output_dir", str(resumed), "--resume_from_checkpoint", "latest")
+    if prepare is not None:
+        prepare(resumed / f"checkpoint-{step}")
+    proc = train(engine, cache_dir, *args, "--output_dir", str(resumed), "--resume_from_checkpoint", "latest",
+                 timeout=timeout)  # fmt: skip
     assert_ok(proc)
+    return full, resumed, proc
+
+
+def check_the_same_parameters(engine: str, full: Path, resumed: Path, proc, step: int, tolerance: float = 1e-6) -> None:
+    """The resumed run ends with the uninterrupted run's parameters."""
     assert f"resumed from step {step}" in proc.stdout
     diff = max_abs_diff(full, resumed)
     print(f"{engine}: max-abs parameter difference after resume = {diff:.3e}")
-    assert diff <= 1e-6, f"resumed run differs from the uninterrupted one by {diff:.3e}"
-    return full
+    assert diff <= tolerance, f"resumed run differs from the uninterrupted one by {diff:.3e}"
+
+
+def without_timings(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in entry.items() if "runtime" not in k and "per_second" not in k} for entry in history]
 
 
 def test_resume_mid_epoch_ends_with_the_same_parameters(tmp_path, cache_dir):
-    resume_from_a_crash("single", [*JOB, "--max_steps", "50", "--save_steps", "10"], tmp_path, cache_dir, 20)
+    args = [*JOB, "--max_steps", "50", "--save_steps", "10"]
+    check_the_same_parameters("single", *crash_and_resume("single", args, tmp_path, cache_dir, 20), 20)
 
 
-@pytest.mark.parametrize("engine", ["horovod", "ddp"])
-def test_two_ranks_resume_mid_epoch_with_dropout_and_every_ranks_generators(tmp_path, cache_dir, engine):
-    """With dropout each rank draws its own masks (its batches are padded to other lengths): every rank's
-    RNG states are saved and each rank gets its own back, so the run resumed mid-epoch repeats the masks
-    exactly."""
+BALLAST_BYTES = 2**31 + 2**27  # 2.125 GiB
+
+
+def grow_past_2_gib(checkpoint: Path) -> None:
+    """A synthetic entry in the checkpoint's training state, its manifest's digest rewritten: a payload over 2 GiB
+    that a resume broadcasts (and then drops: the run's own checkpoints are written afresh)."""
+    state_file = checkpoint / ckpt.STATE_FILE
+    state = torch.load(state_file, weights_only=True)
+    state["ballast"] = torch.arange(BALLAST_BYTES // 4, dtype=torch.int32)
+    torch.save(state, state_file)
+    del state
+    manifest = json.loads((checkpoint / ckpt.MANIFEST).read_text())
+    manifest[ckpt.STATE_FILE] = sha256(state_file)
+    (checkpoint / ckpt.MANIFEST).write_text(json.dumps(manifest))
+
+
+@pytest.fixture(scope="module", params=["horovod", "ddp"])
+def resumed_two_ranks(request, tmp_path_factory, cache_dir) -> Iterator[tuple[str, Path, Path, Any]]:
+    """One crash and resume per engine for two tests: two ranks train 30 steps with dropout on premises of varied
+    length (ranks pad differently); what a crash after step 10 leaves, its checkpoint grown past 2 GiB, is resumed
+    with `latest`. The engine, the uninterrupted and the resumed run directories, and the resume's output."""
     import pandas as pd
 
     from horovod_train import synthetic
 
+    engine, tmp_path = request.param, tmp_path_factory.mktemp(f"resumed-{request.param}")
     frame = pd.DataFrame(synthetic.generate(600, seed=42))  # premises of varying length: ranks pad differently
     frame["premise"] = [f"{p} {' '.join(['indeed'] * (i % 9))}" for i, p in enumerate(frame["premise"])]
     data = tmp_path / "varied.csv"
     frame.to_csv(data, index=False)
     args = [*SMALL_JOB, "--train_file", str(data), "--dropout", "0.1", "--max_steps", "30", "--save_steps", "5"]
-    full = resume_from_a_crash(engine, [*args, "--save_total_limit", "20"], tmp_path, cache_dir, 10)
+    args += ["--save_total_limit", "20", "--audit_samples"]
+    full, resumed, proc = crash_and_resume(engine, args, tmp_path, cache_dir, 10, grow_past_2_gib, timeout=600)
+    yield engine, full, resumed, proc
+    shutil.rmtree(resumed / "checkpoint-10", ignore_errors=True)  # 2 GiB
+
+
+def test_two_ranks_resume_mid_epoch_with_dropout_and_every_ranks_generators(resumed_two_ranks):
+    """With dropout each rank draws its own masks (its batches are padded to other lengths): every rank's
+    RNG states are saved and each rank gets its own back, so the run resumed mid-epoch repeats the masks
+    exactly (max-abs 0.0), and the per-epoch history (metrics, the sample audit) is the uninterrupted run's: Horovod's
+    and DDP's case of test_resume_property.py::test_two_ranks_resume_exactly_from_a_checkpoint_of_any_step."""
+    engine, full, resumed, proc = resumed_two_ranks
+    check_the_same_parameters(engine, full, resumed, proc, 10, tolerance=0.0)
     rng = torch.load(full / "checkpoint-10" / ckpt.STATE_FILE, weights_only=True)["rng"]
     assert len(rng) == 2 and rng[0]["torch"] != rng[1]["torch"], "the ranks' generators should have diverged"
+    history = read_results(full)["history"]
+    assert without_timings(read_results(resumed)["history"]) == without_timings(history)
+    # 540 training examples, 270 a rank: the first epoch (steps 1-17, the resume at 10) trains on each once.
+    assert history[0]["samples"] == {"dataset": 540, "trained_on": 540, "skipped": 0, "repeated": 0}, history
+
+
+def test_resume_of_a_checkpoint_over_2_gib(resumed_two_ranks):
+    """Resume payloads over 2 GiB used to crash (hvd.broadcast_object's int32 size) or be copied once per
+    rank (an all-gather). Two ranks resume a checkpoint grown past 2 GiB (resumed_two_ranks), and each rank holds
+    about one copy of it."""
+    engine, _, resumed, proc = resumed_two_ranks
+    assert "resumed from step 10" in proc.stdout
+    results = read_results(resumed)
+    assert results["global_step"] == 30 and len(set(results["param_checksum_per_rank"])) == 1
+    peaks = results["peak_memory_mb_per_rank"]
+    print(f"{engine}: resumed a {BALLAST_BYTES / 2**30:.2f} GiB payload; peak RSS per rank {peaks} MiB")
+    assert max(peaks) < (BALLAST_BYTES + 1.5 * 2**30) / 2**20, "more than one copy of the payload on a rank"
 
 
 def test_checkpoints_are_pruned_and_verified(tmp_path, cache_dir):
@@ -172,44 +236,6 @@ def test_checkpoint_of_another_label_count_is_refused(tmp_path, cache_dir, train
 def test_missing_checkpoint_path_is_refused(tmp_path, cache_dir, trained):
     proc, untouched = resume(tmp_path, cache_dir, trained, "--resume_from_checkpoint", str(tmp_path / "nope"))
     assert proc.returncode == 2 and "does not exist" in proc.stderr and untouched
-
-
-BALLAST_BYTES = 2**31 + 2**27  # 2.125 GiB
-
-
-@pytest.fixture(scope="module")
-def over_2_gib(tmp_path_factory, cache_dir) -> Path:
-    """A real checkpoint (one process, the global batch of two ranks' 16) grown past 2 GiB by a synthetic entry in
-    its training state, its manifest's digest rewritten: made once, resumed read-only by each engine's test."""
-    out = tmp_path_factory.mktemp("over-2-gib") / "run"
-    args = [*JOB, "--per_device_train_batch_size", "32", "--max_steps", "10", "--save_steps", "10"]
-    assert_ok(train("single", cache_dir, *args, "--output_dir", str(out)))
-    checkpoint = out / "checkpoint-10"
-    state_file = checkpoint / ckpt.STATE_FILE
-    state = torch.load(state_file, weights_only=True)
-    state["ballast"] = torch.arange(BALLAST_BYTES // 4, dtype=torch.int32)
-    torch.save(state, state_file)
-    del state
-    manifest = json.loads((checkpoint / ckpt.MANIFEST).read_text())
-    manifest[ckpt.STATE_FILE] = sha256(state_file)
-    (checkpoint / ckpt.MANIFEST).write_text(json.dumps(manifest))
-    return checkpoint
-
-
-@pytest.mark.parametrize("engine", ["horovod", "ddp"])
-def test_resume_of_a_checkpoint_over_2_gib(tmp_path, cache_dir, engine, over_2_gib):
-    """Resume payloads over 2 GiB used to crash (hvd.broadcast_object's int32 size) or be copied once per
-    rank (an all-gather). Two ranks resume the checkpoint, and each rank holds about one copy of it."""
-    out = tmp_path / "run"
-    resumed = train(engine, cache_dir, *JOB, "--max_steps", "12", "--output_dir", str(out),
-                    "--resume_from_checkpoint", str(over_2_gib), "--save_strategy", "no", timeout=600)  # fmt: skip
-    assert_ok(resumed)
-    assert "resumed from step 10" in resumed.stdout
-    results = read_results(out)
-    assert results["global_step"] == 12 and len(set(results["param_checksum_per_rank"])) == 1
-    peaks = results["peak_memory_mb_per_rank"]
-    print(f"{engine}: resumed a {BALLAST_BYTES / 2**30:.2f} GiB payload; peak RSS per rank {peaks} MiB")
-    assert max(peaks) < (BALLAST_BYTES + 1.5 * 2**30) / 2**20, "more than one copy of the payload on a rank"
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,12 @@
 """Fault injection: kill -9 one rank of a 2-rank run mid-epoch. The job must exit non-zero quickly
-(no hang), the last checkpoint must be intact, and resuming must complete the run."""
+(no hang), and the checkpoints written before the kill must be intact.
+
+Resuming what a kill leaves is checked elsewhere, each more strictly (the parameters of an uninterrupted run):
+under horovodrun by tests/integration/test_stopping.py::
+test_sigkill_while_stopping_leaves_valid_checkpoints_and_auto_resumes_from_the_newest (every process of the job
+SIGKILLed, a checkpoint cut off mid-write), under torchrun by tests/integration/test_checkpoint.py::
+test_two_ranks_resume_mid_epoch_with_dropout_and_every_ranks_generators[ddp] (`latest` in a directory holding only
+what a crash left)."""
 
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ import subprocess
 import time
 
 import pytest
-from support.jobs import REPO, SMALL_JOB, assert_ok, base_env, horovodrun, read_results, run, torchrun
+from support.jobs import REPO, SMALL_JOB, base_env, horovodrun, torchrun
 from support.processes import find_rank_process, wait_for
 
 from horovod_train import checkpoint as ckpt
@@ -17,8 +24,7 @@ from horovod_train.launching import LAUNCHERS
 
 pytestmark = pytest.mark.slow
 
-# Rank 1 is killed once checkpoint-40 is there (a step or two later): 80 steps to spare leave the kill inside the run,
-# and the resume trains the rest (at 300, the resume was most of the test).
+# Rank 1 is killed once checkpoint-40 is there (a step or two later): 80 steps to spare leave the kill inside the run.
 MAX_STEPS = 120
 JOB = [
     *SMALL_JOB,
@@ -38,7 +44,7 @@ RANK_VARIABLE = {"horovod": LAUNCHERS["horovodrun"].variables.rank, "ddp": LAUNC
 
 
 @pytest.mark.parametrize("engine", ["horovod", "ddp"])
-def test_killed_rank_stops_the_job_and_resume_completes_it(engine, tmp_path, cache_dir):
+def test_killed_rank_stops_the_job_and_leaves_its_checkpoints_intact(engine, tmp_path, cache_dir):
     out = tmp_path / "run"
     args = [*JOB, "--engine", engine, "--output_dir", str(out)]
     cmd = horovodrun(2, *args) if engine == "horovod" else torchrun(2, *args)
@@ -77,15 +83,3 @@ def test_killed_rank_stops_the_job_and_resume_completes_it(engine, tmp_path, cac
         ckpt.verify_checkpoint(path)  # raises if truncated or corrupted
     last_step = int(saved[-1].name.split("-")[1])
     assert 40 <= last_step < MAX_STEPS
-
-    cmd = (
-        horovodrun(2, *args, "--resume_from_checkpoint", "latest")
-        if engine == "horovod"
-        else torchrun(2, *args, "--resume_from_checkpoint", "latest")
-    )
-    proc = run(cmd, cache_dir, timeout=300)
-    assert_ok(proc)
-    assert f"resumed from step {last_step}" in proc.stdout
-    results = read_results(out)
-    assert results["global_step"] == MAX_STEPS
-    assert results["param_checksum_per_rank"][0] == results["param_checksum_per_rank"][1]

@@ -5,9 +5,9 @@ resumed with ``--resume_from_checkpoint auto`` must end with the parameters of t
 (max-abs 0.0), the same per-epoch history, and every epoch must have trained on each example once.
 
 Single-rank draws run in this process; world size 2 is drawn at the sampler level (every rank's sampler
-built here) and in a few real two-rank runs: Horovod under horovodrun, the sharded engines (zero1, fsdp) under
-torchrun, whose checkpoints gather the optimizer's state from every rank. The draws are derandomized and no example
-database is kept, so every run of the suite draws the same jobs."""
+built here) and run for real by the sharded engines (zero1, fsdp) under torchrun, whose checkpoints gather the
+optimizer's state from every rank, one job each (Horovod's and DDP's two-rank resume is test_checkpoint's). The
+draws are derandomized and no example database is kept, so every run of the suite draws the same jobs."""
 
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, assume, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
-from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, torchrun
+from support.jobs import SMALL_JOB, assert_ok, read_results, run, torchrun
 
 from horovod_train import checkpoint as ckpt
 from horovod_train.cli import quiet_libraries
@@ -212,31 +212,29 @@ def test_a_run_stopped_at_any_step_resumes_exactly(draws: tuple[Job, int], workd
         shutil.rmtree(root, ignore_errors=True)
 
 
-# Each engine's launcher for two ranks. The draw takes the engine too; the sharded engines, whose checkpoints gather
-# the optimizer's state from every rank, have an example each.
-LAUNCHERS = {"horovod": horovodrun, "zero1": torchrun, "fsdp": torchrun}
+# A job and its stop for each sharded engine, two ranks under torchrun: their checkpoints gather the optimizer's state
+# from every rank. Horovod's and DDP's two-rank resume (exact, the same history) is
+# tests/integration/test_checkpoint.py::test_two_ranks_resume_mid_epoch_with_dropout_and_every_ranks_generators.
+TWO_RANK_JOBS = {
+    "fsdp": (Job(200, 16, 2, 2, True, 0.1, 2, 0, "steps", 2), 3),
+    "zero1": (Job(90, 8, 1, 2, False, 0.1, 2, 0, "epoch", 0), 7),
+}
 
 
-@example(draws=(Job(200, 16, 2, 2, True, 0.1, 2, 0, "steps", 2), 3), engine="fsdp")
-@example(draws=(Job(90, 8, 1, 2, False, 0.1, 2, 0, "epoch", 0), 7), engine="zero1")
-@given(draws=jobs(world_size=2, max_total_steps=16), engine=st.sampled_from(tuple(LAUNCHERS)))
-@settings(DRAWS, max_examples=1, phases=[Phase.explicit, Phase.generate])
 @pytest.mark.slow
-def test_two_ranks_resume_exactly_from_a_checkpoint_of_any_step(
-    draws: tuple[Job, int], engine: str, tmp_path_factory, cache_dir
-):
+@pytest.mark.parametrize("engine", tuple(TWO_RANK_JOBS))
+def test_two_ranks_resume_exactly_from_a_checkpoint_of_any_step(engine: str, tmp_path_factory, cache_dir):
     """A crash after step ``stop`` leaves its checkpoint (saved every ``stop`` steps, the epoch's last
     included); a directory holding only that resumes to the uninterrupted run's parameters."""
-    job, stop = draws
+    job, stop = TWO_RANK_JOBS[engine]
     stop = min(stop, job.total_steps - 1)  # the run's last checkpoint is rewritten at its end
     root = tmp_path_factory.mktemp("two-ranks")
     args = [*job.args(), "--engine", engine, "--save_strategy", "steps", "--save_steps", str(stop)]
-    launcher = LAUNCHERS[engine]
-    assert_ok(run(launcher(2, *args, "--output_dir", str(root / "full")), cache_dir))
+    assert_ok(run(torchrun(2, *args, "--output_dir", str(root / "full")), cache_dir))
     resumed = root / "resumed"
     resumed.mkdir()
     shutil.copytree(root / "full" / f"{ckpt.PREFIX}{stop}", resumed / f"{ckpt.PREFIX}{stop}")
-    proc = run(launcher(2, *args, "--output_dir", str(resumed), "--resume_from_checkpoint", "auto"), cache_dir)
+    proc = run(torchrun(2, *args, "--output_dir", str(resumed), "--resume_from_checkpoint", "auto"), cache_dir)
     assert_ok(proc)
     assert f"resumed from step {stop}" in proc.stdout
     diff = max_abs_diff(parameters(root / "full"), parameters(resumed))

@@ -1,7 +1,7 @@
 """A scheduler's stop signal (SIGTERM at a time limit, preemption or scancel; SIGUSR1 as the warning ahead of
 it) under each launcher: the ranks agree at the next step boundary, rank 0 writes a checkpoint there, every
-rank exits, and `--resume_from_checkpoint auto` completes the run (resumed here under horovodrun and plain python;
-RESUMED_HERE names the tests that resume the others)."""
+rank exits, and `--resume_from_checkpoint auto` completes the run (resumed here under plain python; RESUMED_HERE
+names the tests that resume the others)."""
 
 from __future__ import annotations
 
@@ -93,11 +93,14 @@ CASES = [
     ("plain", signal.SIGTERM, "launcher", STOPPED_EXIT_CODE),
 ]
 # The launchers whose stopped run is resumed here. A stop's checkpoint is verified under every launcher above; its
-# resume does not depend on how the signal came, and under torchrun and mpirun it is checked more strictly elsewhere:
+# resume does not depend on how the signal came, and under the others it is checked more strictly elsewhere:
 # tests/system/test_launch_slurm.py::test_warning_signal_checkpoints_requeues_and_resumes (horovod_mpirun,
-# ddp_torchrun: a signal-stopped job resumes to an uninterrupted run's parameters) and
-# tests/integration/test_k8s_manifests.py::test_pod_sigterm_checkpoints_and_the_restarted_pod_resumes[torchrun].
-RESUMED_HERE = {"horovodrun", "plain"}
+# ddp_torchrun: a signal-stopped job resumes to an uninterrupted run's parameters),
+# tests/integration/test_k8s_manifests.py::test_pod_sigterm_checkpoints_and_the_restarted_pod_resumes[torchrun],
+# and under horovodrun test_sigkill_while_stopping_leaves_valid_checkpoints_and_auto_resumes_from_the_newest below
+# (to an uninterrupted run's parameters) and tests/integration/test_elastic.py::
+# test_stopped_elastic_job_resumes_on_another_world_size (SIGTERM to horovodrun's group, the stop checkpoint resumed).
+RESUMED_HERE = {"plain"}
 
 
 @pytest.mark.parametrize(("launcher", "sig", "target", "exit_code"), CASES, ids=lambda c: getattr(c, "name", c))
