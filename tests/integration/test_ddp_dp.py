@@ -33,12 +33,27 @@ def test_dp_on_cpu_says_so_once_and_trains(tmp_path, cache_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["single", "dp"])
-def test_one_process_engines_refuse_a_launcher(engine, tmp_path, cache_dir):
+def test_single_refuses_the_two_ranks_of_a_real_torchrun(tmp_path, cache_dir):
     out = tmp_path / "out"
-    proc = run(torchrun(2, *SMALL_JOB, "--engine", engine, "--output_dir", str(out)), cache_dir, timeout=120)
+    proc = run(torchrun(2, *SMALL_JOB, "--engine", "single", "--output_dir", str(out)), cache_dir, timeout=120)
     assert proc.returncode != 0
-    assert f"error: --engine {engine} runs one process but torchrun started 2" in proc.stderr
+    assert "error: --engine single runs one process but torchrun started 2" in proc.stderr
+    assert not out.exists()
+
+
+# What torchrun gives its first worker of two (the real launch: the test above).
+TORCHRUN_RANK_0 = {"TORCHELASTIC_RUN_ID": "none", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2",
+                   "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}  # fmt: skip
+
+
+def test_dp_refuses_a_torchrun_workers_rank_as_single_does(tmp_path, cache_dir, monkeypatch):
+    """dp's own setup makes the check single's makes (single.refuse_a_launcher): in this process, as rank 0 of 2."""
+    for name, value in TORCHRUN_RANK_0.items():
+        monkeypatch.setenv(name, value)
+    out = tmp_path / "out"
+    proc = train_here(cache_dir, *SMALL_JOB, "--engine", "dp", "--output_dir", str(out))
+    assert proc.returncode != 0
+    assert "error: --engine dp runs one process but torchrun started 2" in proc.stderr
     assert not out.exists()
 
 

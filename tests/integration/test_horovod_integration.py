@@ -29,13 +29,45 @@ def check_metrics_jsonl(path: Path, expected_last_step: int) -> None:
     assert steps == sorted(set(steps)) and steps[-1] == expected_last_step
 
 
-@pytest.mark.parametrize("launcher", ["horovodrun-gloo", "mpirun"])
-def test_two_ranks_train_identically_and_report_exact_accuracy(launcher, tmp_path, cache_dir):
-    out = tmp_path / "run"
-    args = [*SMALL_JOB, "--num_train_epochs", "3", "--output_dir", str(out)]
+# One job per launcher, each launched once and read by the tests below. Under Gloo, 1001 examples: neither split
+# (900 train, 101 validation) divides evenly over 2 ranks with these batches (pad, gather, trim). Under mpirun,
+# Adasum: it steps each rank's optimizer inside the backward pass and combines the updates over MPI (no clipping:
+# --max_grad_norm 0).
+JOBS = {
+    "horovodrun-gloo": ["--synthetic_num_examples", "1001", "--per_device_train_batch_size", "7",
+                        "--per_device_eval_batch_size", "13"],
+    "mpirun": ["--op", "adasum", "--max_grad_norm", "0"],
+}  # fmt: skip
+EXAMPLES = {"horovodrun-gloo": (1001, 101), "mpirun": (1200, 120)}  # (in all, validation)
+STEPS_PER_EPOCH = {  # one rank's shard of the training split over its batch, rounded up
+    "horovodrun-gloo": math.ceil(900 / 2 / 7),
+    "mpirun": math.ceil(1080 / 2 / 16),
+}
+
+
+def train_two_ranks(launcher: str, out: Path, cache_dir: Path) -> subprocess.CompletedProcess:
+    args = [*SMALL_JOB, *JOBS[launcher], "--num_train_epochs", "3", "--output_dir", str(out)]
     cmd = horovodrun(2, *args) if launcher == "horovodrun-gloo" else mpirun(2, *args)
-    proc = run(cmd, cache_dir, timeout=420)
-    assert_ok(proc)
+    return run(cmd, cache_dir, timeout=420)
+
+
+@pytest.fixture(scope="module")
+def gloo_run(tmp_path_factory, cache_dir) -> Path:
+    out = tmp_path_factory.mktemp("gloo") / "run"
+    assert_ok(train_two_ranks("horovodrun-gloo", out, cache_dir))
+    return out
+
+
+@pytest.fixture(scope="module")
+def mpi_run(tmp_path_factory, cache_dir) -> Path:
+    out = tmp_path_factory.mktemp("mpi") / "run"
+    assert_ok(train_two_ranks("mpirun", out, cache_dir))
+    return out
+
+
+@pytest.mark.parametrize("launcher", JOBS)
+def test_two_ranks_train_identically_and_report_exact_accuracy(launcher, request):
+    out = request.getfixturevalue({"horovodrun-gloo": "gloo_run", "mpirun": "mpi_run"}[launcher])
     results = read_results(out)
     assert results["world_size"] == 2 and results["engine"] == "horovod"
     assert results["controller"] == ("gloo" if launcher == "horovodrun-gloo" else "mpi")
@@ -45,15 +77,15 @@ def test_two_ranks_train_identically_and_report_exact_accuracy(launcher, tmp_pat
     assert len(checksums) == 2 and checksums[0] == checksums[1]
 
     # Every rank reports the same metrics, over every validation example once, equal to a recomputation.
-    expected = recompute_metrics(out, DataArguments(synthetic_num_examples=1200), seed=42)
-    assert results["eval_samples"] == expected["n"] == 120
+    examples, validation = EXAMPLES[launcher]
+    expected = recompute_metrics(out, DataArguments(synthetic_num_examples=examples), seed=42)
+    assert results["eval_samples"] == expected["n"] == validation
     assert results["eval_accuracy_per_rank"] == [results["eval_accuracy"]] * 2
     assert results["eval_accuracy"] == pytest.approx(expected["accuracy"], abs=1e-12)
     assert results["eval_f1"] == pytest.approx(expected["f1"], abs=1e-12)
     assert results["eval_loss"] == pytest.approx(expected["loss"], rel=1e-5)
 
-    steps_per_epoch = math.ceil(1080 / 2 / 16)  # the sampler pads each rank's shard to 540
-    check_metrics_jsonl(out / "metrics.jsonl", expected_last_step=3 * steps_per_epoch)
+    check_metrics_jsonl(out / "metrics.jsonl", expected_last_step=3 * STEPS_PER_EPOCH[launcher])
 
     classifier = pipeline("text-classification", model=str(out), device=-1)
     prediction = classifier(
@@ -85,27 +117,6 @@ def test_demo_job_reaches_080_and_its_output_reads_like_a_log(tmp_path, cache_di
         assert (out / name).is_file(), name
 
 
-def test_uneven_dataset_finishes(tmp_path, cache_dir):
-    """1001 examples: neither split (900 train, 101 validation) divides evenly over 2 ranks."""
-    out = tmp_path / "uneven"
-    args = [
-        *SMALL_JOB,
-        "--synthetic_num_examples",
-        "1001",
-        "--per_device_train_batch_size",
-        "7",
-        "--per_device_eval_batch_size",
-        "13",
-        "--output_dir",
-        str(out),
-    ]
-    proc = run(horovodrun(2, *args), cache_dir, timeout=240)
-    assert_ok(proc)
-    results = read_results(out)
-    assert results["eval_samples"] == 101
-    assert results["param_checksum_per_rank"][0] == results["param_checksum_per_rank"][1]
-
-
 def test_check_build_lists_pytorch_mpi_gloo(cache_dir):
     proc = run([str(BIN / "horovodrun"), "--check-build"], cache_dir, timeout=60)
     assert_ok(proc)
@@ -113,16 +124,14 @@ def test_check_build_lists_pytorch_mpi_gloo(cache_dir):
         assert line in proc.stdout
 
 
-def test_adasum_trains_under_the_mpi_controller_and_is_refused_under_gloo(tmp_path, cache_dir):
-    """Adasum steps each rank's optimizer inside the backward pass and combines the updates over MPI:
-    no clipping (--max_grad_norm 0), and Horovod has no Adasum over Gloo (refused, not a crash)."""
-    args = [*SMALL_JOB, "--op", "adasum", "--max_grad_norm", "0", "--max_steps", "20"]
-    out = tmp_path / "mpi"
-    assert_ok(run(mpirun(2, *args, "--output_dir", str(out)), cache_dir, timeout=300))
-    results = read_results(out)
-    assert (results["op"], results["controller"], results["global_step"]) == ("adasum", "mpi", 20)
+def test_adasum_trains_under_the_mpi_controller_and_is_refused_under_gloo(mpi_run, tmp_path, cache_dir):
+    """mpirun's job trains with Adasum (JOBS); Horovod has no Adasum over Gloo (refused, not a crash)."""
+    results = read_results(mpi_run)
+    steps = 3 * STEPS_PER_EPOCH["mpirun"]
+    assert (results["op"], results["controller"], results["global_step"]) == ("adasum", "mpi", steps)
     assert len(set(results["param_checksum_per_rank"])) == 1
-    gloo = run(horovodrun(2, *args, "--output_dir", str(tmp_path / "gloo")), cache_dir, timeout=300)
+    args = [*SMALL_JOB, *JOBS["mpirun"], "--max_steps", "20", "--output_dir", str(tmp_path / "gloo")]
+    gloo = run(horovodrun(2, *args), cache_dir, timeout=300)
     assert gloo.returncode != 0 and "error: --op adasum needs Horovod's MPI controller" in gloo.stdout + gloo.stderr
     assert "/horovod_train/" not in gloo.stdout + gloo.stderr, "a rank printed a traceback"
     assert not (tmp_path / "gloo").exists()

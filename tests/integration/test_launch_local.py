@@ -21,7 +21,6 @@ from support.launch import (
     ensure_commands,
     launch_env,
     printed_program,
-    rank_map,
     run_script,
 )
 from support.processes import wait_for
@@ -198,16 +197,6 @@ def test_mpirun_script_trains_with_documented_flags_and_horovod_env(tmp_path, ca
     assert ("--allow-run-as-root" in command) == (os.geteuid() == 0)
     _check_two_rank_run(out, "mpi")
     assert "ALLREDUCE" in timeline.read_text()  # HOROVOD_TIMELINE reached rank 0 through -x
-
-
-@pytest.mark.slow
-def test_doctor_through_mpirun_script_maps_ranks(tmp_path, cache_dir) -> None:
-    proc = run_script(
-        "mpirun.sh", "-np", "2", "--", "doctor", "--engine", "horovod", cwd=tmp_path, env=launch_env(cache_dir)
-    )
-    assert_ok(proc)
-    assert "launcher: mpirun, world size 2, joined with engine horovod (controller mpi)" in proc.stdout
-    assert [row[:2] for row in rank_map(proc.stdout)] == [(0, 0), (1, 1)]
 
 
 def catches(pid: int, sig: signal.Signals) -> bool:
