@@ -5,17 +5,14 @@ launch is `bench allreduce` under horovodrun."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 import json
-import os
 import statistics
 import subprocess
 from pathlib import Path
 
 import pytest
-from support.jobs import BIN, REPO, assert_ok, base_env, run
+from support.jobs import BIN, REPO, assert_ok, base_env, cli_here, run
 from transformers import AutoConfig
 
 from horovod_train.bench.allreduce import COLUMNS as ALLREDUCE_COLUMNS
@@ -42,22 +39,9 @@ TINY_JOB = [
 
 
 def bench_here(cache_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    """`python -m horovod_train bench ARGS` run inside this process, returned as `run` returns it: the bench's
-    own process pays no start-up (torch, transformers, Horovod are imported here), its launches are still real
+    """`python -m horovod_train bench ARGS` run inside this process (support.jobs.cli_here): its launches are real
     processes, with the tests' environment (base_env) and the checkout as their working directory."""
-    from horovod_train.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        for name, value in base_env(cache_dir).items():
-            if os.environ.get(name) != value:
-                patch.setenv(name, value)
-        patch.chdir(REPO)
-        try:
-            code = main(["bench", *args])
-        except SystemExit as exited:
-            code = exited.code
-    return subprocess.CompletedProcess(["bench", *args], code, out.getvalue(), err.getvalue())
+    return cli_here(["bench", *args], base_env(cache_dir), cwd=REPO)
 
 
 def median_logged_rate(run_dir: Path) -> float:

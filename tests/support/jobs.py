@@ -81,23 +81,32 @@ def read_results(output_dir: Path) -> dict:
     return json.loads((output_dir / "all_results.json").read_text())
 
 
-def train_here(cache_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    """`python -m horovod_train train ARGS` (one process: --engine single) run inside this one, its exit status
-    and what it printed returned as `run` returns a launch's. It pays no start-up (5 s of CPU: torch and
-    transformers are imported). The environment is its own (conftest's autouse fixtures give a test back its
-    environment and the stop signals' handlers)."""
+def cli_here(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`python -m horovod_train ARGV` run inside this process with ``env`` set (and ``cwd``, if given), its exit
+    status and what it printed returned as `run` returns a launch's. It pays no start-up (5 s of CPU: torch and
+    transformers are imported); the processes it launches are real ones. The environment is its own (conftest's
+    autouse fixtures give a test back its environment and the stop signals' handlers)."""
     from horovod_train.cli import main
 
-    offline = {k: v for k, v in base_env(cache_dir).items() if k.startswith(("HOROVOD_TRAIN_", "HF_", "TRANSFORMERS_"))}
     out, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        for name, value in offline.items():
-            patch.setenv(name, value)
+        for name, value in env.items():
+            if os.environ.get(name) != value:
+                patch.setenv(name, value)
+        if cwd is not None:
+            patch.chdir(cwd)
         try:
-            code = main(["train", *args])
+            code = main(argv)
         except SystemExit as exited:
             code = exited.code
-    return subprocess.CompletedProcess(["train", *args], code, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+def train_here(cache_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """`python -m horovod_train train ARGS` (one process: --engine single) run inside this one (cli_here), with the
+    tests' offline variables."""
+    offline = {k: v for k, v in base_env(cache_dir).items() if k.startswith(("HOROVOD_TRAIN_", "HF_", "TRANSFORMERS_"))}
+    return cli_here(["train", *args], offline)
 
 
 def assert_ok(proc: subprocess.CompletedProcess) -> None:
