@@ -40,6 +40,7 @@ class Step:
     timeout_s: float | None = None  # None: 3 x the estimate + 60 s
     needs_cuda: bool = False
     after: tuple[str, ...] = ()  # skipped unless these steps (or parts of a step) passed
+    reads: tuple[str, ...] = ()  # steps whose files it reads: --steps naming this step runs them too
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     run_dir: Path | None = None
     skip: str | None = None

@@ -23,20 +23,19 @@ from horovod_train.gpucheck import checks, wheels
 from horovod_train.gpucheck.nccl import cuda_arch, nccl_dirs
 from horovod_train.gpucheck.runner import Context, Step
 
-# Seconds on one H100/H200 with 16 cores, cold (nothing installed or built). Measured on one H200 (2026-11-26,
-# docs/performance.md "First runs on a GPU"), rounded up: the builds 151-155 s at once, a training step's process
-# 20-35 s (starts dominate: torch, transformers, datasets), bench 25-33 s. Still estimates: equiv_horovod (it
-# aborted at its start there), horovod_demo and torch.compile of BERT-base (1-3 minutes); doctor ran out of time
-# at 18 s (horovodrun's start and a Python start with torch).
+# Seconds on one H100/H200 with 16 cores, cold (nothing installed or built), rounded up from runs on one H200
+# (docs/performance.md "First runs on a GPU", 2026-11-26 and 2026-11-28): the builds 151-182 s at once, a
+# training step's process 20-35 s (starts dominate: torch, transformers, datasets), bench 25-52 s (batch 128
+# first on a cold machine is the slow one), torch.compile of BERT-base 180 s.
 ESTIMATES_S = {
     "nvidia_smi": 3,
     "environment": 10,
     "deps": 10,
-    "builds": 165,  # both builds at once; 20 s when the wheels of an earlier run are there (KEPT_BUILDS_S)
+    "builds": 185,  # both builds at once; 20 s when the wheels of an earlier run are there (KEPT_BUILDS_S)
     "hvd_collectives": 15,
-    "bench_b128": 35,
+    "bench_b128": 55,
     "equiv_single": 25,
-    "equiv_horovod": 30,
+    "equiv_horovod": 25,
     "equiv_ddp": 25,
     "bert_config": 15,
     "bert_fp16": 40,
@@ -44,11 +43,11 @@ ESTIMATES_S = {
     "zero1_demo": 35,
     "fsdp_demo": 35,
     "bench_b256": 30,
-    "horovod_demo": 30,
+    "horovod_demo": 35,
     "bench_compile_b128": 180,
     "bert_bf16_ddp": 35,
     "dp_demo": 25,
-    "doctor": 25,
+    "doctor": 30,
 }
 KEPT_BUILDS_S = 20  # installing the two kept wheels and --check-build instead of building
 MODULES = {  # module -> pip name: what the training imports beyond torch and the node's image
@@ -211,12 +210,15 @@ def equivalence_steps(ctx: Context) -> list[Step]:
         ("equiv_single", "one process, batch 16: the parameters the 2-rank runs must reach", [], single, {}),
         ("equiv_horovod", "Horovod's gradient all-reduce, 2 ranks on one GPU (no NCCL: CUDA tensors through Gloo "
          "on the host): hooks, averaging, fusion", hvd2, ["--engine", "horovod", "--horovod_groups", "0", *batch],
-         {"python": ctx.gloo_python, "after": ("horovod_gloo", "equiv_single"), "check": checks.check_equivalence}),
+         {"python": ctx.gloo_python, "after": ("horovod_gloo",), "check": checks.check_equivalence}),
         ("equiv_ddp", "DDP's bucketed all-reduce, 2 ranks on one GPU (--ddp_backend gloo, CUDA tensors)", ddp2,
          ["--engine", "ddp", "--ddp_backend", "gloo", *batch],
-         {"after": ("equiv_single",), "check": checks.check_equivalence}),
+         {"check": checks.check_equivalence}),
     ]  # fmt: skip
-    return [train_step(ctx, name, what, launcher, [*job, *args], **kw) for name, what, launcher, args, kw in table]
+    steps = [train_step(ctx, name, what, launcher, [*job, *args], **kw) for name, what, launcher, args, kw in table]
+    for step in steps[1:]:  # each compares its parameters with the one process's model.safetensors
+        step.after, step.reads = (*step.after, "equiv_single"), ("equiv_single",)
+    return steps
 
 
 def bert_steps(ctx: Context) -> list[Step]:
@@ -243,6 +245,7 @@ def bert_steps(ctx: Context) -> list[Step]:
                           [*bert, "--engine", "ddp", "--bf16"], after=needs_config)  # fmt: skip
     for step in (fp16, bf16_ddp):
         step.what += ": loss finite and decreasing"
+        step.reads = needs_config  # train --config_name reads the folder bert_config writes
     return [config, fp16, bf16_ddp]
 
 
@@ -320,6 +323,8 @@ def chosen(steps: list[Step], wanted: list[str]) -> list[Step]:
     unknown = set(wanted) - set(names)
     if unknown:
         raise UsageError(f"unknown step(s) {', '.join(sorted(unknown))}", f"use {names}")
+    # a step reading another's files brings it along (equiv_horovod alone would find no model to compare with)
+    wanted = [*wanted, *(r for s in steps if s.name in wanted for r in s.reads)]
     kept = [s for s in steps if s.name in wanted]
     for step in kept:  # a step left out is not waited for; the builds stand for their parts
         step.after = tuple(a for a in step.after if a in wanted or (a in PARTS and "builds" in wanted))

@@ -248,11 +248,13 @@ def test_sigterm_ends_the_check_and_every_process_of_its_step(tmp_path, cache_di
     """A lent machine's timeout (or a user) ends the check with SIGTERM: the step in flight goes with it, torchrun's
     workers in their own sessions too, and the report says so."""
     work, folder = tmp_path / "work", tmp_path / "OUT" / "gpu_check"
-    cmd = ["bash", str(SCRIPT), "--steps", "equiv_ddp", "--work_dir", str(work)]
+    # ddp_demo: torchrun's worker is in a session of its own, and the step reads no other step's files (equiv_ddp
+    # would bring equiv_single along, a whole training process before the one this test ends)
+    cmd = ["bash", str(SCRIPT), "--steps", "ddp_demo", "--work_dir", str(work)]
     check = subprocess.Popen(cmd, cwd=REPO, env=dry_env(cache_dir, tmp_path / "OUT"), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)  # fmt: skip
     deadline = time.monotonic() + 120
-    while len(step_processes(str(work))) < 3 and time.monotonic() < deadline:  # torchrun and its 2 ranks
+    while len(step_processes(str(work))) < 3 and time.monotonic() < deadline:  # the check, torchrun, its rank
         time.sleep(0.2)
     started = step_processes(str(work))
     check.send_signal(signal.SIGTERM)

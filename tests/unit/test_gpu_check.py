@@ -45,6 +45,17 @@ def test_the_node_plan_fits_eight_minutes_most_valuable_steps_first(tmp_path, mo
     assert not any(r["within_budget"] for r in rows[len(planned) :])  # the budget cuts from the end
 
 
+def test_steps_naming_a_step_that_reads_another_ones_files_runs_that_one_first(tmp_path, monkeypatch):
+    """A rerun of `--steps equiv_horovod` on the node found no model to compare with (2026-11-28): the one process
+    it compares against, and bert-base's configuration for the BERT runs, come along, in the plan's order."""
+    monkeypatch.delenv("HVT_WHEELS", raising=False)
+    ctx = node_context(tmp_path)
+    ctx.args.steps = "doctor,bert_fp16,equiv_horovod"
+    plan = steps.plan(ctx)
+    assert [s.name for s in plan] == ["equiv_single", "equiv_horovod", "bert_config", "bert_fp16", "doctor"]
+    assert "equiv_single" in plan[1].after and "bert_config" in plan[3].after
+
+
 def test_kept_wheels_shorten_the_builds_estimate(tmp_path, monkeypatch):
     (tmp_path / "bundle").mkdir()
     (tmp_path / "bundle" / f"{wheels.PART_PREFIX}00").write_bytes(b"x")
