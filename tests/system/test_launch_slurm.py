@@ -151,13 +151,12 @@ def test_bad_input_under_srun_is_one_line_from_rank_0_and_nothing_is_touched(slu
     assert (out / "config.json").read_text() == '{"mine": true}' and sorted(out.iterdir()) == [out / "config.json"]
 
 
-@pytest.mark.parametrize(
-    ("job", "engine"), [("horovod_srun", "horovod"), ("horovod_mpirun", "horovod"), ("ddp_torchrun", "ddp")]
-)
+@pytest.mark.parametrize(("job", "engine"), [("horovod_srun", "horovod"), ("horovod_mpirun", "horovod")])
 def test_warning_signal_checkpoints_requeues_and_resumes(slurm, uninterrupted, tmp_path, cache_dir, job, engine):
     """What #SBATCH --signal=B:USR1@120 does before a time limit, sent now with scancel: the batch shell
     passes SIGUSR1 to the ranks, they checkpoint and stop, the job requeues itself, and the requeued run
-    resumes from that checkpoint and ends with the parameters of an uninterrupted run."""
+    resumes from that checkpoint and ends with the parameters of an uninterrupted run. ddp_torchrun's is the
+    test under MpiDefault=pmix below (its agent's case: one job, not one under each default)."""
     reference, stopped = uninterrupted(job).out, tmp_path / "stopped"
     env = job_env(cache_dir, job)
     job_id = slurm.submit(job, *STOP_JOB, "--output_dir", str(stopped), env=env, workdir=tmp_path)[0]
@@ -203,15 +202,21 @@ def test_a_run_that_finishes_while_the_warning_signal_is_handled_is_not_requeued
     assert f"got SIGUSR1 but the run finished: not requeueing job {job_id}" in output, output
 
 
-def test_torchrun_job_under_a_pmix_default_stops_without_killing_its_agent(tmp_path_factory, tmp_path, cache_dir):
+def test_torchrun_job_under_a_pmix_default_stops_without_killing_its_agent(
+    uninterrupted, tmp_path_factory, tmp_path, cache_dir
+) -> None:
     """MpiDefault=pmix: srun gives torchrun's agent PMIX_RANK too. The warning signal must reach its workers
-    only (SIGUSR1 killed the agent while they checkpointed); the job checkpoints, requeues and resumes."""
+    only (SIGUSR1 killed the agent while they checkpointed); the job checkpoints, requeues and resumes, and ends
+    with the parameters of ddp_torchrun's uninterrupted run (on the module's cluster: the default leaves the
+    training alone). Which processes the forwarder signals under each default: test_launch_slurm_signal.py."""
     require_slurm()
+    reference = uninterrupted("ddp_torchrun").out
     with running(SlurmCluster(tmp_path_factory.mktemp("slurm-pmix"), mpi_default="pmix")) as cluster:
         out = tmp_path / "stopped"
         env = launch_env(cache_dir, HVT_RDZV_PORT=str(free_port()))
         job_id = cluster.submit("ddp_torchrun", *STOP_JOB, "--output_dir", str(out), env=env, workdir=tmp_path)[0]
-        _, output, _ = stop_and_resume(cluster, job_id, out)
-        assert check_training(out, "ddp")["global_step"] == 80
+        started = time.monotonic()
+        _, output, stop = stop_and_resume(cluster, job_id, out)
         signalled = re.findall(r"SIGUSR1 -> rank processes ([\d ]+) on", output)
         assert signalled and all(len(pids.split()) == 2 for pids in signalled), output[-4000:]  # the two workers
+        assert_resumed_exactly(reference, out, "ddp", "ddp_torchrun under MpiDefault=pmix", stop, started)
