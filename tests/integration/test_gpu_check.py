@@ -1,7 +1,8 @@
 """scripts/gpu_check.sh for real on the CPU (tiny sizes, no mocks): the one command docs/performance.md gives for a
 lent GPU machine, run dry: its plan fits 8 minutes, every step that needs no CUDA runs (two ranks on one device
-end with the single process's parameters through Horovod's and DDP's real gradient paths), and what it leaves
-in $OUT can come back from such a machine. A failing step is named and still leaves the report; SIGTERM or a
+end with the single process's parameters through Horovod's and DDP's real gradient paths) or, where it is another
+step but for its engine, is read by the train command's parser, and what it leaves in $OUT can come back from such
+a machine. A failing step is named and still leaves the report; SIGTERM or a
 step's timeout ends every process the step started, those its launcher put in sessions of their own too."""
 
 from __future__ import annotations
@@ -23,9 +24,13 @@ SCRIPT = REPO / "scripts" / "gpu_check.sh"
 STATUSES = {"ok", "failed", "skipped"}
 EIGHT_MINUTES = 480
 BACK = re.compile(r"[A-Za-z0-9._-]+")  # the names a lent machine sends back
-# The dry plan in two runs of the documented command, each within its timeout: together every step.
+# The dry plan in two runs of the documented command, each within its timeout, and the steps parsed instead of run:
+# together every step. zero1_demo and fsdp_demo are ddp_demo but for --engine (the same launcher, job and check):
+# the train command's parser reads them here, ddp_demo runs; each ran on a GPU (docs/performance.md), and each engine
+# trains under torchrun in test_engine_equivalence.py.
 SETUP_AND_TWO_RANKS = "nvidia_smi,environment,deps,builds,hvd_collectives,bench_b8,equiv_single,equiv_horovod,equiv_ddp"
-TRAINING = "bert_config,bert_fp16,ddp_demo,zero1_demo,fsdp_demo,horovod_demo,bert_bf16_ddp,dp_demo,doctor"
+TRAINING = "bert_config,bert_fp16,ddp_demo,horovod_demo,bert_bf16_ddp,dp_demo,doctor"
+PARSED = "zero1_demo,fsdp_demo"
 
 
 def dry_env(cache_dir: Path, out: Path) -> dict[str, str]:
@@ -96,7 +101,7 @@ def test_the_documented_command_plans_within_its_budget_and_the_default_within_8
     assert not (tmp_path / "OUT" / "gpu_check" / "gpu_check.json").exists()  # a plan, nothing run
 
 
-def test_the_two_dry_runs_below_cover_every_step_of_the_dry_plan(monkeypatch):
+def dry_plan(monkeypatch) -> dict:
     import argparse
 
     from horovod_train.gpucheck import check, steps
@@ -105,7 +110,29 @@ def test_the_two_dry_runs_below_cover_every_step_of_the_dry_plan(monkeypatch):
     parser = argparse.ArgumentParser()
     check.add_arguments(parser)
     ctx = check.make_context(parser.parse_args(["--dry_run", "--scripts_dir", str(REPO / "scripts")]))
-    assert [step.name for step in steps.plan(ctx)] == [*SETUP_AND_TWO_RANKS.split(","), *TRAINING.split(",")]
+    return {step.name: step for step in steps.plan(ctx)}
+
+
+def test_the_two_dry_runs_below_and_the_parsed_steps_cover_every_step_of_the_dry_plan(monkeypatch):
+    covered = [*SETUP_AND_TWO_RANKS.split(","), *TRAINING.split(","), *PARSED.split(",")]
+    assert sorted(dry_plan(monkeypatch)) == sorted(covered) and len(set(covered)) == len(covered)
+
+
+def test_the_parsed_steps_are_ddp_demo_but_for_their_engine_and_the_train_parser_takes_them(monkeypatch):
+    from horovod_train.config import parse_run_config
+
+    monkeypatch.chdir(REPO)  # the demo config's path, as the check runs from the checkout
+    plan = dry_plan(monkeypatch)
+    launched = plan["ddp_demo"]
+    for name in PARSED.split(","):
+        step, engine = plan[name], name.removesuffix("_demo")
+        expected = [word.replace("ddp_demo", name) for word in launched.cmd]
+        expected[expected.index("--engine") + 1] = engine
+        assert step.cmd == expected, (name, step.cmd)
+        assert (step.check, step.after, step.env, step.needs_cuda) == (
+            launched.check, launched.after, launched.env, launched.needs_cuda
+        )  # fmt: skip
+        assert parse_run_config(step.cmd[step.cmd.index("train") + 1 :]).training.engine == engine
 
 
 def run_documented_dry(tmp_path: Path, cache_dir: Path, steps: str) -> tuple[dict, Path, str]:
@@ -146,18 +173,18 @@ def test_the_documented_command_run_dry_builds_and_runs_two_ranks_on_one_device(
         assert "details/bench/bench_b8/gpu.json" in tar.getnames()
 
 
-def test_the_documented_command_run_dry_trains_under_every_engine(tmp_path, cache_dir):
+def test_the_documented_command_run_dry_trains_under_each_launcher(tmp_path, cache_dir):
     report, folder, _ = run_documented_dry(tmp_path, cache_dir, TRAINING)
     status = {s["name"]: s["status"] for s in report["steps"]}
     assert list(status) == TRAINING.split(",")
     skipped = {"bert_fp16", "bert_config"}  # fp16's GradScaler needs CUDA; a dry run's BERT is tiny-bert
     assert {n for n, s in status.items() if s == "skipped"} == skipped and set(status.values()) == {"ok", "skipped"}
     steps = {s["name"]: s for s in report["steps"]}
-    trained = ["ddp_demo", "zero1_demo", "fsdp_demo", "horovod_demo", "bert_bf16_ddp", "dp_demo"]
+    trained = ["ddp_demo", "horovod_demo", "bert_bf16_ddp", "dp_demo"]
     for name in trained:
         metrics = steps[name]["metrics"]
         assert metrics["last_loss"] < metrics["first_loss"] and metrics["device"] == "cpu", (name, metrics)
-    assert {steps[name]["metrics"]["engine"] for name in trained} == {"ddp", "zero1", "fsdp", "horovod", "dp"}
+    assert {steps[name]["metrics"]["engine"] for name in trained} == {"ddp", "horovod", "dp"}
     assert_details(folder, report, trained)
 
 
