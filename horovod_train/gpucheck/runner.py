@@ -40,13 +40,16 @@ class Step:
     timeout_s: float | None = None  # None: 3 x the estimate + 60 s
     needs_cuda: bool = False
     after: tuple[str, ...] = ()  # skipped unless these steps (or parts of a step) passed
-    reads: tuple[str, ...] = ()  # steps whose files it reads: --steps naming this step runs them too
+    reads: tuple[str, ...] = ()  # steps whose files it reads: waited for too, and --steps naming it runs them
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     run_dir: Path | None = None
     skip: str | None = None
     error: str | None = None
     echo: bool = False  # its output goes to the terminal too (the facts printed before anything can fail)
     prepare: Callable[[Context, Step], None] | None = None  # adjusts the command to the earlier steps' results
+
+    def __post_init__(self) -> None:
+        self.after = tuple(dict.fromkeys((*self.after, *self.reads)))
 
     @property
     def limit_s(self) -> float:

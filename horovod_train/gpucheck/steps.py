@@ -204,21 +204,19 @@ def equivalence_steps(ctx: Context) -> list[Step]:
     ddp2 = Torchrun().command([], 2, executable=ctx.tool("torchrun"))
     batch = ["--per_device_train_batch_size", str(EQUIVALENCE_BATCH)]
     single = ["--engine", "single", "--per_device_train_batch_size", str(2 * EQUIVALENCE_BATCH)]
+    # Each two-rank run compares its parameters with the one process's model.safetensors.
+    compared = {"reads": ("equiv_single",), "check": checks.check_equivalence}
     # --horovod_groups 0: one all-reduce per gradient, fused by Horovod's background thread, as on a GPU (on CPUs
     # the engine groups gradients into buckets by default): a dry run takes the GPU's path with CPU tensors.
     table = [
         ("equiv_single", "one process, batch 16: the parameters the 2-rank runs must reach", [], single, {}),
         ("equiv_horovod", "Horovod's gradient all-reduce, 2 ranks on one GPU (no NCCL: CUDA tensors through Gloo "
          "on the host): hooks, averaging, fusion", hvd2, ["--engine", "horovod", "--horovod_groups", "0", *batch],
-         {"python": ctx.gloo_python, "after": ("horovod_gloo",), "check": checks.check_equivalence}),
+         {"python": ctx.gloo_python, "after": ("horovod_gloo",), **compared}),
         ("equiv_ddp", "DDP's bucketed all-reduce, 2 ranks on one GPU (--ddp_backend gloo, CUDA tensors)", ddp2,
-         ["--engine", "ddp", "--ddp_backend", "gloo", *batch],
-         {"check": checks.check_equivalence}),
+         ["--engine", "ddp", "--ddp_backend", "gloo", *batch], compared),
     ]  # fmt: skip
-    steps = [train_step(ctx, name, what, launcher, [*job, *args], **kw) for name, what, launcher, args, kw in table]
-    for step in steps[1:]:  # each compares its parameters with the one process's model.safetensors
-        step.after, step.reads = (*step.after, "equiv_single"), ("equiv_single",)
-    return steps
+    return [train_step(ctx, name, what, launcher, [*job, *args], **kw) for name, what, launcher, args, kw in table]
 
 
 def bert_steps(ctx: Context) -> list[Step]:
@@ -239,13 +237,12 @@ def bert_steps(ctx: Context) -> list[Step]:
     model = "tiny-bert" if ctx.dry else "bert-base-cased"
     n = 24 if ctx.dry else ctx.args.bert_steps
     fp16 = train_step(ctx, "bert_fp16", f"{model} {n} steps fp16 + GradScaler (CUDA only), Horovod np=1", hvd,
-                      [*bert, "--engine", "horovod", "--fp16"], after=(*needs_config, "horovod"),
+                      [*bert, "--engine", "horovod", "--fp16"], after=("horovod",), reads=needs_config,
                       needs_cuda=True)  # fmt: skip
     bf16_ddp = train_step(ctx, "bert_bf16_ddp", f"{model} {n} steps bf16, DDP np=1 (NCCL)", ddp,
-                          [*bert, "--engine", "ddp", "--bf16"], after=needs_config)  # fmt: skip
-    for step in (fp16, bf16_ddp):
+                          [*bert, "--engine", "ddp", "--bf16"], reads=needs_config)  # fmt: skip
+    for step in (fp16, bf16_ddp):  # reads: train --config_name reads the folder bert_config writes
         step.what += ": loss finite and decreasing"
-        step.reads = needs_config  # train --config_name reads the folder bert_config writes
     return [config, fp16, bf16_ddp]
 
 
