@@ -24,6 +24,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from support.clock import reap_background
 from support.docker import PODMAN_BUILD, podman_env, podman_tools, remove_session_image
 from support.jobs import BIN, REPO
 from support.machine import SESSION
@@ -84,11 +85,12 @@ def _run(build: Build) -> None:
         with log.open("w") as out:
             build.process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
                                              start_new_session=True)  # fmt: skip
-            try:
-                code = build.process.wait(timeout=build.timeout)
-            except subprocess.TimeoutExpired:
-                stop(build)
-                code = -signal.SIGKILL
+            while (code := reap_background(build.name, build.process, start)) is None:
+                if time.monotonic() - start > build.timeout:
+                    stop(build)
+                    code = -signal.SIGKILL
+                    break
+                time.sleep(1.0)
         build.seconds = time.monotonic() - start
         build.result = subprocess.CompletedProcess(argv, code, log.read_text(errors="replace"), "")
     except Exception:  # noqa: BLE001 - the fixture that waits for the build shows why it could not run

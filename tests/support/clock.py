@@ -1,9 +1,10 @@
 """Where the suite's time goes (a pytest plugin, loaded by tests/conftest.py).
 
 Every test's setup, call and teardown, and every fixture's setup, are timed. At the end the terminal summary
-shows each tier's share, the slowest fixtures (the builds: images, the NCCL build, the installed wheel, clusters;
-each paid once per scope) and the slowest tests with their fixtures' share of them. With ``HVT_CLOCK_FILE`` set
-(``scripts/test.sh`` sets it) the numbers are also written there as JSON, for the table that ends ``make test``.
+shows each tier's share, the background builds (images, the NCCL build: support/builds.py) with their own CPU,
+the slowest fixtures (the installed wheel, clusters; each paid once per scope) and the slowest tests with their
+fixtures' share of them. With ``HVT_CLOCK_FILE`` set (``scripts/test.sh`` sets it) the numbers are also written
+there as JSON, for the table that ends ``make test``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import resource
+import subprocess
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -70,6 +73,7 @@ class Clock:
             "tiers_cpu": dict(sorted(cpu.items())),
             "tests": sorted(tests, key=lambda t: -t["seconds"]),
             "fixtures": sorted(self.fixtures, key=lambda f: -f["seconds"]),
+            "builds": list(BACKGROUND),
         }
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
@@ -84,9 +88,32 @@ class Clock:
             write(line)
 
 
+# The background builds this process reaped (support/builds.py): name, seconds, cpu, exit status. A build ends
+# during whatever test runs then, and its CPU would count as that test's (a cold run's SLURM test showed 12.8
+# CPU-minutes, most of them the GPU image's): it is the build's own row of the table instead.
+BACKGROUND: list[dict] = []
+_REAPING = threading.Lock()  # a reap and its record together, as cpu_seconds() reads them
+
+
+def reap_background(name: str, process: subprocess.Popen, started: float) -> int | None:
+    """``process``'s exit status if it has ended (reaped here, without waiting), else None. Its CPU, with that of
+    the processes it waited for, goes to ``name``'s row, out of the test that was running."""
+    with _REAPING:
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid == 0:
+            return None
+        process.returncode = os.waitstatus_to_exitcode(status)
+        BACKGROUND.append({"name": name, "seconds": time.monotonic() - started,
+                           "cpu": usage.ru_utime + usage.ru_stime, "status": process.returncode})  # fmt: skip
+        return process.returncode
+
+
 def cpu_seconds() -> float:
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    """This process's CPU and its reaped children's, the background builds' left out."""
+    with _REAPING:
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        builds = sum(build["cpu"] for build in BACKGROUND)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime - builds
 
 
 def tier_of(nodeid: str) -> str:

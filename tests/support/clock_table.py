@@ -24,6 +24,7 @@ def merge(found: dict[str, dict]) -> dict:
         "tiers_cpu": _summed(run.get("tiers_cpu", {}) for run in runs),
         "tests": sorted((t for run in runs for t in run["tests"]), key=lambda t: -t["seconds"]),
         "fixtures": sorted((f for run in runs for f in run["fixtures"]), key=lambda f: -f["seconds"]),
+        "builds": [b for run in runs for b in run.get("builds", [])],
     }
 
 
@@ -44,6 +45,11 @@ def table(found: dict) -> list[str]:
     lines.append(f"slowest fixture setups (paid once per scope; {SLOWEST_FIXTURES} shown):")
     for fixture in found["fixtures"][:SLOWEST_FIXTURES]:
         lines.append(f"  {minutes(fixture['seconds'])}  {fixture['name']} ({fixture['scope']}) for {fixture['for']}")
+    if found.get("builds"):
+        lines.append("background builds (beside the tests; their CPU is theirs, not the test's that ran as one ended):")
+        for build in found["builds"]:
+            status = "" if build["status"] == 0 else f" (exit {build['status']})"
+            lines.append(f"  {minutes(build['seconds'])}  cpu {minutes(build['cpu']).strip()}  {build['name']}{status}")
     processes = found.get("processes", {})
     if len(processes) > 1:
         at_once = ", ".join(f"{name} {minutes(s).strip()}" for name, s in processes.items())

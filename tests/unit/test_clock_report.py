@@ -48,3 +48,29 @@ def test_module_seconds_sums_each_integration_modules_tests_longest_first(tmp_pa
         (tmp_path / f"{name}.json").write_text(json.dumps({"tests": [{"id": i, "seconds": s} for i, s in found]}))
     seconds = clock_report.module_seconds(str(tmp_path))
     assert list(seconds.items()) == [("tests/integration/test_a.py", 70), ("tests/integration/test_b.py", 50)]
+
+
+def test_a_background_build_has_its_own_row_and_its_cpu_is_not_the_running_tests():
+    """A build reaped during a test (support/builds.py's thread reaps it whenever it ends) is charged to its row,
+    not to that test: here a shell loop (a build is a script) that burns some CPU, reaped between two readings."""
+    import subprocess
+    import time
+
+    from support import clock
+    from support.clock_table import table
+
+    burn = "i=0; while [ $i -lt 150000 ]; do i=$((i + 1)); done"
+    start = time.monotonic()
+    before = clock.cpu_seconds()
+    proc = subprocess.Popen(["bash", "-c", burn])
+    try:
+        while clock.reap_background("burner", proc, start) is None:
+            time.sleep(0.05)
+        after = clock.cpu_seconds()
+        (row,) = [b for b in clock.BACKGROUND if b["name"] == "burner"]
+        assert row["status"] == 0 and row["cpu"] >= 0.2, row
+        assert after - before < row["cpu"] / 2, (before, after, row)  # the loop's CPU is not the test's
+        lines = table({"tests": [], "fixtures": [], "wall_s": 1.0, "tiers": {}, "builds": [row]})
+        assert any(line.endswith("  burner") and "cpu" in line for line in lines), lines
+    finally:
+        clock.BACKGROUND[:] = [b for b in clock.BACKGROUND if b["name"] != "burner"]
