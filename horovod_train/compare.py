@@ -63,6 +63,7 @@ def supported_runs(world: int) -> list[Run]:
     import torch.distributed as dist
 
     from horovod_train.engines import available_engines
+    from horovod_train.engines.table import local_launcher
 
     gpus = torch.cuda.device_count()
     runs: list[Run] = []
@@ -79,7 +80,7 @@ def supported_runs(world: int) -> list[Run]:
     backend_ok = dist.is_nccl_available() if gpus else dist.is_gloo_available()
     if dist.is_available() and backend_ok and launcher("torchrun").tool_installed():
         for name, engine in available_engines().items():
-            if engine.local_launcher == "torchrun":
+            if local_launcher(name) == "torchrun":
                 runs.append(Run(f"{name}-{backend}", name, "torchrun", world))
                 runs += [Run(f"{name}-{variant}-{backend}", name, "torchrun", world, args)
                          for variant, args in engine.run_variants.items()]  # fmt: skip

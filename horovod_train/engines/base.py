@@ -47,9 +47,6 @@ class Engine(ABC):
     model or the optimizer themselves."""
 
     name: str = ""
-    # The launcher table's row that starts this engine's ranks on one machine, read by compare, bench and the
-    # engine contract test (plain python: a world of one).
-    local_launcher: str = "plain"
     # Named variants that compare and bench run beside the engine's default when asked for by name (or by the
     # engine's name): variant -> its train arguments. fsdp's "zero2" keeps gathered blocks until backward.
     run_variants: ClassVar[dict[str, tuple[str, ...]]] = {}

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 class DDPEngine(Engine):
     name = "ddp"
-    local_launcher = "torchrun"
     launcher = "plain"
     backend = "gloo"
 

@@ -19,6 +19,22 @@ ENGINE_CLASSES = {
 }
 ENGINE_NAMES = tuple(ENGINE_CLASSES)
 
+# The launcher table's row (horovod_train/launching) that starts an engine's ranks on one machine; an engine with no
+# row here runs as one plain python process. compare, bench, the engine contract test and
+# launch/slurm/ddp_torchrun.sbatch choose by it. Here and not on the engine classes: a batch script asks before
+# its job starts, and importing the engines (torch, transformers) cost it 8 CPU-seconds.
+LOCAL_LAUNCHERS = {"ddp": "torchrun", "fsdp": "torchrun", "horovod": "horovodrun", "zero1": "torchrun"}
+
+
+def local_launcher(engine: str) -> str:
+    return LOCAL_LAUNCHERS.get(engine, "plain")
+
+
+def started_by(launcher: str) -> list[str]:
+    """The engines whose ranks ``launcher`` starts on one machine, in the table's order."""
+    return [name for name in ENGINE_CLASSES if local_launcher(name) == launcher]
+
+
 # RunConfig's section (config.py composes them into train's arguments, in this order) -> the options dataclass, in
 # a module that imports no engine (config.py imports it; the engines import config). zero1 reads ddp's.
 ENGINE_SECTIONS = {

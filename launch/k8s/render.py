@@ -51,7 +51,7 @@ VALUES = {
     ),
     "BACKOFF_LIMIT": Value("restarts of the job before it is failed (each resumes)", r"\d+", "6", 0, 1000),
     "SSH_PORT": Value("sshd port of the workers (the image's SSH_PORT)", r"\d+", "12345", 1, 65535),
-    # The engines whose ranks torchrun starts (Engine.local_launcher in horovod_train's engine table; this script
+    # The engines whose ranks torchrun starts (LOCAL_LAUNCHERS in horovod_train/engines/table.py; this script
     # imports nothing of it: tests/integration/test_k8s_manifests.py holds the two to the same list).
     "ENGINE": Value("the engine torchrun starts: ddp, or zero1 or fsdp (sharded)", r"ddp|zero1|fsdp", "ddp"),
     "RDZV_PORT": Value("torchrun's rendezvous port on the master pod", r"\d+", "29500", 1, 65535),

@@ -13,6 +13,7 @@ from probes import engine_probe
 from support.jobs import BIN, REPO, assert_ok, probe_launch, run
 
 from horovod_train.engines import available_engines
+from horovod_train.engines.table import local_launcher
 from horovod_train.launching import LAUNCHERS
 
 PROBE = [str(BIN / "python"), str(REPO / "tests" / "probes" / "engine_probe.py")]
@@ -26,7 +27,7 @@ def contract_launches() -> list[tuple[str, str]]:
     implied = {engine for _, engine in launches}
     return [
         *launches,
-        *((cls.local_launcher, name) for name, cls in available_engines().items() if name not in implied),
+        *((local_launcher(name), name) for name in available_engines() if name not in implied),
     ]
 
 

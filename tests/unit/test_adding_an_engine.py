@@ -100,3 +100,18 @@ def test_doctor_names_the_engines_of_the_table(toy_row, capsys):
     assert err.startswith("error: doctor joins a job with one process per rank; fix: use --engine ")
     named = err.split("use --engine ", 1)[1].split(" or ")
     assert set(named) == {"ddp", "fsdp", "horovod", "single", "zero1", "toy"}, named
+
+
+def test_the_table_says_which_launcher_starts_an_engine_and_compare_follows_it(toy_row, monkeypatch):
+    """LOCAL_LAUNCHERS, read without importing an engine (launch/slurm/ddp_torchrun.sbatch asks it before its job):
+    each value a launcher row that starts ranks on one machine; a row without one is one plain process."""
+    from horovod_train.compare import supported_runs
+    from horovod_train.launching import LAUNCHERS
+
+    assert set(table.LOCAL_LAUNCHERS) <= set(table.ENGINE_CLASSES)
+    assert all(LAUNCHERS[name].local for name in table.LOCAL_LAUNCHERS.values())
+    assert table.local_launcher("toy") == "plain" and "toy" not in table.started_by("torchrun")
+    assert not [run for run in supported_runs(2) if run.engine == "toy"]
+    monkeypatch.setitem(table.LOCAL_LAUNCHERS, "toy", "torchrun")
+    assert table.started_by("torchrun") == ["ddp", "fsdp", "zero1", "toy"]
+    assert [(run.name, run.launcher) for run in supported_runs(2) if run.engine == "toy"] == [("toy-gloo", "torchrun")]

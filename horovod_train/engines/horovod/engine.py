@@ -29,7 +29,6 @@ from horovod_train.training import phases
 
 class HorovodEngine(Engine):
     name = "horovod"
-    local_launcher = "horovodrun"
 
     def __init__(self, config: RunConfig) -> None:
         super().__init__(config)
