@@ -31,13 +31,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cuda-archs", help="GPU architectures, e.g. 90 or 80,90 (default on CUDA >= 13: "
                         "75,80,86,89,90,100,120; HOROVOD_BUILD_CUDA_CC_LIST)")  # fmt: skip
     parser.add_argument("--jobs", type=int, help="parallel compile jobs (default: HOROVOD_BUILD_JOBS, else all cores)")
+    parser.add_argument("--debug-info", action="store_true",
+                        help="keep Horovod's RelWithDebInfo build (-g, for gdb; a wheel 18x larger, a build 40%% "
+                             "longer) instead of Release")  # fmt: skip
 
 
 def options_from(args: argparse.Namespace) -> Options:
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}", "give a positive number of compile jobs")
     return Options(force=args.force, dry_run=args.dry_run, nccl=args.nccl, mpi=args.mpi,
-                   cuda_archs=args.cuda_archs, jobs=args.jobs)  # fmt: skip
+                   cuda_archs=args.cuda_archs, jobs=args.jobs, debug_info=args.debug_info)  # fmt: skip
 
 
 def next_step(plan: Plan, options: Options) -> str:

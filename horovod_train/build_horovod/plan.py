@@ -24,6 +24,7 @@ class Options:
     mpi: bool | None = None  # None: when mpicxx is found
     cuda_archs: str | None = None
     jobs: int | None = None
+    debug_info: bool = False  # Horovod's own RelWithDebInfo build (build.BUILD_TYPE_PATCH), its own cache key
 
 
 @dataclass
@@ -38,6 +39,7 @@ class Plan:
     cuda_archs: str | None = None
     nccl_env: dict[str, str] = field(default_factory=dict)
     nccl_source: str = "not used (CPU torch)"
+    debug_info: bool = False
     missing: dict[str, UsageError] = field(default_factory=dict)  # build tool -> why not found (with_build_tools)
 
     @property
@@ -55,6 +57,8 @@ class Plan:
             key += "-sm" + self.cuda_archs.replace(",", "_")
         if target.torch_cuda and not self.nccl:
             key += "-nonccl"
+        if self.debug_info:
+            key += "-debuginfo"
         return key if self.mpi else key + "-nompi"
 
     @property
@@ -70,6 +74,7 @@ class Plan:
             f"compiler:   {self.tool_line('compiler', self.compiler)}",
             f"cmake:      {self.tool_line('cmake', self.cmake)}",
             f"mpi:        {'yes (mpicxx found)' if self.mpi else 'no (Gloo controller only)'}",
+            f"build type: {'RelWithDebInfo (--debug-info)' if self.debug_info else 'Release (-O3, no debug info)'}",
         ]
         if target.torch_cuda:
             lines += [
@@ -105,6 +110,7 @@ def make_plan(target: Target, options: Options) -> Plan:
         target=target,
         version=os.environ.get("HOROVOD_VERSION") or HOROVOD_VERSION,
         mpi=toolchain.find_mpi(path, options.mpi),
+        debug_info=options.debug_info,
     )
     if options.nccl and not target.torch_cuda:
         raise UsageError(

@@ -207,16 +207,39 @@ def test_cache_root_follows_the_projects_cache(monkeypatch, tmp_path) -> None:
     assert cache_root() == tmp_path / "wheels"
 
 
-def test_sources_are_patched_to_cxx17(tmp_path) -> None:
+# Horovod 0.28.1's setup.py line that picks the CMake build type.
+SETUP_PY = "        config = 'Debug' if self.debug or os.environ.get('HOROVOD_DEBUG') == \"1\" else 'RelWithDebInfo'\n"
+
+
+def horovod_sources(root: Path) -> Path:
     for name in build.PATCHED_FILES:
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text("project(x)\nset(CMAKE_CXX_STANDARD 14)\n")
-    build.patch_sources(tmp_path)
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("project(x)\nset(CMAKE_CXX_STANDARD 14)\n")
+    (root / "setup.py").write_text(SETUP_PY)
+    return root
+
+
+def test_sources_are_patched_to_cxx17_and_a_release_build(tmp_path) -> None:
+    build.patch_sources(horovod_sources(tmp_path))
+    build.patch_sources(tmp_path)  # sources patched before (a HOROVOD_SDIST made from them): the same
     for name in build.PATCHED_FILES:
         assert (tmp_path / name).read_text() == "project(x)\nset(CMAKE_CXX_STANDARD 17)\n"
+    assert (tmp_path / "setup.py").read_text() == SETUP_PY.replace("'RelWithDebInfo'", "'Release'")
+    (tmp_path / "setup.py").write_text("config = 'MinSizeRel'\n")
+    with pytest.raises(RuntimeError, match="no RelWithDebInfo build to patch"):
+        build.patch_sources(tmp_path)
     (tmp_path / "CMakeLists.txt").write_text("project(other)\n")
     with pytest.raises(RuntimeError, match="no CMAKE_CXX_STANDARD 14"):
         build.patch_sources(tmp_path)
+
+
+def test_debug_info_keeps_horovods_build_type_under_a_key_of_its_own(tmp_path) -> None:
+    build.patch_sources(horovod_sources(tmp_path), debug_info=True)
+    assert (tmp_path / "setup.py").read_text() == SETUP_PY
+    plan = plan_for(None)
+    plan.debug_info = True
+    assert plan.key == "horovod-0.28.1-torch2.13.0_cpu-cudacpu-cp311-debuginfo"
+    assert "build type: RelWithDebInfo (--debug-info)" in plan.describe()
 
 
 def test_build_env_has_the_patches_and_the_nccl_of_the_plan(monkeypatch) -> None:
