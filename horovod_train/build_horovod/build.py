@@ -64,17 +64,18 @@ def build_env(plan: Plan, options: Options) -> dict[str, str]:
 
 def patch_sources(src: Path, debug_info: bool = False) -> None:
     for name in PATCHED_FILES:
-        path = src / name
-        text = path.read_text()
-        if CXX_PATCH[0] not in text and CXX_PATCH[1] not in text:
-            raise RuntimeError(f"{path} sets no CMAKE_CXX_STANDARD 14 to patch: not Horovod 0.28.1's sources?")
-        path.write_text(text.replace(*CXX_PATCH))
+        patch_file(src / name, CXX_PATCH, "sets no CMAKE_CXX_STANDARD 14")
     if not debug_info:
-        setup = src / "setup.py"
-        text = setup.read_text()
-        if BUILD_TYPE_PATCH[0] not in text and BUILD_TYPE_PATCH[1] not in text:
-            raise RuntimeError(f"{setup} chooses no RelWithDebInfo build to patch: not Horovod 0.28.1's sources?")
-        setup.write_text(text.replace(*BUILD_TYPE_PATCH))
+        patch_file(src / "setup.py", BUILD_TYPE_PATCH, "chooses no RelWithDebInfo build")
+
+
+def patch_file(path: Path, patch: tuple[str, str], lacking: str) -> None:
+    """``patch``'s first text replaced by its second; a file patched before (a HOROVOD_SDIST made from patched
+    sources) stays as it is, one with neither is refused."""
+    text = path.read_text()
+    if patch[0] not in text and patch[1] not in text:
+        raise RuntimeError(f"{path} {lacking} to patch: not Horovod 0.28.1's sources?")
+    path.write_text(text.replace(*patch))
 
 
 def fetch_sources(plan: Plan, work: Path) -> Path:
