@@ -29,7 +29,16 @@ from horovod_train.arguments import (
     given,
     unknown_names_fix,
 )
-from horovod_train.domains import EngineName, OptimizerName, ScheduleName, Strategy, check_section, path_problem
+from horovod_train.domains import (
+    CompileBackend,
+    CompileMode,
+    EngineName,
+    OptimizerName,
+    ScheduleName,
+    Strategy,
+    check_section,
+    path_problem,
+)
 from horovod_train.engines.table import ENGINE_SECTIONS, load
 from horovod_train.errors import UsageError
 
@@ -309,6 +318,13 @@ class TrainingArguments:
     fp16: bool = field(default=False, metadata={"help": "float16 autocast with a GradScaler (CUDA only)."})
     tf32: bool = field(default=False, metadata={"help": "TF32 matmuls for float32 on CUDA."})
     torch_compile: bool = field(default=False, metadata={"help": "torch.compile the model (in place)."})
+    # As in transformers' TrainingArguments: either one set turns --torch_compile on.
+    torch_compile_backend: CompileBackend | None = field(
+        default=None, metadata={"help": "torch.compile's backend, inductor if unset; sets --torch_compile."}
+    )
+    torch_compile_mode: CompileMode | None = field(
+        default=None, metadata={"help": "torch.compile's mode, torch's if unset; sets --torch_compile."}
+    )
     gradient_checkpointing: bool = field(
         default=False,
         metadata={
@@ -331,6 +347,8 @@ class TrainingArguments:
         self._check_best_model()
         if self.bf16 and self.fp16:
             raise UsageError("--bf16 and --fp16 are both set", "choose one of them")
+        if self.torch_compile_backend or self.torch_compile_mode:
+            self.torch_compile = True
 
     def _check_best_model(self) -> None:
         """transformers' rules: the best checkpoint is chosen among checkpoints written right after an evaluation."""

@@ -55,6 +55,12 @@ ADAMW_FUSED: dict[str, bool | None] = {"adamw_torch_fused": True, "adamw_torch":
 Compression = Literal["none", "fp16"]
 ReduceOp = Literal["average", "adasum"]
 DDPBackend = Literal["auto", "nccl", "gloo"]
+# torch.compile's backends and modes by transformers' names (--torch_compile_backend, --torch_compile_mode). The
+# backends are the ones torch ships that train: inductor (the default: Triton kernels on GPUs, C++ on CPUs),
+# aot_eager (TorchDynamo and AOTAutograd, the kernels left eager: what compile changes about autograd, without
+# code generation), eager (TorchDynamo alone) and cudagraphs.
+CompileBackend = Literal["inductor", "aot_eager", "eager", "cudagraphs"]
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 
 def refuse(name: str, rule: str, value: Any, example: str, fix: str | None = None) -> UsageError:
@@ -348,6 +354,8 @@ DOMAINS: dict[str, Check] = {
     "fp16": boolean,
     "tf32": boolean,
     "torch_compile": boolean,
+    "torch_compile_backend": one_of(CompileBackend),
+    "torch_compile_mode": one_of(CompileMode),
     "gradient_checkpointing": boolean,
     "group_by_length": boolean,
     # --engine horovod

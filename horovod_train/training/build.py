@@ -130,8 +130,8 @@ def build_model(config: RunConfig, tokenizer: Any, tokenized: DatasetDict, on_me
         model_lib.enable_gradient_checkpointing(model)
     if c.model.use_peft:
         model = lora.wrap(model, lora_options(c.model))
-    if args.torch_compile:
-        model.compile()  # in place: state_dict keys and save_pretrained are unchanged
+    if args.torch_compile:  # in place: state_dict keys and save_pretrained are unchanged
+        model.compile(backend=args.torch_compile_backend or "inductor", mode=args.torch_compile_mode)
     return model
 
 

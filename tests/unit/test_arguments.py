@@ -25,6 +25,8 @@ CHOICE_FIELDS = {
     "compression",
     "op",
     "ddp_backend",
+    "torch_compile_backend",
+    "torch_compile_mode",
 }
 
 
@@ -58,6 +60,12 @@ def test_every_fixed_set_is_a_literal_whose_values_are_its_domain(tmp_path):
         with pytest.raises(UsageError) as from_file:
             parse_run_config(["--config", str(tmp_path / "c.yaml")])
         assert str(from_cli.value) == str(from_file.value) and "bogus" in str(from_cli.value)
+
+
+def test_a_compile_backend_or_mode_turns_torch_compile_on_as_in_transformers():
+    assert not parse_run_config([]).to_dict()["torch_compile"]
+    for flag, value in (("--torch_compile_backend", "aot_eager"), ("--torch_compile_mode", "max-autotune")):
+        assert parse_run_config([flag, value]).to_dict()["torch_compile"] is True
 
 
 def test_help_lists_the_choices():

@@ -101,6 +101,8 @@ BAD: dict[str, list[str]] = {
     "fp16": ["half"],
     "tf32": ["tf"],
     "torch_compile": ["jit"],
+    "torch_compile_backend": ["", "tensorrt", "Inductor"],
+    "torch_compile_mode": ["fast", ""],
     "gradient_checkpointing": ["maybe"],
     "group_by_length": ["len"],
     "scale_lr": ["x"],
