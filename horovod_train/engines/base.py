@@ -20,9 +20,9 @@ from torch.optim import Optimizer
 
 from horovod_train import amp
 from horovod_train import checkpoint as ckpt
+from horovod_train.checksums import param_checksum
 from horovod_train.engines.payload import broadcast_from_root
 from horovod_train.engines.policy import RunPolicy
-from horovod_train.model import param_checksum
 
 if TYPE_CHECKING:
     from horovod_train.config import RunConfig
@@ -160,7 +160,7 @@ class Engine(ABC):
         return 4 * params + 12 * trainable
 
     def parameter_checksum(self, model: nn.Module) -> int:
-        """Collective: the digest of the whole model's parameters (model.param_checksum), the same on every rank
+        """Collective: the digest of the whole model's parameters (checksums.param_checksum), the same on every rank
         exactly when the ranks train the same model."""
         return param_checksum(self.unwrap(model))
 

@@ -8,8 +8,9 @@ import torch
 from support.model_runs import HALF, tiny_bert
 
 from horovod_train import synthetic
+from horovod_train.checksums import param_checksum
 from horovod_train.config import parse_run_config
-from horovod_train.model import build_model, fit_max_seq_length, param_checksum
+from horovod_train.model import build_model, fit_max_seq_length
 
 
 @pytest.mark.parametrize("half", sorted(HALF))
