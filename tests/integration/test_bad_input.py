@@ -4,6 +4,7 @@ files are refused in this process: test_recipes refuses them as a program under 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -34,22 +35,21 @@ def test_bad_input_is_refused_and_nothing_is_written(case, tmp_path, cache_dir):
 
 
 def test_model_smaller_than_its_tokenizer_is_refused(tmp_path, cache_dir):
+    """In this process: refusals while the model is built run as a program in the tokenizer/model mismatch case."""
     model = _small_vocab_model(tmp_path)
     before = snapshot(tmp_path)
-    proc = run(
-        train_cmd(
-            "--engine",
-            "single",
-            "--model_name_or_path",
-            str(model),
-            "--tokenizer_name",
-            "tiny-bert",
-            "--synthetic_num_examples",
-            "300",
-            "--output_dir",
-            str(tmp_path / "out"),
-        ),
+    proc = train_here(
         cache_dir,
+        "--engine",
+        "single",
+        "--model_name_or_path",
+        str(model),
+        "--tokenizer_name",
+        "tiny-bert",
+        "--synthetic_num_examples",
+        "300",
+        "--output_dir",
+        str(tmp_path / "out"),
     )
     assert_refused(proc, "embeds only 50")
     assert snapshot(tmp_path) == before
@@ -134,11 +134,15 @@ def test_help_and_a_refused_flag_start_without_torch_or_transformers_models(tmp_
     """Only the named command's module is imported: `--help` and a flag refused while parsing answer in about a
     second, without torch (2 s) and transformers' models (3 s); `train --help` lists every section's flags. So
     does an --output_dir a one-process run would refuse (it judges it before it loads anything), and a missing
-    checkpoint to resume from."""
+    checkpoint to resume from. One fresh interpreter runs every command line in turn and lists what is loaded
+    after each: none loads torch, so each list shows what that command line alone loaded."""
     probe = (
-        "import sys\nfrom horovod_train.cli import main\n"
-        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-        "print('loaded:', sorted({'torch', 'transformers.modeling_utils'} & set(sys.modules)))"
+        "import json, sys\nfrom horovod_train.cli import main\n"
+        "for argv in json.loads(sys.argv[1]):\n"
+        "    print('--- next', flush=True)\n    print('--- next', file=sys.stderr, flush=True)\n"
+        "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+        "    print('loaded:', sorted({'torch', 'transformers.modeling_utils'} & set(sys.modules)), flush=True)\n"
+        "    sys.stderr.flush()"
     )
     earlier = tmp_path / "earlier"
     earlier.mkdir()
@@ -148,11 +152,14 @@ def test_help_and_a_refused_flag_start_without_torch_or_transformers_models(tmp_
         "already holds files of an earlier run": ["train", "--output_dir", str(earlier)],
         "does not exist": ["train", "--output_dir", str(tmp_path / "new"), "--resume_from_checkpoint", "gone"],
     }
-    for argv in (["--help"], ["train", "--help"], ["train", "--engine", "nosuch"], ["bench", "project", "--help"],
-                 *refusals.values()):  # fmt: skip
-        proc = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120)
-        assert proc.stdout.splitlines()[-1] == "loaded: []", (argv, proc.stdout[-2000:], proc.stderr[-2000:])
+    argvs = [["--help"], ["train", "--help"], ["train", "--engine", "nosuch"], ["bench", "project", "--help"],
+             *refusals.values()]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", probe, json.dumps(argvs)], capture_output=True, text=True, timeout=120)
+    outs, errs = proc.stdout.split("--- next\n")[1:], proc.stderr.split("--- next\n")[1:]
+    assert proc.returncode == 0 and len(outs) == len(errs) == len(argvs), (proc.stdout[-2000:], proc.stderr[-2000:])
+    for argv, stdout, stderr in zip(argvs, outs, errs, strict=True):
+        assert stdout.splitlines()[-1] == "loaded: []", (argv, stdout[-2000:], stderr[-2000:])
         refused = [problem for problem, refused_argv in refusals.items() if refused_argv == argv]
-        assert not refused or refused[0] in proc.stderr, (argv, proc.stderr[-2000:])
+        assert not refused or refused[0] in stderr, (argv, stderr[-2000:])
         if argv == ["train", "--help"]:
-            assert all(f"--{flag}" in proc.stdout for flag in ("learning_rate", "engine", "gradient_predivide_factor"))
+            assert all(f"--{flag}" in stdout for flag in ("learning_rate", "engine", "gradient_predivide_factor"))

@@ -1,9 +1,11 @@
 """The launch/ scripts on this machine: shellcheck, one-line input errors, real 2-rank trainings through
-launch/horovodrun_local.sh and launch/mpirun.sh with Horovod knobs passed through to the ranks, and the relay the
-scripts run their launcher under (launch/error_last.py): signals reach the launcher, and it is no rank."""
+launch/horovodrun_local.sh and launch/mpirun.sh with Horovod knobs passed through to the ranks (the mpirun.sh job
+then stopped by SIGUSR1 through the script, as a pod's stop does), and the relay the scripts run their launcher
+under (launch/error_last.py): signals reach the launcher, and it is no rank."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -166,39 +168,6 @@ def test_horovodrun_local_trains_with_horovod_knobs(tmp_path, cache_dir) -> None
     assert "tensor_fusion_threshold" in autotune.read_text().splitlines()[0]
 
 
-@pytest.mark.slow
-def test_mpirun_script_trains_with_documented_flags_and_horovod_env(tmp_path, cache_dir) -> None:
-    out, timeline = tmp_path / "run", tmp_path / "timeline.json"
-    env = launch_env(cache_dir, HOROVOD_CACHE_CAPACITY="512", LD_LIBRARY_PATH=str(tmp_path))
-    proc = run_script(
-        "mpirun.sh",
-        "-np",
-        "2",
-        "--cycle-time-ms",
-        "3",
-        "--timeline-filename",
-        str(timeline),
-        "--",
-        *LAUNCH_JOB,
-        "--output_dir",
-        str(out),
-        cwd=tmp_path,
-        env=env,
-        timeout=420,
-    )
-    assert_ok(proc)
-    command = effective_command(proc.stdout, "mpirun")
-    # Horovod's documented flags, Open MPI's libfabric BTL excluded (the mpirun row of horovod_train/launching/).
-    assert "-bind-to none -map-by slot -mca pml ob1 -mca btl '^openib' -gmca btl '^openib,ofi'" in command, command
-    assert "-np 2" in command and "-x NCCL_DEBUG -x PATH" in command, command
-    exported = ["LD_LIBRARY_PATH", "HOROVOD_CACHE_CAPACITY", "HOROVOD_CYCLE_TIME", "HOROVOD_TIMELINE"]
-    for name in [*exported, "HOROVOD_TRAIN_CACHE"]:
-        assert f"-x {name}" in command, (name, command)
-    assert ("--allow-run-as-root" in command) == (os.geteuid() == 0)
-    _check_two_rank_run(out, "mpi")
-    assert "ALLREDUCE" in timeline.read_text()  # HOROVOD_TIMELINE reached rank 0 through -x
-
-
 def catches(pid: int, sig: signal.Signals) -> bool:
     status = Path(f"/proc/{pid}/status").read_text()
     caught = int(re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.MULTILINE)[1], 16)
@@ -226,13 +195,18 @@ def test_the_relay_of_the_launch_scripts_is_not_taken_for_a_training_rank(tmp_pa
 
 
 @pytest.mark.slow
-def test_sigusr1_to_the_mpirun_script_reaches_the_ranks_through_mpirun(tmp_path, cache_dir) -> None:
-    """What a pod's stop does (launch/k8s/pod.sh run --forward USR1 -- launch/mpirun.sh): the script passes the
-    signal on to mpirun, which hands it to every rank; they checkpoint and exit 75."""
-    out = tmp_path / "run"
+def test_mpirun_script_trains_with_documented_flags_and_horovod_env_and_passes_sigusr1_to_the_ranks(
+    tmp_path, cache_dir
+) -> None:
+    """One mpirun.sh job: Horovod's documented flags and the HOROVOD_* settings reach the ranks (-x); then what a pod's
+    stop does (launch/k8s/pod.sh run --forward USR1 -- launch/mpirun.sh): the script passes SIGUSR1 on to mpirun,
+    which hands it to every rank; they checkpoint and exit 75."""
+    out, timeline = tmp_path / "run", tmp_path / "timeline.json"
+    env = launch_env(cache_dir, HOROVOD_CACHE_CAPACITY="512", LD_LIBRARY_PATH=str(tmp_path))
+    knobs = ["--cycle-time-ms", "3", "--timeline-filename", str(timeline)]
     job_args = [*LAUNCH_JOB, "--synthetic_num_examples", "3000", "--max_steps", "400", "--logging_steps", "5"]
-    job = subprocess.Popen([str(LAUNCH / "mpirun.sh"), "-np", "2", "--", *job_args, "--output_dir", str(out)],
-                           cwd=tmp_path, env=launch_env(cache_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    job = subprocess.Popen([str(LAUNCH / "mpirun.sh"), "-np", "2", *knobs, "--", *job_args, "--output_dir", str(out)],
+                           cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True, start_new_session=True)  # fmt: skip
     try:
         wait_for(lambda: (out / "metrics.jsonl").exists(), 240, "the first logged steps")
@@ -245,3 +219,17 @@ def test_sigusr1_to_the_mpirun_script_reaches_the_ranks_through_mpirun(tmp_path,
     assert job.returncode == STOPPED_EXIT_CODE, output[-3000:]
     step = ckpt.verify_checkpoint(ckpt.list_checkpoints(out)[-1])["global_step"]
     assert 0 < step < 400 and f"stopped by SIGUSR1 at step {step}: saved checkpoint-{step}" in output, output[-3000:]
+
+    command = effective_command(output, "mpirun")
+    # Horovod's documented flags, Open MPI's libfabric BTL excluded (the mpirun row of horovod_train/launching/).
+    assert "-bind-to none -map-by slot -mca pml ob1 -mca btl '^openib' -gmca btl '^openib,ofi'" in command, command
+    assert "-np 2" in command and "-x NCCL_DEBUG -x PATH" in command, command
+    exported = ["LD_LIBRARY_PATH", "HOROVOD_CACHE_CAPACITY", "HOROVOD_CYCLE_TIME", "HOROVOD_TIMELINE"]
+    for name in [*exported, "HOROVOD_TRAIN_CACHE"]:
+        assert f"-x {name}" in command, (name, command)
+    assert ("--allow-run-as-root" in command) == (os.geteuid() == 0)
+    # The ranks trained as one Horovod job under the MPI controller (run_config.json: rank 0's engine, at the
+    # start); that they stay identical under mpirun is tests/integration/test_horovod_integration.py's.
+    config = json.loads((out / "run_config.json").read_text())
+    assert (config["world_size"], config["engine"], config["controller"]) == (2, "horovod", "mpi"), config
+    assert "ALLREDUCE" in timeline.read_text()  # HOROVOD_TIMELINE reached rank 0 through -x
