@@ -1,5 +1,6 @@
 """Started under torchrun by tests/integration/test_ddp_dp.py: two DDP steps of a model with a parameter that gets no
-gradient (a head this task never calls). Usage: python tests/probes/ddp_unused_probe.py true|false"""
+gradient (a head this task never calls). Usage: python tests/probes/ddp_unused_probe.py true|false
+(tests/probes/torchrun_workers_probe.py runs its main(True) after the refusal it checks)"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Each GLUE task trains on its files as GLUE distributes them, in the test process (engine single): run_glue's
-metric keys, the label names (STS-B: one float output). tests/integration/test_glue_files.py trains MNLI and STS-B
-under horovodrun as well."""
+metric keys, the label names (STS-B: one float output). tests/integration/test_glue_files.py trains MNLI under
+horovodrun as well, tests/integration/test_task_shapes.py STS-B's float labels (--task_name stsb)."""
 
 from __future__ import annotations
 
