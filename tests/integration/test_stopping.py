@@ -94,8 +94,8 @@ CASES = [
 ]
 # The launchers whose stopped run is resumed here. A stop's checkpoint is verified under every launcher above; its
 # resume does not depend on how the signal came, and under the others it is checked more strictly elsewhere:
-# tests/system/test_launch_slurm.py::test_warning_signal_checkpoints_requeues_and_resumes (horovod_mpirun,
-# ddp_torchrun: a signal-stopped job resumes to an uninterrupted run's parameters),
+# tests/system/test_launch_slurm.py::test_warning_signal_checkpoints_requeues_and_resumes (horovod_mpirun; ddp_torchrun
+# under MpiDefault=pmix, fsdp: a signal-stopped job resumes to an uninterrupted run's parameters),
 # tests/integration/test_k8s_manifests.py::test_pod_sigterm_checkpoints_and_the_restarted_pod_resumes[torchrun],
 # and under horovodrun test_sigkill_while_stopping_leaves_valid_checkpoints_and_auto_resumes_from_the_newest below
 # (to an uninterrupted run's parameters) and tests/integration/test_elastic.py::

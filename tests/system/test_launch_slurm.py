@@ -35,10 +35,17 @@ def slurm(tmp_path_factory) -> Iterator[SlurmCluster]:
         yield cluster
 
 
+# ddp_torchrun's jobs here run a sharded engine (HVT_ENGINE): its default, ddp, trains in
+# test_launch_slurm_two_nodes.py (ddp_torchrun without HVT_ENGINE).
+TORCHRUN_ENGINE = "fsdp"
+
+
 def job_env(cache_dir: Path, job: str) -> dict[str, str]:
-    """A batch script's environment: its own rendezvous port (torchrun), and for horovod_mpirun a Horovod knob
-    through HVT_MPIRUN_ARGS (fusion changes no sum: the parameters stay those of a run without it)."""
+    """A batch script's environment: its own rendezvous port (torchrun), ddp_torchrun's engine (TORCHRUN_ENGINE),
+    and for horovod_mpirun a Horovod knob through HVT_MPIRUN_ARGS (fusion changes no sum: the parameters stay those
+    of a run without it, horovod_srun's)."""
     knobs = {"HVT_MPIRUN_ARGS": "--fusion-threshold-mb 16"} if job == "horovod_mpirun" else {}
+    knobs |= {"HVT_ENGINE": TORCHRUN_ENGINE} if job == "ddp_torchrun" else {}
     return launch_env(cache_dir, HVT_RDZV_PORT=str(free_port()), **knobs)
 
 
@@ -51,8 +58,9 @@ class Finished:
 
 @pytest.fixture(scope="module")
 def uninterrupted(slurm, tmp_path_factory, cache_dir) -> Callable[[str], Finished]:
-    """A batch script's job of STOP_JOB run to the end, submitted once per module: each script's training test
-    reads it, and so does its warning-signal test (the run the requeued one must end like)."""
+    """A batch script's job of STOP_JOB run to the end, submitted once per module: horovod_srun's and
+    ddp_torchrun's training tests read it, and the warning-signal tests compare their requeued runs with it
+    (horovod_mpirun's with horovod_srun's: the same engine and job)."""
     done: dict[str, Finished] = {}
 
     def finished(job: str) -> Finished:
@@ -80,28 +88,41 @@ def test_horovod_srun_pmix_job_trains(uninterrupted) -> None:
     assert check_training(run.out, "horovod")["controller"] == "mpi"
 
 
-def test_horovod_mpirun_job_uses_the_allocation_hosts(slurm, uninterrupted) -> None:
-    run = uninterrupted("horovod_mpirun")
+@dataclass(frozen=True)
+class Resumed:
+    out: Path
+    output: str  # both runs' output
+    stop: str  # the step it stopped at
+    started: float  # when it was submitted (time.monotonic)
+
+
+@pytest.fixture(scope="module")
+def mpirun_resumed(slurm, tmp_path_factory, cache_dir) -> Resumed:
+    """horovod_mpirun's STOP_JOB sent the warning signal at step 10, requeued and resumed to the end: its
+    warning-signal test and its allocation-hosts test read it (no uninterrupted horovod_mpirun job)."""
+    workdir = tmp_path_factory.mktemp("horovod_mpirun")
+    out = workdir / "stopped"
+    env = job_env(cache_dir, "horovod_mpirun")
+    job_id = slurm.submit("horovod_mpirun", *STOP_JOB, "--output_dir", str(out), env=env, workdir=workdir)[0]
+    started = time.monotonic()
+    _, output, stop = stop_and_resume(slurm, job_id, out)
+    return Resumed(out, output, stop, started)
+
+
+def test_horovod_mpirun_job_uses_the_allocation_hosts(slurm, mpirun_resumed) -> None:
+    run = mpirun_resumed
     assert f"-np 2 -H {slurm.host}:2 --fusion-threshold-mb 16 --" in run.output  # scontrol show hostnames -> -H
     assert "+ mpirun " in run.output and "-x HOROVOD_FUSION_THRESHOLD" in run.output
     assert check_training(run.out, "horovod")["controller"] == "mpi"
 
 
-def test_ddp_torchrun_job_trains(uninterrupted) -> None:
+def test_ddp_torchrun_job_trains_a_sharded_engine_given_by_hvt_engine(uninterrupted) -> None:
+    """fsdp (TORCHRUN_ENGINE): its checkpoint and output gathered on rank 0 like every engine's; an engine
+    torchrun does not start is refused in one line (the next test)."""
     run = uninterrupted("ddp_torchrun")
     assert "--nnodes 1 --nproc_per_node 2 " in run.output
     assert "--rdzv_backend c10d --rdzv_endpoint 127.0.0.1:" in run.output
-    assert check_training(run.out, "ddp").get("launcher", "torchrun") == "torchrun"
-
-
-def test_ddp_torchrun_job_trains_a_sharded_engine_given_by_hvt_engine(slurm, tmp_path, cache_dir) -> None:
-    """fsdp: its checkpoint and output gathered on rank 0 like every engine's; an engine torchrun does not start
-    is refused in one line (the next test)."""
-    out = tmp_path / "run"
-    env = {**job_env(cache_dir, "ddp_torchrun"), "HVT_ENGINE": "fsdp"}
-    job, _ = slurm.submit("ddp_torchrun", *LAUNCH_JOB, "--output_dir", str(out), env=env, workdir=tmp_path)
-    assert_completed(slurm.wait(job, timeout=480))
-    assert check_training(out, "fsdp").get("launcher", "torchrun") == "torchrun"
+    assert check_training(run.out, TORCHRUN_ENGINE).get("launcher", "torchrun") == "torchrun"
 
 
 def test_torchrun_job_refuses_an_engine_torchrun_does_not_start(slurm, tmp_path, cache_dir) -> None:
@@ -151,18 +172,16 @@ def test_bad_input_under_srun_is_one_line_from_rank_0_and_nothing_is_touched(slu
     assert (out / "config.json").read_text() == '{"mine": true}' and sorted(out.iterdir()) == [out / "config.json"]
 
 
-@pytest.mark.parametrize(("job", "engine"), [("horovod_srun", "horovod"), ("horovod_mpirun", "horovod")])
-def test_warning_signal_checkpoints_requeues_and_resumes(slurm, uninterrupted, tmp_path, cache_dir, job, engine):
-    """What #SBATCH --signal=B:USR1@120 does before a time limit, sent now with scancel: the batch shell
-    passes SIGUSR1 to the ranks, they checkpoint and stop, the job requeues itself, and the requeued run
-    resumes from that checkpoint and ends with the parameters of an uninterrupted run. ddp_torchrun's is the
-    test under MpiDefault=pmix below (its agent's case: one job, not one under each default)."""
-    reference, stopped = uninterrupted(job).out, tmp_path / "stopped"
-    env = job_env(cache_dir, job)
-    job_id = slurm.submit(job, *STOP_JOB, "--output_dir", str(stopped), env=env, workdir=tmp_path)[0]
-    started = time.monotonic()
-    _, _, stop = stop_and_resume(slurm, job_id, stopped)
-    assert_resumed_exactly(reference, stopped, engine, job, stop, started)
+def test_warning_signal_checkpoints_requeues_and_resumes(uninterrupted, mpirun_resumed) -> None:
+    """What #SBATCH --signal=B:USR1@120 does before a time limit, sent now with scancel to a horovod_mpirun job:
+    the batch shell passes SIGUSR1 to both ranks of the node, they checkpoint and stop, the job requeues itself,
+    and the requeued run resumes from that checkpoint and ends with the parameters of an uninterrupted run of the
+    same engine and job (horovod_srun's). horovod_srun's job is stopped and resumed in test_launch_slurm_two_nodes.py
+    (the same script and forwarder, on each of two nodes); ddp_torchrun's in the test under MpiDefault=pmix below
+    (its agent's case: one job, not one under each default)."""
+    run = mpirun_resumed
+    assert_resumed_exactly(uninterrupted("horovod_srun").out, run.out, "horovod", "horovod_mpirun", run.stop,
+                           run.started)  # fmt: skip
 
 
 def test_a_run_that_finishes_while_the_warning_signal_is_handled_is_not_requeued(slurm, tmp_path) -> None:
@@ -207,16 +226,17 @@ def test_torchrun_job_under_a_pmix_default_stops_without_killing_its_agent(
 ) -> None:
     """MpiDefault=pmix: srun gives torchrun's agent PMIX_RANK too. The warning signal must reach its workers
     only (SIGUSR1 killed the agent while they checkpointed); the job checkpoints, requeues and resumes, and ends
-    with the parameters of ddp_torchrun's uninterrupted run (on the module's cluster: the default leaves the
-    training alone). Which processes the forwarder signals under each default: test_launch_slurm_signal.py."""
+    with the parameters of ddp_torchrun's uninterrupted run (TORCHRUN_ENGINE; on the module's cluster: the
+    default leaves the training alone). Which processes the forwarder signals under each default:
+    test_launch_slurm_signal.py."""
     require_slurm()
     reference = uninterrupted("ddp_torchrun").out
     with running(SlurmCluster(tmp_path_factory.mktemp("slurm-pmix"), mpi_default="pmix")) as cluster:
         out = tmp_path / "stopped"
-        env = launch_env(cache_dir, HVT_RDZV_PORT=str(free_port()))
+        env = job_env(cache_dir, "ddp_torchrun")
         job_id = cluster.submit("ddp_torchrun", *STOP_JOB, "--output_dir", str(out), env=env, workdir=tmp_path)[0]
         started = time.monotonic()
         _, output, stop = stop_and_resume(cluster, job_id, out)
         signalled = re.findall(r"SIGUSR1 -> rank processes ([\d ]+) on", output)
         assert signalled and all(len(pids.split()) == 2 for pids in signalled), output[-4000:]  # the two workers
-        assert_resumed_exactly(reference, out, "ddp", "ddp_torchrun under MpiDefault=pmix", stop, started)
+        assert_resumed_exactly(reference, out, TORCHRUN_ENGINE, "ddp_torchrun under MpiDefault=pmix", stop, started)

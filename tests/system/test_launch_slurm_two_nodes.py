@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -96,20 +96,44 @@ JOBS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(cluster, tmp_path_factory, cache_dir) -> Callable[[], tuple[Path, str]]:
+    """horovod_srun's STOP_JOB run to the end across both nodes, submitted once per module (output directory, job
+    output): the training test's horovod_srun case reads it, and the warning-signal test's requeued run must end
+    like it. One 2-rank job for both."""
+    done: list[tuple[Path, str]] = []
+
+    def finished() -> tuple[Path, str]:
+        if not done:
+            workdir = tmp_path_factory.mktemp("horovod_srun")
+            out = workdir / "reference"
+            job = submit(cluster, "horovod_srun", *STOP_JOB, "--output_dir", str(out), workdir=workdir,
+                         cache_dir=cache_dir)  # fmt: skip
+            done.append((out, assert_completed(cluster.wait(job, timeout=480))))
+        return done[0]
+
+    return finished
+
+
 @pytest.mark.parametrize(("job", "engine", "command"), JOBS, ids=[j[0] for j in JOBS])
-def test_job_runs_one_rank_on_each_node(cluster, tmp_path, cache_dir, job, engine, command) -> None:
-    """`doctor` and a training run, submitted together (each job takes one CPU of each node)."""
-    out = tmp_path / "run"
+def test_job_runs_one_rank_on_each_node(cluster, uninterrupted, tmp_path, cache_dir, job, engine, command) -> None:
+    """`doctor` and a training run, submitted together (each job takes one CPU of each node); horovod_srun's
+    training run is the module's uninterrupted one (the warning-signal test's reference)."""
     (tmp_path / "doctor").mkdir()
     doctor_args = ["doctor"] if engine == "ddp" else ["doctor", "--engine", engine]  # ddp_torchrun adds its own
     doctor = submit(cluster, job, *doctor_args, workdir=tmp_path / "doctor", cache_dir=cache_dir)
-    train = submit(cluster, job, *LAUNCH_JOB, "--output_dir", str(out), workdir=tmp_path, cache_dir=cache_dir)
+    if job == "horovod_srun":
+        out, output = uninterrupted()
+    else:
+        out = tmp_path / "run"
+        train = submit(cluster, job, *LAUNCH_JOB, "--output_dir", str(out), workdir=tmp_path, cache_dir=cache_dir)
     fields = cluster.wait(doctor, timeout=240)
     assert fields["NumNodes"] == "2" and fields["NodeList"] == "nodeA,nodeB", fields
     report = assert_completed(fields)
     assert rank_map(report) == [(0, 0, "nodeA", "cpu"), (1, 0, "nodeB", "cpu")], report[-3000:]
     assert f"joined with engine {engine}" in report
-    output = assert_completed(cluster.wait(train, timeout=480))
+    if job != "horovod_srun":
+        output = assert_completed(cluster.wait(train, timeout=480))
     assert "[slurm] job" in output and "2 node(s) (nodeA,nodeB), 1 task(s) per node" in output, output[-3000:]
     assert command in output, output[-3000:]
     if job == "ddp_torchrun":
@@ -119,14 +143,11 @@ def test_job_runs_one_rank_on_each_node(cluster, tmp_path, cache_dir, job, engin
         assert results["controller"] == "mpi", results
 
 
-def test_warning_signal_reaches_both_nodes_and_the_requeued_job_resumes(cluster, tmp_path, cache_dir) -> None:
+def test_warning_signal_reaches_both_nodes_and_the_requeued_job_resumes(cluster, uninterrupted, tmp_path, cache_dir):
     """The preemption path across nodes: the batch shell (on nodeA) passes SIGUSR1 to the ranks of both nodes
     (one `srun --overlap` task per node, each seeing only its node's processes), one checkpoint, requeue,
-    auto-resume, and the parameters of the uninterrupted run."""
-    reference, stopped = tmp_path / "reference", tmp_path / "stopped"
-    first = submit(
-        cluster, "horovod_srun", *STOP_JOB, "--output_dir", str(reference), workdir=tmp_path, cache_dir=cache_dir
-    )
+    auto-resume, and the parameters of the module's uninterrupted run."""
+    reference, stopped = uninterrupted()[0], tmp_path / "stopped"
     job_id = submit(
         cluster, "horovod_srun", *STOP_JOB, "--output_dir", str(stopped), workdir=tmp_path, cache_dir=cache_dir
     )
@@ -135,5 +156,4 @@ def test_warning_signal_reaches_both_nodes_and_the_requeued_job_resumes(cluster,
     signalled = set(re.findall(r"\[slurm\] SIGUSR1 -> rank processes [\d ]+ on (node[AB])", output))
     assert signalled == {"nodeA", "nodeB"}, output[-4000:]
     assert len(re.findall(r"stopped by SIGUSR1 at step", output)) == 1, output[-4000:]
-    assert_completed(cluster.wait(first, timeout=480))
     assert_resumed_exactly(reference, stopped, "horovod", "two nodes", stop, started)
