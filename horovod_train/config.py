@@ -347,6 +347,11 @@ class TrainingArguments:
         self._check_best_model()
         if self.bf16 and self.fp16:
             raise UsageError("--bf16 and --fp16 are both set", "choose one of them")
+        if self.torch_compile_mode and self.torch_compile_backend not in (None, "inductor"):
+            # torch passes the mode to Inductor alone: another backend warns and ignores it
+            backend = self.torch_compile_backend
+            raise UsageError(f"--torch_compile_mode is Inductor's; --torch_compile_backend {backend} ignores it",
+                             "drop --torch_compile_mode, or use --torch_compile_backend inductor")  # fmt: skip
         if self.torch_compile_backend or self.torch_compile_mode:
             self.torch_compile = True
 

@@ -66,6 +66,14 @@ def test_a_compile_backend_or_mode_turns_torch_compile_on_as_in_transformers():
     assert not parse_run_config([]).to_dict()["torch_compile"]
     for flag, value in (("--torch_compile_backend", "aot_eager"), ("--torch_compile_mode", "max-autotune")):
         assert parse_run_config([flag, value]).to_dict()["torch_compile"] is True
+    with pytest.raises(UsageError, match="--torch_compile_mode is Inductor's"):
+        parse_run_config(["--torch_compile_backend", "aot_eager", "--torch_compile_mode", "max-autotune"])
+    assert (
+        parse_run_config(["--torch_compile_backend", "inductor", "--torch_compile_mode", "max-autotune"]).to_dict()[
+            "torch_compile_mode"
+        ]
+        == "max-autotune"
+    )
 
 
 def test_help_lists_the_choices():
