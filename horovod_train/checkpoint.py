@@ -38,7 +38,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from horovod_train import lora
-from horovod_train.checkpoint_layout import AUTO, LATEST, MANIFEST, NAME, PREFIX, named_checkpoint
+from horovod_train.checkpoint_layout import AUTO, LATEST, MANIFEST, NAME, PREFIX, named_checkpoint, unlisted
 from horovod_train.digest import sha256
 from horovod_train.errors import UsageError
 from horovod_train.files import atomic_directory, disk_full, fsync_directory, full_disk_problem
@@ -172,7 +172,8 @@ class Checkpoints:
             others = [name for name in present if name != best]
             doomed = others[: -max(self.keep - 1, 1)]
         for name in doomed:
-            if name != keep_also:
+            # One that holds what its manifest does not list (put there since it was written) is left whole.
+            if name != keep_also and unlisted(self.output_dir / name) == []:
                 shutil.rmtree(self.output_dir / name, ignore_errors=True)
         self.lineage = [name for name in self.lineage if (self.output_dir / name).is_dir()]
 

@@ -4,10 +4,11 @@ holds and how it is written and read is ``checkpoint``'s."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from horovod_train.errors import UsageError
 
@@ -31,6 +32,37 @@ def clean_stale(output_dir: Path) -> None:
             os.rename(path, original)
         else:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def unlisted(checkpoint: Path) -> list[str] | None:
+    """What a checkpoint folder holds besides the files its manifest lists (a run's directory made inside it, a
+    user's file), by relative path, a folder once, sorted; None where it has no readable manifest (not a
+    checkpoint). Only a checkpoint with nothing unlisted is this project's to delete whole: its name and its
+    manifest say who made the folder, not who put things in it since. Nothing else is allowed inside: a checkpoint
+    is written whole in a temporary folder and renamed into place, so it holds no temporaries of its own."""
+    try:
+        manifest = json.loads((checkpoint / MANIFEST).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(manifest, dict):
+        return None
+    files = {*map(str, manifest), MANIFEST}
+    folders = {parent.as_posix() for name in files for parent in PurePosixPath(name).parents} - {"."}
+    found: list[str] = []
+
+    def inside(path: str | os.PathLike) -> str:
+        return Path(path).relative_to(checkpoint).as_posix()
+
+    def unreadable(error: OSError) -> None:  # a folder whose content is unknown counts as unlisted
+        found.append(inside(error.filename))
+
+    for root, dirs, names in os.walk(checkpoint, onerror=unreadable):
+        for name in list(dirs):
+            if inside(Path(root, name)) not in folders or Path(root, name).is_symlink():
+                found.append(inside(Path(root, name)))
+                dirs.remove(name)  # reported once, not descended
+        found += [inside(Path(root, name)) for name in names if inside(Path(root, name)) not in files]
+    return sorted(found)
 
 
 def named_checkpoint(spec: str) -> Path:

@@ -31,7 +31,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from horovod_train.checkpoint_layout import AUTO, LATEST, MANIFEST, NAME, PREFIX, STALE, clean_stale, named_checkpoint
+from horovod_train.checkpoint_layout import (
+    AUTO,
+    LATEST,
+    MANIFEST,
+    NAME,
+    PREFIX,
+    STALE,
+    clean_stale,
+    named_checkpoint,
+    unlisted,
+)
 from horovod_train.domains import writable_below
 from horovod_train.errors import UsageError
 from horovod_train.files import write_json_atomic
@@ -59,21 +69,35 @@ def entries(path: Path) -> set[str]:
     return {p.name for p in path.iterdir()} - {LOCK_FILE} if path.is_dir() else set()
 
 
-def recorded(path: Path) -> set[str]:
+def read_ledger(path: Path) -> dict:
     try:
-        return set(json.loads((path / LEDGER_FILE).read_text())["entries"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return set()
+        ledger = json.loads((path / LEDGER_FILE).read_text())
+        return ledger if isinstance(ledger, dict) and isinstance(ledger.get("entries"), list) else {"entries": []}
+    except (OSError, ValueError):
+        return {"entries": []}
+
+
+def recorded(path: Path) -> set[str]:
+    return set(map(str, read_ledger(path)["entries"]))
 
 
 def is_own(path: Path, name: str, ledger: set[str]) -> bool:
-    """Written by this project: in the ledger, a checkpoint with our manifest, or a leftover of our writes."""
-    if name in ledger or name == LEDGER_FILE or STALE.fullmatch(name):
+    """Written by this project: in the ledger, a checkpoint holding only what its manifest lists (as set aside
+    for its replacement, too), or a leftover of our writes."""
+    if name in ledger or name == LEDGER_FILE:
         return True
-    if NAME.fullmatch(name):
-        return (path / name / MANIFEST).is_file()
+    if NAME.fullmatch(name) or (STALE.fullmatch(name) and name.endswith(".previous")):
+        return unlisted(path / name) == []
+    if STALE.fullmatch(name):  # a checkpoint's temporary folder, killed before its manifest was written
+        return True
     temporary = TEMPORARY.fullmatch(name)
     return temporary is not None and temporary["name"] in ledger
+
+
+def described(path: Path, name: str) -> str:
+    """A foreign name as a refusal shows it: in a checkpoint, what its manifest does not list."""
+    extra = unlisted(path / name) if NAME.fullmatch(name) else None
+    return ", ".join(f"{name}/{inside}" for inside in extra[:3]) if extra else name
 
 
 def foreign_entries(path: Path) -> list[str]:
@@ -85,29 +109,44 @@ def foreign_entries(path: Path) -> list[str]:
 def refuse_foreign(path: Path, flag: str) -> None:
     foreign = foreign_entries(path)
     if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        shown = ", ".join(described(path, name) for name in foreign[:5]) + more
         raise UsageError(
             f"--output_dir {path} holds files this project did not write ({shown}), which {flag} would not remove",
             "give the run a directory of its own (e.g. a new subdirectory), or move those files out",
         )
 
 
-def record(path: Path, *names: str) -> None:
-    """Add ``names`` to the ledger (rank 0 only)."""
-    ledger = recorded(path)
-    if not set(names) <= ledger:
-        write_json_atomic(path / LEDGER_FILE, {"written_by": "horovod-train", "entries": sorted(ledger | set(names))})
+def record(path: Path, *names: str, holds_runs: bool = False) -> None:
+    """Add ``names`` to the ledger (rank 0 only). ``holds_runs``: the directory of a command that runs training
+    jobs in some of them (compare, bench): a run may have its --output_dir inside one of those names."""
+    ledger = read_ledger(path)
+    entries, runs_below = set(map(str, ledger["entries"])), ledger.get("holds_runs") is True or holds_runs
+    if not set(names) <= entries or runs_below != (ledger.get("holds_runs") is True):
+        data = {"written_by": "horovod-train", "entries": sorted(entries | set(names))}
+        write_json_atomic(path / LEDGER_FILE, {**data, **({"holds_runs": True} if runs_below else {})})
+
+
+def stamps(path: Path) -> dict[str, tuple[int, int, int]]:
+    """Each top-level name's (inode, mtime, size): a file replaced or rewritten in place changes one of them."""
+    found = {}
+    for name in entries(path) - {LEDGER_FILE}:
+        with contextlib.suppress(FileNotFoundError):
+            stat = (path / name).lstat()
+            found[name] = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    return found
 
 
 @contextlib.contextmanager
 def recording(path: Path) -> Iterator[set[str]]:
-    """Record every top-level name the block creates in ``path`` (writers that choose their own file names:
-    save_pretrained, the trackers). Yields the set of those names, filled when the block ends."""
-    before, created = entries(path), set()
+    """Record every top-level name the block creates or rewrites in ``path`` (writers that choose their own file
+    names: save_pretrained, the trackers). Yields the set of those names, filled when the block ends: what the
+    block wrote, not what was there before (a user's file beside the run's is in it only if the block wrote it)."""
+    before, created = stamps(path), set()
     try:
         yield created
     finally:
-        created |= entries(path) - before - {LEDGER_FILE}
+        created |= {name for name, stamp in stamps(path).items() if before.get(name) != stamp}
         if created:
             record(path, *created)
 
@@ -117,15 +156,47 @@ def check_usable(path: Path) -> None:
     if path.exists() and not path.is_dir():
         raise UsageError(f"--output_dir {path} is a file", "pass a directory path")
     writable_below("output_dir", str(path), path)
+    refuse_nested(path)
+
+
+def refuse_nested(path: Path) -> None:
+    """An --output_dir inside a checkpoint or another run's directory: that run's --overwrite_output_dir or rotation
+    would delete it, with all of this run in it. Below the directory of a command that runs jobs (compare, bench),
+    a run belongs in one of the names it recorded for them."""
+    try:
+        target = path.resolve()
+    except (OSError, RuntimeError):  # a symbolic link loop: writable_below names it
+        target = path.absolute()
+    for ancestor in target.parents:
+        if NAME.fullmatch(ancestor.name) and (ancestor / MANIFEST).is_file():
+            raise UsageError(
+                f"--output_dir {path} lies inside the checkpoint {ancestor}, which that run's rotation or "
+                "--overwrite_output_dir would delete with this run in it",
+                "give the run a directory outside that run's (e.g. a sibling of it)",
+            )
+        if not ((ancestor / LEDGER_FILE).is_file() or (ancestor / LOCK_FILE).exists()):
+            continue
+        ledger, below = read_ledger(ancestor), target.relative_to(ancestor).parts[0]
+        if ledger.get("holds_runs") is True and below in ledger["entries"]:
+            return  # a job of compare's or bench's; what lies above that directory is its to check
+        raise UsageError(
+            f"--output_dir {path} lies inside {ancestor}, the directory of another run, whose "
+            "--overwrite_output_dir would delete it with this run in it",
+            "give the run a directory outside that run's (e.g. a sibling of it)",
+        )
 
 
 def refuse_clashes(path: Path) -> None:
-    """Files this project did not write under a name the run writes (a run that continues in place)."""
-    clashes = [name for name in foreign_entries(path) if RUN_OUTPUTS.fullmatch(name)]
+    """Files this project did not write under a name the run writes (a run that continues in place): its outputs,
+    and a checkpoint's (rotation deletes one, a save of the same step replaces it)."""
+    clashes = [
+        name for name in foreign_entries(path) if RUN_OUTPUTS.fullmatch(name) or NAME.fullmatch(name)
+        or STALE.fullmatch(name)
+    ]  # fmt: skip
     if clashes:
         raise UsageError(
-            f"--output_dir {path} holds {', '.join(clashes[:5])}, which this project did not write and the run would "
-            "replace",
+            f"--output_dir {path} holds {', '.join(described(path, name) for name in clashes[:5])}, which this project "
+            "did not write and the run would replace or delete",
             "move those files out of the run's directory",
         )
 
@@ -135,6 +206,12 @@ def check_fresh(path: Path, overwrite: bool, resume: str | None = None) -> None:
     ``resume``: a checkpoint of another directory, which starts the run fresh here."""
     if not entries(path):
         return
+    if resume is not None and _inside(Path(resume), path):
+        raise UsageError(
+            f"--resume_from_checkpoint {resume} lies inside --output_dir {path}, which a fresh start empties "
+            "(a run continues in place only from a checkpoint-<step> directly in it)",
+            "resume from a copy of that checkpoint outside the directory, or choose another --output_dir",
+        )
     refuse_foreign(path, "--overwrite_output_dir")
     if not overwrite:
         elsewhere = f" (a resume from {resume}, another directory's checkpoint, starts a new run)" if resume else ""
@@ -348,12 +425,13 @@ class RunDirectory:
         return self.path / name
 
     @contextlib.contextmanager
-    def recording(self) -> Iterator[None]:
-        """The module's ``recording``, and the names it saw remembered as this run's."""
+    def recording(self) -> Iterator[set[str]]:
+        """The module's ``recording`` (it yields what the block wrote, filled when it ends), and the names it saw
+        remembered as this run's."""
         created: set[str] = set()
         try:
             with recording(self.path) as created:
-                yield
+                yield created
         finally:
             self.written.update(dict.fromkeys(sorted(created)))
 
@@ -368,6 +446,13 @@ class RunDirectory:
 
     def release(self) -> None:
         self.lock.release()
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    try:
+        return directory.resolve() in path.resolve().parents
+    except OSError:
+        return directory.absolute() in path.absolute().parents
 
 
 def _same_dir(a: Path, b: Path) -> bool:
@@ -385,7 +470,7 @@ def claimed(output_dir: str, overwrite: bool, outputs: list[str]) -> Iterator[Pa
     run_dir.claim(overwrite, resume=None)
     try:
         run_dir.begin(fresh=True)
-        record(run_dir.path, *outputs)
+        record(run_dir.path, *outputs, holds_runs=True)
         yield run_dir.path
     finally:
         run_dir.release()

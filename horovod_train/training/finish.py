@@ -84,14 +84,17 @@ def write_outputs(
     all_results.json last: it marks a finished run. ``weights``: ``model``'s whole state dict (gathered where
     the engine shards the model)."""
     output_dir = run_dir.path
-    with run_dir.recording():
+    with run_dir.recording() as saved:
         if lora.is_peft(model):  # the adapter as peft saves it, and beside it the model it makes, for pipeline()
             model.save_pretrained(output_dir / lora.ADAPTER_DIR)
             model = lora.merge_in_place(model)  # the model's last use
             weights = model.state_dict()
         model.save_pretrained(output_dir, state_dict=weights)
-        for saved in output_dir.glob("*.safetensors"):  # safetensors writes 0600 whatever the umask
-            follow_umask(saved)
+    # safetensors writes 0600 whatever the umask; only what save_pretrained just wrote is the run's to widen
+    for name in sorted(saved):
+        if name.endswith(".safetensors"):
+            follow_umask(output_dir / name)
+    with run_dir.recording():
         tokenizer.save_pretrained(output_dir)
         transformers_files.write_predictions(output_dir, predictions, model.config.id2label, shape)
         plot_training_curves(log_history, output_dir / "training_curves.png")

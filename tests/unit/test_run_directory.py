@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -17,9 +18,11 @@ from hypothesis import strategies as st
 from support.jobs import SMALL_JOB
 
 from horovod_train import checkpoint as ckpt
+from horovod_train import checkpoint_layout as ckpt_layout
 from horovod_train import run_directory as outdir
 from horovod_train.cli import main
 from horovod_train.errors import UsageError
+from horovod_train.files import current_umask
 
 pytestmark = pytest.mark.slow
 
@@ -197,6 +200,88 @@ def test_the_early_look_refuses_as_claim_does_and_leaves_a_held_directory_to_cla
     finally:
         holder.release()
     assert snapshot(out) == before and not (tmp_path / "new").exists()
+
+
+def one_error_line(capsys, text: str) -> None:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and text in err[0], err
+
+
+def test_a_run_inside_another_runs_directory_or_checkpoint_is_refused_and_never_deleted_with_it(tmp_path, runs, capsys):
+    """Issue 56 item 1: `--output_dir A/checkpoint-2/B` was accepted, and A's rotation or --overwrite_output_dir
+    then deleted checkpoint-2 with all of B (a checkpoint was taken as A's own because it held a manifest); a
+    resume from B's checkpoint with `--overwrite_output_dir --output_dir A` read it, then deleted it."""
+    a = tmp_path / "A"
+    shutil.copytree(runs["other"], a)
+    before = snapshot(a)
+    capsys.readouterr()
+    assert train(a / "checkpoint-2" / "B", "--max_steps", "2", "--save_steps", "2") == 2
+    one_error_line(capsys, f"--output_dir {a / 'checkpoint-2' / 'B'} lies inside the checkpoint {a / 'checkpoint-2'}")
+    assert train(a / "sub" / "B", "--max_steps", "2", "--save_steps", "2") == 2
+    one_error_line(capsys, f"lies inside {a}, the directory of another run")
+    assert snapshot(a) == before
+    # B as the fix found it, made inside A's checkpoint earlier: every start that would delete it is refused.
+    shutil.copytree(runs["src"], a / "checkpoint-2" / "B")
+    before = snapshot(a)
+    assert (
+        train(a, "--max_steps", "6", "--save_steps", "2", "--resume_from_checkpoint", "auto", "--save_total_limit", "1")
+        == 2
+    )
+    one_error_line(capsys, f"--output_dir {a} holds checkpoint-2/B, which this project did not write")
+    assert train(a, "--max_steps", "6", "--save_steps", "2", "--overwrite_output_dir") == 2
+    one_error_line(capsys, "holds files this project did not write (checkpoint-2/B)")
+    inner = a / "checkpoint-2" / "B" / "checkpoint-4"
+    assert (
+        train(
+            a, "--max_steps", "6", "--save_steps", "2", "--overwrite_output_dir", "--resume_from_checkpoint", str(inner)
+        )
+        == 2
+    )
+    one_error_line(capsys, f"--resume_from_checkpoint {inner} lies inside --output_dir {a}, which a fresh start")
+    assert snapshot(a) == before
+
+
+def test_rotation_and_reset_remove_a_checkpoint_only_when_it_holds_nothing_its_manifest_does_not_list(tmp_path, runs):
+    """A user's file put into a checkpoint since it was written: the checkpoint is left whole."""
+    out = tmp_path / "run"
+    shutil.copytree(runs["other"], out)
+    (out / "checkpoint-2" / "notes.txt").write_text("mine")
+    assert ckpt_layout.unlisted(out / "checkpoint-2") == ["notes.txt"]
+    assert ckpt_layout.unlisted(out / "checkpoint-4") == [] and ckpt_layout.unlisted(out) is None
+    kept = snapshot(out / "checkpoint-2")
+    ckpt.Checkpoints(out, keep=1, lineage=["checkpoint-2", "checkpoint-4"]).rotate(keep_also="checkpoint-4")
+    assert snapshot(out / "checkpoint-2") == kept
+    assert outdir.foreign_entries(out) == ["checkpoint-2"]
+    outdir.reset(out)  # what --overwrite_output_dir removes (the check before refuses such a directory)
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-2"] and snapshot(out / "checkpoint-2") == kept
+
+
+def test_a_job_of_compare_or_bench_runs_in_a_name_its_command_recorded_for_it(tmp_path):
+    """compare and bench run their jobs inside their own directory, under names they recorded up front."""
+    with outdir.claimed(str(tmp_path / "compare"), overwrite=False, outputs=["logs", "single"]) as out:
+        outdir.RunDirectory(out / "single").check_inputs(resume=None)
+        with pytest.raises(UsageError, match="lies inside .*compare, the directory of another run"):
+            outdir.RunDirectory(out / "elsewhere").check_inputs(resume=None)
+
+
+def test_a_resume_in_place_widens_and_names_only_what_it_wrote(tmp_path, runs, capsys):
+    """Issue 56 items 2 and 8: after a resume in place every *.safetensors in the directory got the umask's mode
+    (the user's private.safetensors 0600 -> 0644), and the `wrote` line left out the model and results it
+    rewrote."""
+    out = tmp_path / "run"
+    shutil.copytree(runs["other"], out)
+    (out / "private.safetensors").write_bytes(b"mine")
+    (out / "private.safetensors").chmod(0o600)
+    (out / "model.safetensors").chmod(0o600)  # as safetensors writes it: the run's own, to widen
+    capsys.readouterr()
+    assert train(out, "--max_steps", "6", "--save_steps", "2", "--resume_from_checkpoint", "auto") == 0
+    assert stat.S_IMODE((out / "private.safetensors").stat().st_mode) == 0o600
+    assert stat.S_IMODE((out / "model.safetensors").stat().st_mode) == 0o666 & ~current_umask()
+    (wrote,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("wrote ")]
+    names = set(wrote.removeprefix(f"wrote {out}/: ").split(", "))
+    rewritten = {"model.safetensors", "config.json", "tokenizer.json", "all_results.json", "trainer_state.json"}
+    assert rewritten | {"checkpoint-6/", "run_config.json", "metrics.jsonl"} <= names, wrote
+    assert not names & {"private.safetensors", "checkpoint-2/", "checkpoint-4/"}, wrote
 
 
 def test_a_dangling_symlink_output_dir_is_named_as_such(tmp_path):
