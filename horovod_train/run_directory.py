@@ -9,8 +9,11 @@ which checkpoints are the run's own. The rules (docs/failures.md, "The run direc
   a second job is told "in use by another job", not what the first one has written so far. The kernel drops it
   when its holder exits, however it exits.
 - **The ledger** (``.horovod-train-outputs.json``): every top-level name this project wrote in the directory,
-  recorded before the file is written. ``--overwrite_output_dir`` removes those, the project's checkpoints and its
+  recorded before the file is written; a checkpoint is the project's while it holds only what its manifest lists
+  (``checkpoint_layout.unlisted``). ``--overwrite_output_dir`` removes those, the project's checkpoints and its
   crash leftovers, and nothing else; a directory that holds anything else is refused instead.
+- **No run inside another.** An ``--output_dir`` inside a checkpoint or another run's directory is refused (that
+  run's rotation or reset would delete it), except under a name compare or bench recorded for its jobs.
 - **A run starts fresh or continues in place.** It continues in place when it resumes from a checkpoint inside the
   directory (``auto``, ``latest``, or a ``checkpoint-<step>`` directly in it): nothing is removed, and rotation
   deletes only checkpoints of the run's own lineage. Every other start is fresh (no resume, or a checkpoint from
