@@ -8,6 +8,7 @@ into the MASTER_ADDR/RANK/WORLD_SIZE that ``init_process_group("env://")`` reads
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from horovod_train import launching
+from horovod_train.engines import rendezvous
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
 from horovod_train.launching import environment
@@ -39,6 +42,7 @@ class DDPEngine(Engine):
 
     def setup(self) -> None:
         env = environment.detect()
+        left_over = launching.launcher(env.launcher).left_over(os.environ)  # before export sets them all
         env.export()
         self.launcher = env.launcher
         self.local_rank, self.local_world_size = env.local_rank, env.local_world_size
@@ -51,7 +55,7 @@ class DDPEngine(Engine):
             options["device_id"] = self.device
         # --ddp_timeout: long enough for rank 0's one-sided work (writing a checkpoint) while the others wait.
         timeout = timedelta(seconds=self.training.ddp_timeout)
-        dist.init_process_group(self.backend, init_method="env://", timeout=timeout, **options)
+        rendezvous.init_process_group(env, self.backend, timeout, left_over, **options)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.set_cpu_threads()
 
