@@ -398,7 +398,6 @@ def test_a_rank_at_or_above_its_size_is_refused():
     domains.check_environment({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
 
 
-
 def test_train_doctor_and_bench_allreduce_refuse_a_bad_knob_before_starting(monkeypatch, tmp_path, capsys):
     """`bench allreduce` ended in a ValueError traceback; `train` ran with a 64-byte fusion buffer."""
     from horovod_train import cli, doctor
