@@ -103,6 +103,7 @@ def quiet_libraries() -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     config = parse_run_config(namespace=args)  # bad flags are refused before torch and transformers load
+    environment.check_launch(config.training.engine)  # the environment's variables and the launcher's world, too
     refuse_output_dir_early(config)
 
     from horovod_train.engines import create_engine

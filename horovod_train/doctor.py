@@ -95,6 +95,7 @@ def main(args: argparse.Namespace) -> int:
     if name == "dp":
         joining = [engine for engine in available_engines() if engine != "dp"]  # the table's, dp's one process aside
         raise UsageError("doctor joins a job with one process per rank", f"use --engine {' or '.join(joining)}")
+    environment.check_launch(name)
     engine = create_engine(RunConfig(training=TrainingArguments(engine=name)))
     with engine.running():
         row = {

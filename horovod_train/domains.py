@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -388,3 +389,102 @@ def check_domains(values: dict[str, Any]) -> None:
 def check_section(section: Any) -> None:
     """Each field of an argument dataclass against its domain."""
     check_domains({f.name: getattr(section, f.name) for f in fields(section)})
+
+
+# The environment is input too: the variables this project, Horovod, NCCL and torch.distributed read, each with its
+# domain. Horovod and NCCL read numbers with C's strtol/strtod, which stop at the first character that is not a
+# digit: HOROVOD_FUSION_THRESHOLD=64MB is a 64-byte fusion buffer and HOROVOD_CYCLE_TIME=fast a zero cycle time, and
+# nothing says so. Checked by train, doctor and bench allreduce (check_environment) before anything starts.
+C_INTEGER = re.compile(r"\s*[+-]?\d+")
+C_FLOAT = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+@dataclass(frozen=True)
+class Variable:
+    """An environment variable's domain: a number (``number``, whole with ``integer``, in ``unit``) or one of
+    ``words`` (any case), or any non-empty text without spaces; ``reader``: who reads it; ``example``: a good value."""
+
+    reader: str
+    number: Number | None = None
+    integer: bool = True
+    unit: str = ""
+    words: tuple[str, ...] = ()
+    example: str = "1"
+
+    def problem(self, value: str) -> str | None:
+        """Why ``value`` is outside the domain (what the reader would make of it), or None."""
+        if not value.strip():
+            return "is empty"
+        if self.words:
+            return None if value.lower() in self.words else f"is not one of {', '.join(self.words)}"
+        if self.number is None:
+            return f"holds a space ({self.reader} reads one word)" if any(c.isspace() for c in value) else None
+        try:
+            parsed = int(value) if self.integer else float(value)
+        except ValueError:
+            read = self.c_reading(value)
+            kind = ("a whole number" if self.integer else "a number") + (f" of {self.unit}" if self.unit else "")
+            return f"is not {kind} ({self.reader} reads it as {read})"
+        if not self.number.contains(parsed):
+            return f"must be {self.number.rule(self.integer)}{self.unit_words()}"
+        return None
+
+    def c_reading(self, value: str) -> str:
+        """What C's strtol/strtod make of ``value``: its leading number, else 0."""
+        match = (C_INTEGER if self.integer else C_FLOAT).match(value)
+        return match[0].strip() if match else "0"
+
+    def unit_words(self) -> str:
+        return f" ({self.unit})" if self.unit else ""
+
+
+SWITCH = ("0", "1")  # Horovod reads its switches with strtol: "true" is 0, off
+HOROVOD, NCCL, TORCH, THIS = "Horovod", "NCCL", "torch.distributed", "horovod-train"
+VARIABLES: dict[str, Variable] = {
+    # Horovod's knobs (read once, at hvd.init)
+    "HOROVOD_FUSION_THRESHOLD": Variable(HOROVOD, Number(0), unit="bytes", example="67108864"),
+    "HOROVOD_CYCLE_TIME": Variable(HOROVOD, Number(0.0, low_open=True), integer=False, unit="ms", example="1"),
+    "HOROVOD_CACHE_CAPACITY": Variable(HOROVOD, Number(0), unit="tensors", example="1024"),
+    "HOROVOD_STALL_CHECK_TIME_SECONDS": Variable(HOROVOD, Number(0), unit="seconds", example="60"),
+    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": Variable(HOROVOD, Number(0), unit="seconds", example="1800"),
+    "HOROVOD_STALL_CHECK_DISABLE": Variable(HOROVOD, words=SWITCH),
+    "HOROVOD_AUTOTUNE": Variable(HOROVOD, words=SWITCH),
+    "HOROVOD_HIERARCHICAL_ALLREDUCE": Variable(HOROVOD, words=SWITCH),
+    "HOROVOD_HIERARCHICAL_ALLGATHER": Variable(HOROVOD, words=SWITCH),
+    "HOROVOD_TIMELINE_MARK_CYCLES": Variable(HOROVOD, words=SWITCH),
+    "HOROVOD_CPU_OPERATIONS": Variable(HOROVOD, words=("gloo", "mpi", "ccl"), example="gloo"),
+    # this project's own
+    "HOROVOD_TRAIN_DEBUG": Variable(THIS, words=SWITCH),
+    "HOROVOD_TRAIN_SPIN_WAIT": Variable(THIS, words=SWITCH),
+    "OMP_NUM_THREADS": Variable(THIS, Number(1), unit="threads", example="4"),
+    # NCCL's
+    "NCCL_DEBUG": Variable(NCCL, words=("version", "warn", "info", "trace", "abort"), example="WARN"),
+    "NCCL_SOCKET_IFNAME": Variable(NCCL, example="eth0"),
+    "NCCL_IB_DISABLE": Variable(NCCL, words=SWITCH),
+    "NCCL_P2P_DISABLE": Variable(NCCL, words=SWITCH),
+    # torch.distributed's env:// rendezvous (torchrun sets them; a hand-started job sets them itself)
+    "MASTER_ADDR": Variable(TORCH, example="127.0.0.1"),
+    "MASTER_PORT": Variable(TORCH, Number(1, 65535), example="29500"),
+    "RANK": Variable(TORCH, Number(0), example="0"),
+    "WORLD_SIZE": Variable(TORCH, Number(1), unit="processes", example="2"),
+    "LOCAL_RANK": Variable(TORCH, Number(0), example="0"),
+    "LOCAL_WORLD_SIZE": Variable(TORCH, Number(1), unit="processes", example="2"),
+}
+# (rank, size): a rank counts from 0 to size - 1.
+RANK_PAIRS = (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"))
+
+
+def check_environment(env: Mapping[str, str]) -> None:
+    """Every variable of VARIABLES that ``env`` sets, in its domain; then each rank below its size."""
+    for name, variable in VARIABLES.items():
+        if name in env and (problem := variable.problem(env[name])):
+            raise UsageError(
+                f"environment variable {name}={env[name]!r} {problem}",
+                f"export {name}={variable.example}, or unset {name} ({variable.reader} reads it)",
+            )
+    for rank, size in RANK_PAIRS:
+        if rank in env and size in env and int(env[rank]) >= int(env[size]):
+            raise UsageError(
+                f"environment variable {rank}={env[rank]} but {size}={env[size]} (ranks count from 0 to {size} - 1)",
+                f"unset {rank} {size} if they are left over from an earlier torchrun, or set {rank} below {size}",
+            )

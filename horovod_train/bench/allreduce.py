@@ -243,6 +243,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def validate(args: argparse.Namespace, cuda: bool | None = None) -> list[Case]:
     """Every argument against its domain (nothing is launched or written before); the cases to measure."""
     cuda = torch.cuda.is_available() if cuda is None else cuda
+    domains.check_environment(os.environ)  # the HOROVOD_* knobs it measures under, as train checks them
     domains.writable_dir("output_dir", args.output_dir)
     domains.text("label", args.label or None)
     args.max_bytes = args.max_bytes or ("256MB" if cuda else "64MB")

@@ -6,18 +6,13 @@ import torch
 from torch import nn
 
 from horovod_train.engines.base import Engine
-from horovod_train.errors import UsageError
 from horovod_train.launching import environment
 
 
 def refuse_a_launcher(engine: str) -> None:
-    """One-process engines under a multi-process launcher would train W copies into one --output_dir."""
-    env = environment.detect(resolve_master=False)
-    if env.world_size > 1:
-        raise UsageError(
-            f"--engine {engine} runs one process but {env.launcher} started {env.world_size}",
-            "start it with plain python, or use --engine horovod or ddp under a launcher",
-        )
+    """One-process engines under a multi-process launcher would train W copies into one --output_dir (the launcher
+    table's check, which train makes before the engine starts)."""
+    environment.check_joins(engine)
 
 
 class SingleEngine(Engine):

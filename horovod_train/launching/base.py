@@ -23,6 +23,16 @@ BIN = Path(sys.executable).parent
 # torch.distributed's rendezvous point, (address, port); None where the launcher gives none.
 Master = tuple[str | None, int | None]
 
+# How an engine's ranks find each other: the rendezvous a launcher's world offers, and the one an engine joins through
+# (its local launcher's, engines/table.py's LOCAL_LAUNCHERS). A world the launcher started that the engine cannot join
+# trains W separate jobs of one (Horovod under torchrun) or waits for peers that never come: refused before it starts.
+ONE_PROCESS = "no rendezvous (one process)"
+ENV_RENDEZVOUS = "torch.distributed's env:// rendezvous (MASTER_ADDR, RANK, WORLD_SIZE)"
+HOROVOD_RENDEZVOUS = "Horovod's rendezvous (horovodrun's Gloo, or MPI)"
+# A world of one needs no rendezvous: a one-process engine runs in it, and Horovod starts alone where nothing tells
+# it of peers. torch.distributed still needs a master address, which a launcher may not give (horovodrun).
+ALONE = frozenset({ONE_PROCESS, HOROVOD_RENDEZVOUS})
+
 
 class Ranks(NamedTuple):
     rank: int
@@ -60,6 +70,9 @@ class Launcher:
     fallback: ClassVar[bool] = False  # matches every process: detected only when no other row is
     local: ClassVar[bool] = True  # starts ranks on this machine alone (compare, bench, the tests)
     help: ClassVar[str | None] = None  # its `python -m horovod_train.launching` subcommand; None: none
+    rendezvous: ClassVar[str]  # what its own engine's ranks meet through
+    # Every rendezvous its ranks can meet through (its own first); offers() narrows it by the environment.
+    rendezvous_offered: ClassVar[tuple[str, ...]] = ()
 
     def detects(self, env: Mapping[str, str]) -> bool:
         """This process was started by this launcher (its variables are set)."""
@@ -77,6 +90,24 @@ class Launcher:
 
     def implied_engine(self) -> str:
         return self.engine
+
+    @classmethod
+    def every_rendezvous(cls) -> tuple[str, ...]:
+        """Every rendezvous its ranks can meet through, in some environment."""
+        return cls.rendezvous_offered or (cls.rendezvous,)
+
+    def offers(self, env: Mapping[str, str]) -> frozenset[str]:
+        """The rendezvous the ranks it started with ``env`` can meet through."""
+        return frozenset(self.every_rendezvous())
+
+    def left_over(self, env: Mapping[str, str]) -> list[str]:
+        """Its rank variables where they are set but it did not set them (left over from an earlier launch, or set
+        by hand): named while a rendezvous waits for peers that may never come."""
+        return []
+
+    def launches_with(self, rendezvous: str) -> str:
+        """How to start ranks that meet through ``rendezvous`` with this launcher (a fix names it)."""
+        return self.tool
 
     def command(self, program: Sequence[str], processes: int | None = None, **options: Any) -> list[str]:
         """The command line that starts ``program`` as ``processes`` processes, with this launcher's options."""

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from horovod_train.errors import UsageError
-from horovod_train.launching import detect_launcher, launcher
+from horovod_train.launching import LAUNCHERS, detect_launcher, launcher
+from horovod_train.launching.base import ALONE, ONE_PROCESS
 
 if TYPE_CHECKING:
     import torch
@@ -57,6 +58,51 @@ def detect(env: Mapping[str, str] | None = None, resolve_master: bool = True) ->
     row = detect_launcher(env)
     ranks = row.ranks(env)
     return DistEnv(row.name, *ranks, *row.master(env, ranks.rank, resolve_master))
+
+
+def check_launch(engine: str, env: Mapping[str, str] | None = None) -> None:
+    """Before ``engine`` starts in this process: the environment's variables in their domains (domains.VARIABLES),
+    then the world its launcher started one ``engine`` can join (``check_joins``)."""
+    from horovod_train.domains import check_environment  # the argument domains: not for the launch scripts' python
+
+    env = os.environ if env is None else env
+    check_environment(env)
+    check_joins(engine, env)
+
+
+def check_joins(engine: str, env: Mapping[str, str] | None = None) -> None:
+    """The world this process's launcher started can be joined by ``engine``'s ranks: the rendezvous the engine meets
+    through (its local launcher's) is one the launcher's world offers. Every rank decides it alike, before any
+    trains, so rank 0 says it (errors.exit_with) for every launcher x engine pair."""
+    from horovod_train.engines.table import ENGINE_CLASSES, local_launcher
+
+    env = os.environ if env is None else env
+    row = detect_launcher(env)
+    size = row.ranks(env).world_size
+    offered = row.offers(env) | (ALONE if size == 1 else frozenset())
+    needs = launcher(local_launcher(engine)).rendezvous
+    if needs in offered:
+        return
+    joining = [name for name in ENGINE_CLASSES if launcher(local_launcher(name)).rendezvous in offered]
+    instead = f"use --engine {either(joining)} under {row.tool}"
+    if needs == ONE_PROCESS:
+        raise UsageError(
+            f"--engine {engine} runs one process but {row.name} started {size}",
+            f"start it with plain python, or {instead}",
+        )
+    starters = [other.launches_with(needs) for other in LAUNCHERS.values()
+                if needs in other.every_rendezvous() and not other.fallback]  # fmt: skip
+    processes = f"{size} process{'es' if size > 1 else ''}"
+    raise UsageError(
+        f"--engine {engine} joins its ranks through {needs}, which the {processes} {row.name} started do not have "
+        "(each would train a job of its own, or wait for peers that never come)",
+        f"launch --engine {engine} with {either(starters)}, or {instead}",
+    )
+
+
+def either(words: list[str]) -> str:
+    """'a, b or c'."""
+    return " or ".join(filter(None, [", ".join(words[:-1]), words[-1]]))
 
 
 # How a rank's device was chosen (doctor shows it): rule -> what it means.

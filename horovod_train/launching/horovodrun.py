@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Mapping, Sequence
 
 from horovod_train.errors import UsageError
-from horovod_train.launching.base import Launcher, RankVariables, positive
+from horovod_train.launching.base import HOROVOD_RENDEZVOUS, Launcher, RankVariables, positive
 from horovod_train.launching.open_mpi import BTL_WITHOUT_OFI
 
 CONTROLLERS = ("gloo", "mpi")
@@ -15,6 +15,7 @@ CONTROLLERS = ("gloo", "mpi")
 class Horovodrun(Launcher):
     name = tool = "horovodrun"
     engine = "horovod"
+    rendezvous = HOROVOD_RENDEZVOUS
     variables = RankVariables("HOROVOD_RANK", "HOROVOD_LOCAL_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_SIZE")
     signalled = (variables.rank,)
     help = "horovodrun, Gloo or MPI controller"

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 
 from horovod_train.errors import UsageError
 from horovod_train.launching.base import (
+    ENV_RENDEZVOUS,
+    HOROVOD_RENDEZVOUS,
     Launcher,
     Master,
     RankVariables,
@@ -51,6 +53,8 @@ class Mpirun(Launcher):
     # Horovod's launcher as much as horovodrun (`horovodrun --mpi` runs mpirun, and the checkout's mpirun script is
     # Horovod's documented one); DDP where Horovod is not installed.
     engine = "horovod"
+    rendezvous = HOROVOD_RENDEZVOUS
+    rendezvous_offered = (HOROVOD_RENDEZVOUS, ENV_RENDEZVOUS)  # env://: rank 0's address, broadcast over MPI (master)
     variables = RankVariables(*(f"{MPI_RANK_PREFIX}{name}" for name in ("RANK", "LOCAL_RANK", "SIZE", "LOCAL_SIZE")))
     signalled = (variables.rank,)
     help = "Open MPI's mpirun with Horovod's flags"

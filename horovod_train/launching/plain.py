@@ -6,12 +6,24 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from horovod_train.errors import UsageError
-from horovod_train.launching.base import Launcher, Master, Ranks, free_port, int_variable
+from horovod_train.launching.base import (
+    ENV_RENDEZVOUS,
+    HOROVOD_RENDEZVOUS,
+    ONE_PROCESS,
+    Launcher,
+    Master,
+    Ranks,
+    free_port,
+    int_variable,
+)
 
 
 class PlainPython(Launcher):
     name, tool = "plain", "python"
     engine = "single"
+    rendezvous = ONE_PROCESS
+    # Its world of one: torch.distributed on a free local port (master), Horovod alone.
+    rendezvous_offered = (ONE_PROCESS, ENV_RENDEZVOUS, HOROVOD_RENDEZVOUS)
     fallback = True
 
     def detects(self, env: Mapping[str, str]) -> bool:

@@ -10,7 +10,15 @@ import subprocess
 from collections.abc import Mapping, Sequence
 
 from horovod_train.errors import UsageError
-from horovod_train.launching.base import Launcher, Master, Ranks, int_variable, positive
+from horovod_train.launching.base import (
+    ENV_RENDEZVOUS,
+    HOROVOD_RENDEZVOUS,
+    Launcher,
+    Master,
+    Ranks,
+    int_variable,
+    positive,
+)
 
 RANK, LOCAL_RANK, NTASKS = "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"
 STEP_TASKS = "SLURM_STEP_NUM_TASKS"  # an sbatch script itself sees SLURM_PROCID too; only srun's tasks see this
@@ -66,6 +74,17 @@ class Srun(Launcher):
     signalled = PMI_RANK_VARIABLES  # not SLURM_PROCID: every srun task has it, launchers included
     local = False  # its tasks run in a Slurm allocation, started by the SLURM job scripts
     help = "srun, one program per task"
+    rendezvous = ENV_RENDEZVOUS
+    rendezvous_offered = (ENV_RENDEZVOUS, HOROVOD_RENDEZVOUS)
+
+    def offers(self, env: Mapping[str, str]) -> frozenset[str]:
+        # Horovod's MPI finds its peers through the PMI that `srun --mpi=pmix` (or pmi2) gives each task; without
+        # it every task's MPI starts a world of one.
+        pmi = any(name in env for name in PMI_RANK_VARIABLES)
+        return frozenset(self.every_rendezvous() if pmi else (self.rendezvous,))
+
+    def launches_with(self, rendezvous: str) -> str:
+        return "srun --mpi=pmix" if rendezvous == HOROVOD_RENDEZVOUS else self.tool
 
     def detects(self, env: Mapping[str, str]) -> bool:
         return RANK in env and STEP_TASKS in env

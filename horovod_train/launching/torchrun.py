@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping, Sequence
 
-from horovod_train.launching.base import Launcher, Master, RankVariables, int_variable, positive
+from horovod_train.launching.base import ENV_RENDEZVOUS, Launcher, Master, RankVariables, int_variable, positive
 
 DEFAULT_MASTER_PORT = 29500
 RUN_ID = "TORCHELASTIC_RUN_ID"  # what a torchrun worker has and its agent lacks (LOCAL_RANK too)
@@ -14,12 +14,18 @@ RUN_ID = "TORCHELASTIC_RUN_ID"  # what a torchrun worker has and its agent lacks
 class Torchrun(Launcher):
     name = tool = "torchrun"
     engine = "ddp"
+    rendezvous = ENV_RENDEZVOUS
     variables = RankVariables("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
     signalled = (variables.local_rank,)  # its workers have it, its agent does not
     help = "torchrun, standalone or a c10d rendezvous"
 
     def detects(self, env: Mapping[str, str]) -> bool:
         return RUN_ID in env or {self.variables.rank, self.variables.world_size, "MASTER_ADDR"} <= env.keys()
+
+    def left_over(self, env: Mapping[str, str]) -> list[str]:
+        if RUN_ID in env:
+            return []
+        return [name for name in (*self.variables, "MASTER_ADDR", "MASTER_PORT") if name in env]
 
     def master(self, env: Mapping[str, str], rank: int, resolve: bool) -> Master:
         return env.get("MASTER_ADDR", "127.0.0.1"), int_variable(env, "MASTER_PORT", DEFAULT_MASTER_PORT)

@@ -10,10 +10,11 @@ import sys
 import time
 
 import pytest
-from support.bad_input import CASES, _small_vocab_model, assert_refused, snapshot
+from support.bad_input import CASES, _small_vocab_model, assert_one_line, assert_refused, snapshot
 from support.jobs import BIN, REPO, base_env, run, train_cmd, train_here
 
 from horovod_train.launching import LAUNCHERS
+from horovod_train.launching.base import free_port
 from horovod_train.run_directory import record
 
 # A case of each kind, as a real program: refused while the arguments are read, while the data is read (after the
@@ -163,3 +164,29 @@ def test_help_and_a_refused_flag_start_without_torch_or_transformers_models(tmp_
         assert not refused or refused[0] in stderr, (argv, stderr[-2000:])
         if argv == ["train", "--help"]:
             assert all(f"--{flag}" in stdout for flag in ("learning_rate", "engine", "gradient_predivide_factor"))
+
+
+# What an earlier torchrun leaves in a shell (export, or a copied job script): rank 0 of 2, no torchrun running.
+STALE_TORCHRUN = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
+
+
+def test_stale_torchrun_variables_say_what_they_wait_for_and_end_in_one_line(tmp_path, cache_dir):
+    """The process group waited silently for --ddp_timeout (1800 s), then printed a 34-line traceback (DistStoreError
+    ... 1/2 clients joined). Now: who is missing, after a few seconds, with the variables to unset; one line at the
+    timeout; nothing written."""
+    port = str(free_port())
+    before = snapshot(tmp_path)
+    proc = subprocess.run(
+        [str(BIN / "python"), "-m", "horovod_train", "train", "--engine", "ddp", "--ddp_timeout", "8",
+         "--output_dir", str(tmp_path / "out")],
+        cwd=REPO, env={**base_env(cache_dir), **STALE_TORCHRUN, "MASTER_PORT": port},
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    waiting, error = proc.stderr.strip().splitlines()
+    assert waiting.startswith(f"waiting for 1 of 2 ranks at 127.0.0.1:{port} (env://)"), proc.stderr
+    assert (
+        "not by a running torchrun" in waiting
+        and "`unset RANK LOCAL_RANK WORLD_SIZE MASTER_ADDR MASTER_PORT`" in waiting
+    )
+    assert_one_line(proc.returncode, error, proc.stdout, f"1 of 2 ranks never joined at 127.0.0.1:{port} (env://)")
+    assert snapshot(tmp_path) == before

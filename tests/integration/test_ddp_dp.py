@@ -98,8 +98,8 @@ def test_dp_refuses_a_torchrun_workers_rank_as_single_does(tmp_path, cache_dir, 
 
 @pytest.fixture(scope="module")
 def torchrun_workers(tmp_path_factory, cache_dir) -> tuple[subprocess.CompletedProcess, Path]:
-    """tests/probes/torchrun_workers_probe.py under a real torchrun: two workers refuse `--engine single`, then
-    train DDP with find_unused_parameters (one launch for two tests)."""
+    """tests/probes/torchrun_workers_probe.py under a real torchrun: two workers refuse `--engine single` and
+    `--engine horovod`, then train DDP with find_unused_parameters (one launch for three tests)."""
     out = tmp_path_factory.mktemp("torchrun-workers") / "out"
     program = [str(BIN / "python"), str(REPO / "tests" / "probes" / "torchrun_workers_probe.py")]
     return run(probe_launch("torchrun", [*program, *SMALL_JOB, "--output_dir", str(out)]), cache_dir, timeout=180), out
@@ -113,6 +113,19 @@ def test_single_refuses_the_two_ranks_of_a_real_torchrun(torchrun_workers):
     exits = [re.findall(rf"rank {rank}: --engine single exited (\S+)", proc.stdout) for rank in (0, 1)]
     assert exits == [["2"], ["2"]], proc.stdout
     assert "error: --engine single runs one process but torchrun started 2" in proc.stderr
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_horovod_refuses_the_two_ranks_of_a_real_torchrun(torchrun_workers):
+    """Each worker ran a Horovod job of its own (world size 1: one trained, the other found --output_dir in use by
+    "another job"); refused by the launcher table's check, exit 2, before either trains."""
+    proc, out = torchrun_workers
+    exits = [re.findall(rf"rank {rank}: --engine horovod exited (\S+)", proc.stdout) for rank in (0, 1)]
+    assert exits == [["2"], ["2"]], proc.stdout + proc.stderr
+    assert "error: --engine horovod joins its ranks through Horovod's rendezvous" in proc.stderr
+    assert "which the 2 processes torchrun started do not have" in proc.stderr
+    assert "launch --engine horovod with horovodrun, mpirun or srun --mpi=pmix" in proc.stderr
     assert not out.exists()
 
 

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
+from datetime import timedelta
 
 import pytest
 
+from horovod_train.engines.table import ENGINE_NAMES
 from horovod_train.errors import UsageError
-from horovod_train.launching import environment
-from horovod_train.launching.environment import detect
+from horovod_train.launching import LAUNCHERS, environment
+from horovod_train.launching.base import free_port
+from horovod_train.launching.environment import check_joins, detect
 from horovod_train.launching.srun import expand_tasks_per_node
 
 SRUN = {
@@ -145,3 +150,108 @@ def test_more_local_ranks_than_visible_gpus_is_a_usage_error(monkeypatch):
     with pytest.raises(UsageError, match="local rank 2 but only 2 GPU"):
         environment.pin_cuda_device(detect(SRUN | {"SLURM_LOCALID": "2"}, resolve_master=False).local_rank)
     assert current == []
+
+
+# Every launcher x engine pair (issue 56): the engines a launcher's world of several ranks can be joined by, written
+# out by hand (the spec; the table must agree). horovod under torchrun started 2 separate Horovod jobs of one.
+SRUN_PMIX = {**SRUN, "PMIX_RANK": "3"}  # srun --mpi=pmix: Horovod's MPI finds its peers
+JOINED_BY = {
+    "horovodrun": (LAUNCHER_ENVS["horovodrun"], {"horovod"}),
+    "mpirun": (MPIRUN, {"horovod", "ddp", "fsdp", "zero1"}),  # env://: rank 0's address broadcast over MPI
+    "torchrun": (LAUNCHER_ENVS["torchrun"], {"ddp", "fsdp", "zero1"}),
+    "srun": (SRUN, {"ddp", "fsdp", "zero1"}),  # without PMI each task's Horovod would train alone
+    "srun --mpi=pmix": (SRUN_PMIX, {"ddp", "fsdp", "zero1", "horovod"}),
+    "plain": ({}, set(ENGINE_NAMES)),  # a world of one
+}
+
+
+def test_the_matrix_covers_every_launcher_row():
+    assert {name.split()[0] for name in JOINED_BY} == set(LAUNCHERS)
+
+
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+@pytest.mark.parametrize("case", JOINED_BY)
+def test_a_launchers_world_is_joined_by_its_engines_and_refused_to_the_others_in_one_line(case, engine):
+    env, joining = JOINED_BY[case]
+    row = detect(env, resolve_master=False)
+    assert row.launcher == case.split()[0]
+    if engine in joining:
+        check_joins(engine, env)
+        return
+    with pytest.raises(UsageError) as refused:
+        check_joins(engine, env)
+    line = str(refused.value)
+    assert "\n" not in line and f"--engine {engine} " in line and row.launcher in line
+    assert f"{row.world_size}" in line.split("; fix:")[0]  # the size of the world it started
+    assert any(f"use --engine {name}" in line or f", {name}" in line or f"or {name}" in line for name in joining)
+
+
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+@pytest.mark.parametrize("case", [case for case in JOINED_BY if case != "plain"])
+def test_a_world_of_one_is_joined_by_every_engine_that_finds_a_rendezvous_there(case, engine):
+    """One process: one-process engines and Horovod (alone) run; torch.distributed needs the launcher's address."""
+    env = {**JOINED_BY[case][0]}
+    for name in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS"):
+        env |= {name: "1"} if name in env else {}
+    env |= {name: "0" for name in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "RANK", "SLURM_PROCID") if name in env}
+    env |= {
+        name: "0"
+        for name in ("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK", "SLURM_LOCALID", "PMIX_RANK")
+        if name in env
+    }
+    assert detect(env, resolve_master=False).world_size == 1
+    torch_distributed = engine in {"ddp", "fsdp", "zero1"}
+    if torch_distributed and case == "horovodrun":
+        with pytest.raises(UsageError, match="env:// rendezvous"):
+            check_joins(engine, env)
+    else:
+        check_joins(engine, env)
+
+
+def stale_torchrun_shell(monkeypatch, port: int) -> None:
+    """A shell that still holds an earlier torchrun's rank 0 variables (no torchrun runs: no TORCHELASTIC_RUN_ID)."""
+    for name in ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MASTER_PORT", str(port))
+
+
+def test_a_rendezvous_whose_peer_never_comes_says_so_while_waiting_and_ends_in_one_line(monkeypatch, capsys):
+    """It waited silently for --ddp_timeout (1800 s), then raised DistStoreError ... 1/2 clients joined."""
+    from horovod_train.config import RunConfig, TrainingArguments
+    from horovod_train.engines import create_engine, ddp
+
+    port = free_port()
+    stale_torchrun_shell(monkeypatch, port)
+    monkeypatch.setattr(ddp, "FIRST_WORD_S", 0.5)  # a real wait, said sooner
+    engine = create_engine(RunConfig(training=TrainingArguments(engine="ddp", ddp_timeout=2)))
+    with pytest.raises(UsageError) as refused:
+        engine.setup()
+    assert str(refused.value).startswith(f"1 of 2 ranks never joined at 127.0.0.1:{port} (env://) within")
+    assert "`unset RANK LOCAL_RANK WORLD_SIZE MASTER_ADDR MASTER_PORT`" in str(refused.value)
+    waiting = capsys.readouterr().err
+    assert f"waiting for 1 of 2 ranks at 127.0.0.1:{port} (env://)" in waiting
+    assert "not by a running torchrun" in waiting and "unset RANK" in waiting
+
+
+def test_a_rendezvous_counts_the_ranks_that_came(monkeypatch, capsys):
+    """Two real ranks meet (threads of this process, each with its own store connection); rank 1 comes late."""
+    from horovod_train.engines import ddp
+
+    monkeypatch.setattr(ddp, "FIRST_WORD_S", 0.2)
+    port = free_port()
+    place = ddp.Place(f"127.0.0.1:{port} (env://)", [], "mpirun")
+    ranks = [environment.DistEnv("mpirun", rank, rank, 2, 2, "127.0.0.1", port) for rank in (0, 1)]
+    stores: dict[int, object] = {}
+
+    def join(rank: int) -> None:
+        stores[rank] = ddp.meet(ranks[rank], place, timedelta(seconds=20))
+
+    first = threading.Thread(target=join, args=(0,))
+    first.start()
+    time.sleep(1.0)
+    join(1)
+    first.join(timeout=20)
+    assert set(stores) == {0, 1} and stores[0].add(ddp.JOINED_KEY, 0) == 2
+    assert f"waiting for 1 of 2 ranks at 127.0.0.1:{port} (env://)" in capsys.readouterr().err

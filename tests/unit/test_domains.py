@@ -345,3 +345,71 @@ def test_an_out_of_domain_bench_argument_is_refused(name, dest, value, places, t
         _module(name).validate(args)
     assert "; fix: " in str(refused.value) and "\n" not in str(refused.value)
     assert not (tmp_path / "out").exists()
+
+
+# The environment is input (issue 56): an out-of-domain value of every variable of domains.VARIABLES, and what the
+# refusal says. Horovod read HOROVOD_FUSION_THRESHOLD=64MB as 64 bytes and HOROVOD_CYCLE_TIME=fast as 0, silently.
+BAD_VARIABLES: dict[str, tuple[str, str]] = {
+    "HOROVOD_FUSION_THRESHOLD": ("64MB", "is not a whole number of bytes (Horovod reads it as 64)"),
+    "HOROVOD_CYCLE_TIME": ("fast", "is not a number of ms (Horovod reads it as 0)"),
+    "HOROVOD_CACHE_CAPACITY": ("-1", "must be >= 0"),
+    "HOROVOD_STALL_CHECK_TIME_SECONDS": ("1m", "Horovod reads it as 1"),
+    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": ("", "is empty"),
+    "HOROVOD_STALL_CHECK_DISABLE": ("yes", "is not one of 0, 1"),
+    "HOROVOD_AUTOTUNE": ("true", "is not one of 0, 1"),  # Horovod's strtol reads "true" as 0: off
+    "HOROVOD_HIERARCHICAL_ALLREDUCE": ("on", "is not one of 0, 1"),
+    "HOROVOD_HIERARCHICAL_ALLGATHER": ("2", "is not one of 0, 1"),
+    "HOROVOD_TIMELINE_MARK_CYCLES": ("y", "is not one of 0, 1"),
+    "HOROVOD_CPU_OPERATIONS": ("nccl", "is not one of gloo, mpi, ccl"),
+    "HOROVOD_TRAIN_DEBUG": ("true", "is not one of 0, 1"),
+    "HOROVOD_TRAIN_SPIN_WAIT": ("yes", "is not one of 0, 1"),
+    "OMP_NUM_THREADS": ("0", "must be > 0"),
+    "NCCL_DEBUG": ("verbose", "is not one of version, warn, info, trace, abort"),
+    "NCCL_SOCKET_IFNAME": ("eth0 eth1", "holds a space"),
+    "NCCL_IB_DISABLE": ("true", "is not one of 0, 1"),
+    "NCCL_P2P_DISABLE": ("no", "is not one of 0, 1"),
+    "MASTER_ADDR": ("", "is empty"),
+    "MASTER_PORT": ("70000", "must be in 1..65535"),
+    "RANK": ("first", "is not a whole number"),
+    "WORLD_SIZE": ("0", "must be > 0"),
+    "LOCAL_RANK": ("-1", "must be >= 0"),
+    "LOCAL_WORLD_SIZE": ("two", "is not a whole number"),
+}
+
+
+def test_every_environment_variable_has_a_domain_and_an_out_of_domain_value():
+    assert sorted(BAD_VARIABLES) == sorted(domains.VARIABLES), "add the new variable's out-of-domain value here"
+
+
+@pytest.mark.parametrize("name", BAD_VARIABLES)
+def test_an_out_of_domain_environment_variable_is_refused_in_one_line(name):
+    value, says = BAD_VARIABLES[name]
+    with pytest.raises(UsageError) as refused:
+        domains.check_environment({name: value})
+    message = str(refused.value)
+    assert message.startswith(f"environment variable {name}={value!r} ") and says in message, message
+    assert f"; fix: export {name}=" in message and f"unset {name}" in message and "\n" not in message
+    domains.check_environment({name: domains.VARIABLES[name].example})  # the fix it names is in the domain
+
+
+def test_a_rank_at_or_above_its_size_is_refused():
+    with pytest.raises(UsageError, match="RANK=2 but WORLD_SIZE=2.*unset RANK WORLD_SIZE"):
+        domains.check_environment({"RANK": "2", "WORLD_SIZE": "2"})
+    domains.check_environment({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
+
+
+def test_train_doctor_and_bench_allreduce_refuse_a_bad_knob_before_starting(monkeypatch, tmp_path, capsys):
+    """`bench allreduce` ended in a ValueError traceback; `train` ran with a 64-byte fusion buffer."""
+    from horovod_train import cli, doctor
+
+    monkeypatch.setenv("HOROVOD_FUSION_THRESHOLD", "64MB")
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["train", "--engine", "horovod", "--output_dir", str(out)])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.startswith("error: environment variable HOROVOD_FUSION_THRESHOLD='64MB' ")
+    with pytest.raises(UsageError, match="HOROVOD_FUSION_THRESHOLD='64MB'"):
+        doctor.main(argparse.Namespace(engine="single"))
+    with pytest.raises(UsageError, match="HOROVOD_FUSION_THRESHOLD='64MB'"):
+        _module("allreduce").validate(build_parser().parse_args(["bench", "allreduce", "--output_dir", str(out)]))
+    assert not out.exists()
