@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from horovod_train.arguments import FALSE_VALUES, TRUE_VALUES, ArgumentParser, add_dataclass_arguments
-from horovod_train.config import CONFIG_HELP, SECTIONS, RunConfig, parse_run_config
+from horovod_train.config import CONFIG_HELP, SECTIONS, RunConfig, TrainingArguments, parse_run_config
 from horovod_train.console import write_line
 from horovod_train.errors import UsageError, exit_with
 from horovod_train.launching import environment
@@ -92,13 +92,25 @@ def debug_requested(argv: list[str]) -> bool:
     return False
 
 
-def quiet_libraries() -> None:
+def quiet_libraries(log_level: str = "passive") -> None:
+    """transformers' and datasets' progress bars off, and their logs at --log_level (passive: errors only)."""
+    import logging
+
     import datasets
     import transformers
 
+    level = logging.ERROR if log_level == "passive" else getattr(logging, log_level.upper())
     datasets.disable_progress_bars()
-    transformers.logging.set_verbosity_error()
+    datasets.logging.set_verbosity(level)
+    transformers.logging.set_verbosity(level)
     transformers.logging.disable_progress_bar()  # "Loading weights" / "Writing model shards" bars
+
+
+def hide_gpus_for_use_cpu(training: TrainingArguments) -> None:
+    """--use_cpu: no GPU visible to this process and its children, set before torch first looks for one, so that
+    every engine picks the CPU (and DDP Gloo) as it does on a machine without a GPU."""
+    if training.use_cpu:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -108,7 +120,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from horovod_train.engines import create_engine
     from horovod_train.model import fit_max_seq_length
 
-    quiet_libraries()
+    hide_gpus_for_use_cpu(config.training)
+    quiet_libraries(config.training.log_level)
     fit_max_seq_length(config, warn=warn_on_rank_0)
     engine = create_engine(config)
     training = config.training

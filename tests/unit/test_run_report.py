@@ -14,7 +14,7 @@ from support.jobs import SMALL_JOB
 
 from horovod_train import run_directory
 from horovod_train.cli import main, result_line
-from horovod_train.config import RunConfig
+from horovod_train.config import RunConfig, StepIntervals
 from horovod_train.engines.single import SingleEngine
 from horovod_train.position import TrainingPosition
 from horovod_train.trackers import Trackers, curves
@@ -77,7 +77,7 @@ def test_the_eta_is_the_pace_since_the_loop_started_times_the_steps_left(tmp_pat
     clock = [100.0]
     monkeypatch.setattr(run_log.time, "perf_counter", lambda: clock[0])
     engine = SingleEngine(RunConfig())
-    plan = RunPlan(steps_per_epoch=40, num_epochs=1, total_steps=40, global_batch=8)
+    plan = RunPlan(steps_per_epoch=40, num_epochs=1, total_steps=40, global_batch=8, intervals=StepIntervals(1, 1, 0))
     log = run_log.RunLog(engine, run_directory.RunDirectory(tmp_path), Trackers({}), Console(engine), plan)
     clock[0] = 130.0  # setup's end to the loop's start (a resumed run enters at its step)
     log.enter(TrainingPosition(global_step=10, total_steps=40))
