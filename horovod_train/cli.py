@@ -196,20 +196,11 @@ def split_scores(results: dict, split: str) -> str:
     # The primary split's metrics are eval_<metric>; all_results.json of a run before its name was recorded lacks it.
     name = results.get("validation_split", "validation") if split == "eval" else split.removeprefix("eval_")
     rest = ", ".join([*shown[1:], f"{results[split + '_samples']} examples"])
+    from horovod_train.tasks.registry import chance_accuracy  # the shapes import datasets: not for every start
+
     chance = chance_accuracy(results) if next(iter(metrics), None) == "accuracy" else None
     rest += f"; chance {chance:.2g}" if chance else ""
     return f"{name} {shown[0]} ({rest})" if shown else f"{name} {rest}"
-
-
-def chance_accuracy(results: dict) -> float | None:
-    """The recorded task shape's first metric by a uniform guess, which a score must beat (a single-label
-    classification's accuracy); None where no one number says it (regression, multi-label, an older run)."""
-    from horovod_train.tasks import registry  # the shapes import datasets: not for every command's start
-
-    shape = registry.named(results.get("problem_type"))
-    if shape is None or not results.get("num_labels"):
-        return None
-    return shape(results["num_labels"]).chance
 
 
 def result_line(results: dict) -> str:
