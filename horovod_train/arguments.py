@@ -139,6 +139,8 @@ class ArgumentParser(HfArgumentParser):
 
     def __init__(self, dataclass_types: Any = None, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", argparse.HelpFormatter)
+        # No prefixes: Trainer's --fsdp must not be taken for --fsdp_reshard_after_forward (nor refused as ambiguous)
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(list(dataclass_types or []), **kwargs)
 
     def _add_dataclass_arguments(self, dtype: type) -> None:
@@ -181,7 +183,38 @@ FOREIGN_NAMES: dict[str, dict[str | None, str]] = {
     "per_gpu_eval_batch_size": {None: "did you mean --per_device_eval_batch_size?"},
     "num_processes": {None: "give the launcher the process count (horovodrun -np N, torchrun --nproc_per_node N)."},
     "local_rank": {None: "drop it: torchrun, horovodrun and mpirun give each rank its local rank."},
+    "fsdp": {
+        None: "did you mean --engine fsdp (launched by torchrun)? It shards as full_shard; "
+        "--fsdp_reshard_after_forward false is shard_grad_op."
+    },
+    "fsdp_config": {None: "drop it: --engine fsdp takes its options as flags (--fsdp_reshard_after_forward)."},
+    "deepspeed": {
+        None: "DeepSpeed is not supported; for its ZeRO sharding use --engine zero1 (optimizer state, "
+        "ZeRO-1) or --engine fsdp (everything, ZeRO-3), launched by torchrun."
+    },
+    "no_cuda": {None: "did you mean --use_cpu? (transformers' name since 4.35)"},
+    "eval_accumulation_steps": {
+        None: "drop it: evaluation moves each batch's outputs to the CPU as it goes, so "
+        "accelerator memory does not grow with the validation set."
+    },
+    "push_to_hub": {
+        None: "not supported (compute nodes often have no network): upload --output_dir after the run "
+        "with `hf upload <repo> <output_dir>`; it holds the model, tokenizer and model card (README.md)."
+    },
+    "use_fast_tokenizer": {None: "drop it: the tokenizer is always the fast one."},
+    "data_seed": {None: "drop it: --seed orders the data too (one seed for the model and the data)."},
 }
+FOREIGN_NAMES.update({name: FOREIGN_NAMES["push_to_hub"] for name in ("hub_model_id", "hub_token", "hub_strategy",
+                                                                      "hub_private_repo")})  # fmt: skip
+
+
+def trainer_argument(name: str) -> str | None:
+    """A line for a transformers TrainingArguments field this project does not take, else None."""
+    from transformers import TrainingArguments  # only on this error path: it is slow to import
+
+    if name in {f.name for f in dataclasses.fields(TrainingArguments)}:
+        return f"transformers' Trainer takes --{name}; this project has no such option."
+    return None
 
 
 def flags_and_values(unknown: list[str]) -> list[tuple[str, str | None]]:
@@ -201,8 +234,9 @@ def unknown_name_hint(flag: str, value: str | None, known: Iterable[str]) -> str
     name = flag.lstrip("-").replace("-", "_")
     if name in FOREIGN_NAMES:
         return FOREIGN_NAMES[name].get(value or "", FOREIGN_NAMES[name][None])
+    refused = trainer_argument(name)  # before a close name: --logging_first_step is not --logging_steps
     close = difflib.get_close_matches(f"--{name}", list(known), n=1, cutoff=0.75)
-    return f"did you mean {close[0]}?" if close else None
+    return refused or (f"did you mean {close[0]}?" if close else None)
 
 
 def option_names(parser: argparse.ArgumentParser) -> list[str]:

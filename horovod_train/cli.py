@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from horovod_train.arguments import FALSE_VALUES, TRUE_VALUES, ArgumentParser, add_dataclass_arguments
-from horovod_train.config import CONFIG_HELP, SECTIONS, RunConfig, parse_run_config
+from horovod_train.config import CONFIG_HELP, SECTIONS, RunConfig, TrainingArguments, parse_run_config
 from horovod_train.console import write_line
 from horovod_train.errors import UsageError, exit_with
 from horovod_train.launching import environment
@@ -92,13 +92,25 @@ def debug_requested(argv: list[str]) -> bool:
     return False
 
 
-def quiet_libraries() -> None:
+def quiet_libraries(log_level: str = "passive") -> None:
+    """transformers' and datasets' progress bars off, and their logs at --log_level (passive: errors only)."""
+    import logging
+
     import datasets
     import transformers
 
+    level = logging.ERROR if log_level == "passive" else getattr(logging, log_level.upper())
     datasets.disable_progress_bars()
-    transformers.logging.set_verbosity_error()
+    datasets.logging.set_verbosity(level)
+    transformers.logging.set_verbosity(level)
     transformers.logging.disable_progress_bar()  # "Loading weights" / "Writing model shards" bars
+
+
+def hide_gpus_for_use_cpu(training: TrainingArguments) -> None:
+    """--use_cpu: no GPU visible to this process and its children, set before torch first looks for one, so that
+    every engine picks the CPU (and DDP Gloo) as it does on a machine without a GPU."""
+    if training.use_cpu:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -109,7 +121,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from horovod_train.engines import create_engine
     from horovod_train.model import fit_max_seq_length
 
-    quiet_libraries()
+    hide_gpus_for_use_cpu(config.training)
+    quiet_libraries(config.training.log_level)
     fit_max_seq_length(config, warn=warn_on_rank_0)
     engine = create_engine(config)
     training = config.training
@@ -184,20 +197,11 @@ def split_scores(results: dict, split: str) -> str:
     # The primary split's metrics are eval_<metric>; all_results.json of a run before its name was recorded lacks it.
     name = results.get("validation_split", "validation") if split == "eval" else split.removeprefix("eval_")
     rest = ", ".join([*shown[1:], f"{results[split + '_samples']} examples"])
+    from horovod_train.tasks.registry import chance_accuracy  # the shapes import datasets: not for every start
+
     chance = chance_accuracy(results) if next(iter(metrics), None) == "accuracy" else None
     rest += f"; chance {chance:.2g}" if chance else ""
     return f"{name} {shown[0]} ({rest})" if shown else f"{name} {rest}"
-
-
-def chance_accuracy(results: dict) -> float | None:
-    """The recorded task shape's first metric by a uniform guess, which a score must beat (a single-label
-    classification's accuracy); None where no one number says it (regression, multi-label, an older run)."""
-    from horovod_train.tasks import registry  # the shapes import datasets: not for every command's start
-
-    shape = registry.named(results.get("problem_type"))
-    if shape is None or not results.get("num_labels"):
-        return None
-    return shape(results["num_labels"]).chance
 
 
 def result_line(results: dict) -> str:

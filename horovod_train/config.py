@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -33,6 +34,7 @@ from horovod_train.domains import (
     CompileBackend,
     CompileMode,
     EngineName,
+    LogLevel,
     OptimizerName,
     ScheduleName,
     Strategy,
@@ -43,6 +45,26 @@ from horovod_train.engines.table import ENGINE_SECTIONS, load
 from horovod_train.errors import UsageError
 
 PACKAGED_CONFIGS = "configs"  # horovod_train/configs/<name>.yaml, found by name after any install
+# --logging_steps's default: every 50 steps, or more often where that would leave a short run's curve with a few
+# points: at least one every 2% of the run (a 75-step run logs every 2 steps).
+LOGGING_STEPS, LOGGING_SHARE = 50, 0.02
+STEP_INTERVALS = ("logging_steps", "eval_steps", "save_steps")  # steps, or a ratio of the run's (transformers')
+
+
+@dataclass(frozen=True)
+class StepIntervals:
+    """Every how many optimizer steps the run logs, evaluates (with --eval_strategy steps) and checkpoints
+    (0: not by steps), once its length is known."""
+
+    logging: int
+    eval: int
+    save: int
+
+
+def steps_of(interval: float, total_steps: int) -> int:
+    """A step interval as transformers' Trainer resolves it: a ratio in (0, 1) is that share of the run, rounded
+    up."""
+    return math.ceil(total_steps * interval) if 0 < interval < 1 else int(interval)
 
 
 @dataclass
@@ -162,6 +184,9 @@ class DataArguments:
     max_eval_samples: int | None = field(
         default=None, metadata={"help": "At most N examples of each validation split."}
     )
+    max_predict_samples: int | None = field(
+        default=None, metadata={"help": "At most N examples of each test split (--do_predict), as in run_glue.py."}
+    )
     synthetic_num_examples: int = field(
         default=8000, metadata={"help": "Size of the generated synthetic-nli set (before the split)."}
     )
@@ -238,12 +263,23 @@ class TrainingArguments:
         metadata={"help": "Multi-label data: a label is predicted where its sigmoid probability exceeds this."},
     )
     seed: int = field(default=42, metadata={"help": "Seed of the model init, the data order and synthetic-nli."})
-    logging_steps: int = field(default=50, metadata={"help": "Log the training loss every N steps."})
+    logging_steps: float | None = field(
+        default=None,
+        metadata={
+            "help": "Log the training loss every N steps, or a ratio in (0, 1) of the run's steps (as transformers) "
+            f"(default: {LOGGING_STEPS}, or more often in a short run: a point at least every "
+            f"{LOGGING_SHARE:.0%} of the run)."
+        },
+    )
     eval_strategy: Strategy = field(
         default="epoch", metadata={"help": "When to evaluate during training: epoch, steps (every --eval_steps) or no."}
     )
-    eval_steps: int | None = field(
-        default=None, metadata={"help": "With --eval_strategy steps: evaluate every N steps (default: logging_steps)."}
+    eval_steps: float | None = field(
+        default=None,
+        metadata={
+            "help": "With --eval_strategy steps: evaluate every N steps, or a ratio in (0, 1) of the run's steps "
+            f"(default: --logging_steps if given, else {LOGGING_STEPS})."
+        },
     )
     do_train: bool = field(default=True, metadata={"help": "Accepted for run_glue.py command lines: a run trains."})
     do_eval: bool = field(
@@ -251,6 +287,14 @@ class TrainingArguments:
     )
     do_predict: bool = field(
         default=False, metadata={"help": "Write predict_results.txt for the test split (--test_file) after training."}
+    )
+    use_cpu: bool = field(default=False, metadata={"help": "Train on the CPU even where a GPU is visible."})
+    log_level: LogLevel = field(
+        default="passive",
+        metadata={"help": "transformers' and datasets' log level (passive: their errors only, as by default)."},
+    )
+    save_safetensors: bool = field(
+        default=True, metadata={"help": "Accepted for Trainer command lines: the model is written as safetensors."}
     )
     dropout: float | None = field(default=None, metadata={"help": "Override the model's dropout (0 = off)."})
     dataloader_num_workers: int = field(default=0, metadata={"help": "Data loader worker processes per rank."})
@@ -291,7 +335,12 @@ class TrainingArguments:
             "and at the end; no: only when a stop signal arrives."
         },
     )
-    save_steps: int = field(default=0, metadata={"help": "Checkpoint every N steps (0: none between epoch ends)."})
+    save_steps: float = field(
+        default=0,
+        metadata={
+            "help": "Checkpoint every N steps, or a ratio in (0, 1) of the run's steps (0: none between epoch ends)."
+        },
+    )
     save_total_limit: int | None = field(
         default=2, metadata={"help": "Newest checkpoints of the run kept (None: all, as in transformers)."}
     )
@@ -336,6 +385,10 @@ class TrainingArguments:
 
     def __post_init__(self) -> None:
         check_section(self)
+        for name in STEP_INTERVALS:  # a whole number of steps as an int (1e3 or 50.0 from a config file)
+            value = getattr(self, name)
+            if value is not None and not 0 < value < 1:
+                setattr(self, name, int(value))
         if self.save_strategy == "steps" and not self.save_steps:
             raise UsageError("--save_strategy steps needs --save_steps", "pass e.g. --save_steps 500")
         if self.max_steps <= 0 and self.num_train_epochs <= 0:
@@ -372,13 +425,32 @@ class TrainingArguments:
                 f"{self.save_strategy}, eval {self.eval_strategy})",
                 "pass the same epoch or steps to both",
             )
-        eval_steps = self.eval_steps or self.logging_steps
-        if self.save_strategy == "steps" and self.save_steps % eval_steps:
+        if self.save_strategy != "steps":
+            return
+        eval_steps, save_steps = self.eval_steps or self.logging_steps or LOGGING_STEPS, self.save_steps
+        if (eval_steps < 1) != (save_steps < 1):  # transformers' rule: which multiple a ratio makes depends on the run
+            raise UsageError(
+                f"--load_best_model_at_end needs --save_steps and the evaluation interval both in steps or both as "
+                f"ratios (got --save_steps {save_steps}, evaluation every {eval_steps})",
+                "pass --eval_steps in the same form as --save_steps",
+            )
+        if round(save_steps / eval_steps, 9) % 1:
+            multiple = eval_steps * max(1, round(save_steps // eval_steps))
             raise UsageError(
                 f"--load_best_model_at_end needs --save_steps to be a multiple of the evaluation interval (got "
-                f"--save_steps {self.save_steps}, evaluation every {eval_steps} steps)",
-                f"pass e.g. --save_steps {eval_steps * max(1, self.save_steps // eval_steps)}",
+                f"--save_steps {save_steps}, evaluation every {eval_steps})",
+                f"pass e.g. --save_steps {multiple:g}",
             )
+
+    def step_intervals(self, total_steps: int) -> StepIntervals:
+        """The intervals in steps for a run of ``total_steps``."""
+        logging = steps_of(self.logging_steps, total_steps) if self.logging_steps else None
+        adapted = min(LOGGING_STEPS, math.ceil(total_steps * LOGGING_SHARE))
+        return StepIntervals(
+            logging=max(1, logging or adapted),
+            eval=max(1, steps_of(self.eval_steps or self.logging_steps or LOGGING_STEPS, total_steps)),
+            save=steps_of(self.save_steps, total_steps),
+        )
 
 
 class RunConfigRules:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from horovod_train import __version__
 from horovod_train.config import RunConfig, TrainingArguments
+from horovod_train.engines.table import ENGINE_NEEDS, can_run
 from horovod_train.errors import UsageError
 from horovod_train.launching import LAUNCHERS, environment
 from horovod_train.launching.base import hostname
+from horovod_train.launching.horovodrun import ran_mpirun
 from horovod_train.tables import format_table
 
 FRAMEWORKS = {"torch": "PyTorch", "tensorflow": "TensorFlow", "mxnet": "MXNet"}
@@ -82,6 +86,20 @@ def torch_support() -> list[str]:
     ]
 
 
+def launcher_named(env: environment.DistEnv, variables: Mapping[str, str]) -> str:
+    """The launcher the user ran: ``horovodrun --mpi`` where the table reads mpirun's ranks that horovodrun started."""
+    if env.launcher == "mpirun" and ran_mpirun(variables):
+        return "horovodrun --mpi"
+    return env.launcher
+
+
+def engines_line(names: list[str]) -> str:
+    """The engines that can run here (those whose module is missing named apart, with what they need)."""
+    missing = [name for name in names if not can_run(name)]
+    line = f"engines: {', '.join(name for name in names if name not in missing)}"
+    return line + "".join(f" (not {name}: {ENGINE_NEEDS[name]} is not importable)" for name in missing)
+
+
 def device_rules(used: set[str]) -> list[str]:
     """What each device rule in the table means."""
     return [f"device_rule {rule}: {environment.DEVICE_RULES[rule]}" for rule in sorted(used)]
@@ -109,14 +127,15 @@ def main(args: argparse.Namespace) -> int:
         if engine.is_main:
             described = engine.describe()
             detail = ", ".join(f"{k} {described[k]}" for k in ("controller", "backend") if k in described)
+            launcher = launcher_named(env, os.environ)
             lines = [
-                f"launcher: {env.launcher}, world size {engine.world_size}, joined with engine {name}"
+                f"launcher: {launcher}, world size {engine.world_size}, joined with engine {name}"
                 + (f" ({detail})" if detail else ""),
                 *format_table(list(row), [list(r.values()) for r in rows]),
                 *device_rules({r["device_rule"] for r in rows}),
                 *horovod_support(),
                 *torch_support(),
-                f"engines: {', '.join(available_engines())}",
+                engines_line(list(available_engines())),
                 f"horovod-train {__version__} ({Path(__file__).parent})",
             ]
             print("\n".join(lines), flush=True)

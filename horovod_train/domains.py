@@ -48,6 +48,8 @@ Check = Callable[[str, Any], None]  # (argument name, value) -> None, or raises 
 # registry are read from it: the engine table's names, the learning-rate schedules.
 EngineName = Literal[ENGINE_NAMES]
 Strategy = Literal["epoch", "steps", "no"]
+# transformers' --log_level: passive leaves the libraries' levels as this project sets them (errors only).
+LogLevel = Literal["passive", "debug", "info", "warning", "error", "critical"]
 ScheduleName = Literal[SCHEDULES]
 # Transformers' names: its Trainer's default is the fused AdamW (one kernel per tensor, not one per operation).
 OptimizerName = Literal["adamw_torch_fused", "adamw_torch"]
@@ -109,6 +111,22 @@ def _number(value: float | None) -> str:
 
 def count(minimum: int, maximum: int | None = None, example: str = "1", fix: str | None = None) -> Number:
     return Number(minimum, maximum, example=example, fix=fix)
+
+
+@dataclass(frozen=True)
+class StepsOrRatio:
+    """A step interval as transformers' TrainingArguments takes it: a whole number of steps (>= ``minimum``), or a
+    float in (0, 1), a share of the run's steps."""
+
+    minimum: int
+    example: str
+
+    def __call__(self, name: str, value: Any) -> None:
+        if value is None or 0 < value < 1:
+            return
+        if not math.isfinite(value) or value < self.minimum or value != int(value):
+            rule = f"a whole number >= {self.minimum} of steps, or a ratio in (0, 1) of the run's steps"
+            raise refuse(name, rule, value, self.example)
 
 
 def choice(*options: str) -> Check:
@@ -269,6 +287,13 @@ def use_peft(name: str, value: Any) -> None:
         check_installed()
 
 
+def save_safetensors(name: str, value: Any) -> None:
+    boolean(name, value)
+    if value is False:
+        raise UsageError("--save_safetensors false: this project writes the model as safetensors only (transformers' "
+                         "default; from_pretrained reads it)", "drop --save_safetensors false")  # fmt: skip
+
+
 def task(name: str, value: Any) -> None:
     check_task(value)
 
@@ -305,6 +330,7 @@ DOMAINS: dict[str, Check] = {
     "overwrite_cache": boolean,
     "max_train_samples": count(1, example="1000"),
     "max_eval_samples": count(1, example="1000"),
+    "max_predict_samples": count(1, example="1000"),
     "synthetic_num_examples": count(2, example="8000"),
     "num_labels": count(1, example="3"),
     "preprocessing_num_workers": count(1, example="4"),
@@ -330,12 +356,15 @@ DOMAINS: dict[str, Check] = {
     "label_smoothing_factor": FRACTION,
     "multi_label_threshold": Number(0.0, 1.0, low_open=True, high_open=True, example="0.5"),
     "seed": count(0, SEED_MAX, example="42"),
-    "logging_steps": count(1, example="50"),
+    "logging_steps": StepsOrRatio(1, "50"),
     "eval_strategy": one_of(Strategy),
-    "eval_steps": count(1, example="500"),
+    "eval_steps": StepsOrRatio(1, "500"),
     "do_train": boolean,
     "do_eval": boolean,
     "do_predict": boolean,
+    "use_cpu": boolean,
+    "log_level": one_of(LogLevel),
+    "save_safetensors": save_safetensors,
     "dropout": FRACTION,
     "dataloader_num_workers": count(0, example="2"),
     "disable_tqdm": boolean,
@@ -345,7 +374,7 @@ DOMAINS: dict[str, Check] = {
     "metric_for_best_model": text,
     "greater_is_better": boolean,
     "save_strategy": one_of(Strategy),
-    "save_steps": count(0, example="500"),
+    "save_steps": StepsOrRatio(0, "500"),
     "save_total_limit": count(1, fix="pass --save_strategy no to write no checkpoints, or None to keep them all"),
     "resume_from_checkpoint": checkpoint,
     "checkpoint_signals": stop_signals,

@@ -60,7 +60,7 @@ TEMPORARY = re.compile(r"\.(?P<name>.+)\.[^.]+\.tmp")  # files.atomic_file's tem
 # place refuses it (one under any other name, a SLURM log say, is left alone).
 RUN_OUTPUTS = re.compile(
     r"""(all|train|eval)_results\.json|trainer_state\.json|run_config\.json|metrics\.jsonl|predict_results.*\.txt
-    |training_curves\.png|adapter|runs|wandb
+    |training_curves\.png|README\.md|adapter|runs|wandb
     |(generation_)?config\.json|model.*\.safetensors(\.index\.json)?|pytorch_model.*\.bin(\.index\.json)?
     |tokenizer.*|special_tokens_map\.json|added_tokens\.json|vocab\..*|merges\.txt|.*\.model|chat_template\..*""",
     re.VERBOSE,

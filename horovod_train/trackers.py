@@ -168,25 +168,49 @@ def curves(log_history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[list[flo
     return {k: points[k] for k in sorted(points, key=lambda k: (first.index(k) if k in first else len(first), k))}
 
 
-def plot_training_curves(log_history: Sequence[Mapping[str, Any]], path: Path) -> bool:
-    """One panel per curve over steps, written atomically to ``path`` (PNG); False, writing nothing, if no points."""
+# Metrics whose values lie in [0, 1]: their panels keep that axis, so that runs compare at a glance and a flat line
+# near chance does not look like progress.
+UNIT_INTERVAL = re.compile(r"^eval_(\w+_)?(accuracy|f1(_micro|_macro)?)$")
+
+
+def plot_training_curves(
+    log_history: Sequence[Mapping[str, Any]], path: Path, title: str | None = None, chance: float | None = None
+) -> bool:
+    """The curves (``curves_figure``) written atomically to ``path`` (PNG); False, writing nothing, if no points."""
+    fig = curves_figure(log_history, title, chance)
+    if fig is None:
+        return False
+    with atomic_file(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=100)
+    return True
+
+
+def curves_figure(log_history: Sequence[Mapping[str, Any]], title: str | None = None, chance: float | None = None):
+    """One panel per curve over steps (a matplotlib Figure), None if no points. ``title``: the run's (its name,
+    engine and world size); ``chance``: the accuracy of a uniform guess, a line on each accuracy panel."""
     series = curves(log_history)
     if not series:
-        return False
+        return None
     # The object-oriented API draws with Agg and leaves pyplot's global backend and figures alone.
     from matplotlib.figure import Figure
 
     # Margins in inches, not a layout engine: constrained layout measured every tick label first, twice the
     # drawing's CPU, paid at the end of every run.
-    height = 2.4 * len(series)
+    top = 0.45 if title else 0.15
+    height = 2.4 * len(series) + top - 0.15
     fig = Figure(figsize=(7, height))
-    fig.subplots_adjust(left=1.0 / 7, right=1 - 0.2 / 7, bottom=0.55 / height, top=1 - 0.15 / height, hspace=0.12)
+    fig.subplots_adjust(left=1.0 / 7, right=1 - 0.2 / 7, bottom=0.55 / height, top=1 - top / height, hspace=0.12)
+    if title:
+        fig.suptitle(title, y=1 - 0.08 / height, va="top", fontsize=11)
     axes = fig.subplots(len(series), 1, sharex=True, squeeze=False)[:, 0]
     for ax, (key, (steps, values)) in zip(axes, series.items(), strict=True):
         ax.plot(steps, values, marker="o" if len(steps) <= 30 else None)
         ax.set_ylabel({"loss": "train loss", "learning_rate": "learning rate"}.get(key, key))
         ax.grid(alpha=0.3)
+        if UNIT_INTERVAL.match(key):
+            ax.set_ylim(0, 1)
+            if chance is not None and key.endswith("accuracy"):
+                ax.axhline(chance, color="gray", linestyle="--", linewidth=1, label=f"chance {chance:.2g}")
+                ax.legend(loc="lower right", fontsize=8)
     axes[-1].set_xlabel("step")
-    with atomic_file(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=100)
-    return True
+    return fig

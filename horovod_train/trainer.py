@@ -201,5 +201,6 @@ class Trainer:
         if engine.is_main:
             state = finish.trainer_state(self.args, self.run_dir, parts.plan, position)
             finish.write_outputs(self.run_dir, engine.unwrap(parts.model), weights, parts.tokenizer, predictions,
-                                  loop.evaluator.shape, position.log_history, found, train_metrics, state)  # fmt: skip
+                                  loop.evaluator.shape, position.log_history, found, train_metrics, state,
+                                  self.config.to_dict())  # fmt: skip
         return found

@@ -1,5 +1,10 @@
 """The files transformers' tools read at the end of a run: ``all_results.json``, ``train_results.json``,
-``eval_results.json``, ``trainer_state.json`` (with ``log_history``) and run_glue's ``predict_results*.txt``.
+``eval_results.json``, ``trainer_state.json`` (with ``log_history``), run_glue's ``predict_results*.txt`` and the
+model card (``README.md``, as the Trainer's ``create_model_card`` writes it).
+
+No ``training_args.bin``: transformers' ``TrainingArguments`` resolves its device when it is built (accelerate's
+``PartialState``, which joins a job from the launcher's variables), which rank 0 alone cannot do at the end of a
+run of several ranks. ``run_config.json`` holds every argument by the same names.
 
 ``all_results.json`` also carries the run's own record (engine, world size, per-rank checksums, ...).
 """
@@ -10,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from horovod_train.files import atomic_file, write_json_atomic
+from horovod_train.model import TINY_BERT
 from horovod_train.tasks.base import TaskShape
 
 
@@ -32,3 +38,75 @@ def write_predictions(
         lines = ["index\tprediction", *(f"{i}\t{shape.shown(label, id2label)}" for i, label in enumerate(labels))]
         with atomic_file(output_dir / f"predict_results{suffix}.txt") as f:
             f.write("\n".join(lines) + "\n")
+
+
+MODEL_CARD = "README.md"
+
+
+def model_card_hyperparameters(config: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """The Trainer's hyperparameter list (transformers.modelcard.extract_hyperparameters_from_trainer), read from
+    the run's arguments, with the engine that trained."""
+    batch, accum = config["per_device_train_batch_size"], config["gradient_accumulation_steps"]
+    found: dict[str, Any] = {
+        "learning_rate": config["learning_rate"],
+        "train_batch_size": batch,
+        "eval_batch_size": config["per_device_eval_batch_size"],
+        "seed": config["seed"],
+        "engine": config["engine"],
+        "num_devices": world_size,
+    }
+    if accum > 1:
+        found["gradient_accumulation_steps"] = accum
+    if batch * accum * world_size != batch:
+        found["total_train_batch_size"] = batch * accum * world_size
+    if world_size > 1:
+        found["total_eval_batch_size"] = config["per_device_eval_batch_size"] * world_size
+    found["optimizer"] = (f"Use {config['optim']} with betas=({config['adam_beta1']},{config['adam_beta2']}) "
+                          f"and epsilon={config['adam_epsilon']}, weight decay {config['weight_decay']}")  # fmt: skip
+    found["lr_scheduler_type"] = config["lr_scheduler_type"]
+    if config["warmup_steps"]:
+        found["lr_scheduler_warmup_steps"] = config["warmup_steps"]
+    elif config["warmup_ratio"]:
+        found["lr_scheduler_warmup_ratio"] = config["warmup_ratio"]
+    if config["max_steps"] > 0:
+        found["training_steps"] = config["max_steps"]
+    else:
+        found["num_epochs"] = config["num_train_epochs"]
+    if config["bf16"] or config["fp16"]:
+        found["mixed_precision_training"] = "Native AMP (bf16)" if config["bf16"] else "Native AMP"
+    if config["label_smoothing_factor"]:
+        found["label_smoothing_factor"] = config["label_smoothing_factor"]
+    return found
+
+
+def dataset_named(config: dict[str, Any]) -> str:
+    """The data the run trained on, as the card names it."""
+    if config.get("task_name"):
+        return f"GLUE {config['task_name'].upper()}"
+    if config.get("train_file"):
+        return Path(config["train_file"]).name
+    return config["dataset_name"]
+
+
+def write_model_card(output_dir: Path, config: dict[str, Any], log_history: list[dict[str, Any]], world_size: int):
+    """README.md as the Trainer's create_model_card writes it (transformers' TrainingSummary): the model, what it was
+    fine-tuned from, the data, the evaluation results, the hyperparameters and the results table of each
+    evaluation."""
+    from transformers.modelcard import TrainingSummary, parse_log_history
+
+    _, eval_lines, eval_results = parse_log_history(log_history)
+    base = config["model_name_or_path"]
+    on_hub = base != TINY_BERT and not Path(base).exists()  # the card links a hub model; a local one has no page
+    summary = TrainingSummary(
+        model_name=config.get("run_name") or output_dir.resolve().name,
+        finetuned_from=base if on_hub else None,
+        tasks="text-classification",
+        dataset=dataset_named(config),
+        tags=["horovod-train", config["engine"]],
+        eval_results=eval_results,
+        eval_lines=eval_lines,
+        hyperparameters=model_card_hyperparameters(config, world_size),
+        source="trainer",
+    )
+    with atomic_file(output_dir / MODEL_CARD) as f:
+        f.write(summary.to_model_card())

@@ -1,6 +1,6 @@
 """The table that ends `make test` (scripts/test.sh): pytest's own breakdown (the slowest tests, the builds and
-other slow fixtures, the tiers) from tests/support/clock.py's JSON, then each phase's wall time, last so that the
-tail of a log shows them. Standard library only:
+other slow fixtures, the tiers) from tests/support/clock.py's JSON, then each phase's wall time, and last the
+verdict (passed or failed, pytest's counts), so that the tail of a log shows it. Standard library only:
 it runs even when setup failed. ``--module-seconds DIR``: the integration modules' seconds from a kept clock, as
 tests/support/module_seconds.json holds them."""
 
@@ -40,6 +40,23 @@ def main(clock_dir: str) -> None:
         print("disk (free on each filesystem the run writes to, sampled every 10 s):")
         for line in disk_lines((folder / "disk.tsv").read_text()):
             print(line)
+    print(verdict(phases, clocks))
+
+
+def verdict(phases: list[tuple[str, float, float, int]], clocks: dict[str, dict]) -> str:
+    """The run's last line, below the table (pytest's own comes above it): passed or failed, pytest's counts
+    summed over its processes, and the phase that failed."""
+    counts: dict[str, int] = {}
+    for clock in clocks.values():
+        for kind, n in clock.get("outcomes", {}).items():
+            counts[kind] = counts.get(kind, 0) + n
+    said = ", ".join(f"{n} {'errors' if kind == 'error' else kind}" for kind, n in counts.items() if n)
+    failed = next(((name, status) for name, _, _, status in phases if status != 0), None)
+    total = minutes(sum(end - start for _, start, end, _ in phases)).strip()
+    if failed is None and not counts.get("failed") and not counts.get("error"):
+        return f"=== PASSED: {said or 'no tests ran'} in {total} ==="
+    where = f"{failed[0]} exited {failed[1]}" if failed else "pytest"
+    return f"=== FAILED ({where}): {said or 'no tests ran'} in {total} ==="
 
 
 WINDOW_S = 300  # the idle share is shown per 5 minutes of the longest phase: where in the run the cores idled

@@ -50,6 +50,14 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
     # the 97 s this install took on a 2-core machine with a warm pip cache; unpacked without it and compiled after,
     # 39 s and 34 s (2026-11-27). Some files do not compile on this Python (torch's Python 3.12 test
     # fixtures): pip skips them silently, and so does -qq.
+    # torch first, from PyTorch's CPU index where there is no GPU (scripts/torch_index.py decides; TORCH_INDEX_URL
+    # overrides): the pinned install below then keeps it.
+    TORCH_PIN=$(grep -E '^torch==' requirements.txt)
+    { read -r TORCH_INDEX; read -r TORCH_SAID; } < <("$PY" scripts/torch_index.py "$PY" "$TORCH_PIN")
+    echo "[setup] $TORCH_SAID"
+    if [ -n "$TORCH_INDEX" ]; then
+        stage "pip: $TORCH_PIN (CPU build)" pip_install --no-compile --extra-index-url "$TORCH_INDEX" "$TORCH_PIN"
+    fi
     stage "pip: the pinned dependencies (requirements-dev.txt; torch and transformers take minutes)" \
         pip_install --no-compile -r requirements-dev.txt
     stage "bytecode of the dependencies (every core)" \

@@ -320,7 +320,105 @@ def main(args: argparse.Namespace) -> int:
         plot(rows, out / "allreduce.png")
         print("\n".join(format_table(TABLE[0], [table_row(r) for r in rows])))
         print(f"wrote {out}/: allreduce.csv, allreduce.json, allreduce.png")
+        print("\n".join(conclusion(rows)))
     return 0
+
+
+# Horovod's mode against torch's for each kind of case: one tensor each way; a model's gradients as each engine
+# reduces them in training (hvd.DistributedOptimizer's calls all in flight, fused; DDP's buckets).
+COMPARED_MODES = {"tensor": ("single", "single"), "model": ("async", "bucketed")}
+
+
+@dataclass(frozen=True)
+class LatencyBandwidth:
+    """time = latency + bytes / bandwidth, through a framework's smallest and largest single tensors."""
+
+    latency_us: float
+    bandwidth_GBps: float  # noqa: N815 (GB/s, as the table's columns)
+
+    @classmethod
+    def fit(cls, rows: list[dict[str, Any]]) -> LatencyBandwidth | None:
+        small, large = min(rows, key=lambda r: r["bytes"]), max(rows, key=lambda r: r["bytes"])
+        if large["time_us"] <= small["time_us"] or large["bytes"] == small["bytes"]:
+            return None
+        us_per_byte = (large["time_us"] - small["time_us"]) / (large["bytes"] - small["bytes"])
+        return cls(max(0.0, small["time_us"] - small["bytes"] * us_per_byte), 1e-3 / us_per_byte)
+
+    def bandwidth_us(self, nbytes: int) -> float:
+        return nbytes / (self.bandwidth_GBps * 1e3)
+
+
+def conclusion(rows: list[dict[str, Any]]) -> list[str]:
+    """Below the table, as bench train ends: Horovod/torch time ratios, and what the largest gap comes from, read
+    off the numbers: a latency + bytes/bandwidth line through each framework's single-tensor times says whether
+    the gap is in the fixed cost of a call (small tensors) or in the bandwidth (large ones)."""
+    pairs = []  # (case, its kind, bytes, Horovod's row, torch's row)
+    for kind, (horovod_mode, torch_mode) in COMPARED_MODES.items():
+        found = {
+            (r["framework"], r["case"]): r
+            for r in rows
+            if r["kind"] == kind and r["mode"] == (horovod_mode if r["framework"] == "horovod" else torch_mode)
+        }
+        both = [
+            (case, r) for (framework, case), r in found.items() if framework == "horovod" and ("torch", case) in found
+        ]
+        pairs += [(case, kind, r["bytes"], r, found[("torch", case)]) for case, r in both]
+    if not pairs:
+        return []
+    ratio = {case: h["time_us"] / t["time_us"] for case, _, _, h, t in pairs}
+    lines = []
+    tensors = [p for p in pairs if p[1] == "tensor"]
+    if tensors:
+        each = ", ".join(f"{case} {ratio[case]:.2f}x" for case, *_ in tensors)
+        lines.append(f"==> Horovod/torch time, one tensor (>1: Horovod slower): {each}")
+    for case, _, _, h, t in (p for p in pairs if p[1] == "model"):
+        lines.append(
+            f"==> Horovod/torch time, {case}'s gradients (Horovod {h['mode']}, torch {t['mode']}): "
+            f"{ratio[case]:.2f}x, {h['time_us'] / 1e3:.2f} ms vs {t['time_us'] / 1e3:.2f} ms"
+        )
+    case, kind, nbytes, h, t = max(pairs, key=lambda p: max(ratio[p[0]], 1 / ratio[p[0]]))
+    slower, faster = (h, t) if ratio[case] >= 1 else (t, h)
+    gap = max(ratio[case], 1 / ratio[case])
+    lines.append(
+        f"==> largest gap: {case} ({kind}), {slower['framework']} {slower['time_us']:.0f} us vs "
+        f"{faster['framework']} {faster['time_us']:.0f} us ({gap:.2f}x)"
+    )
+    fits = {
+        name: LatencyBandwidth.fit(
+            [r for r in rows if r["framework"] == name and r["kind"] == "tensor" and r["mode"] == "single"]
+        )
+        for name in FRAMEWORKS
+    }
+    if len(tensors) >= 2 and all(fits.values()):
+        lines.append(gap_reason(fits, nbytes, slower, faster))
+    return lines
+
+
+def gap_reason(fits: dict[str, LatencyBandwidth], nbytes: int, slower: dict, faster: dict) -> str:
+    """Why ``slower`` takes longer at ``nbytes``: the fixed cost or the bandwidth, whichever of the two lines'
+    differences is the larger there."""
+    slow, fast = fits[slower["framework"]], fits[faster["framework"]]
+    fixed = slow.latency_us - fast.latency_us
+    transfer = slow.bandwidth_us(nbytes) - fast.bandwidth_us(nbytes)
+    lines = (
+        f"fixed cost per call {slow.latency_us:.0f} us vs {fast.latency_us:.0f} us, bandwidth "
+        f"{slow.bandwidth_GBps:.2f} vs {fast.bandwidth_GBps:.2f} GB/s (a line through the smallest and largest "
+        f"tensor's times)"
+    )
+    if fixed >= transfer:
+        size = common.format_bytes(nbytes)
+        why = f"==> why: latency-bound: {lines}; at {size} {fixed:.0f} us of the gap is the fixed cost"
+        cycle_ms = slower.get("cycle_time_ms") if slower["framework"] == "horovod" else None
+        if cycle_ms:  # what Horovod adds to every call: a tensor waits for its background thread's next cycle
+            why += (
+                f", {fixed / (cycle_ms * 1e3):.1f}x HOROVOD_CYCLE_TIME ({cycle_ms:g} ms): each request waits "
+                "for the background thread's next cycle and the ranks' negotiation before it is reduced"
+            )
+        return why
+    return (
+        f"==> why: bandwidth-bound: {lines}; at {common.format_bytes(nbytes)} {transfer:.0f} us of the gap is "
+        f"moving the bytes"
+    )
 
 
 TABLE = (["framework", "ops", "case", "mode", "tensors", "size", "time (us)", "algbw GB/s", "busbw GB/s"],)

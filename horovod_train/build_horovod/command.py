@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from horovod_train.build_horovod import build, install
-from horovod_train.build_horovod.plan import Options, Plan, make_plan, with_build_tools
+from horovod_train.build_horovod.plan import Options, Plan, make_plan, missing_error, with_build_tools
 from horovod_train.build_horovod.target import running_target
 from horovod_train.console import write_line
 from horovod_train.errors import UsageError, exit_with
@@ -60,18 +60,17 @@ def print_plan(plan: Plan, step: str) -> None:
 
 def main(args: argparse.Namespace) -> int:
     options = options_from(args)
-    plan = make_plan(running_target(), options)
-    step = next_step(plan, options)
-    if step.startswith("nothing") and not options.dry_run:
+    plan = make_plan(running_target(), options, collect=True)
+    # what the cache key depends on missing (MPI's headers, CUDA): no wheel to look for, a build to plan
+    step = next_step(plan, options) if not plan.missing else "build, once what is missing is there"
+    if step.startswith("nothing") and not options.dry_run and not plan.missing:
         write_line(install.installed_line(plan))  # already_installed checked what --check-build would
         return 0
     if step.startswith("build"):
-        try:
-            with_build_tools(plan)
-        except UsageError:
-            print_plan(plan, step)  # the plan with what is missing marked (a dry run shows it), then the one error
-            raise
-    print_plan(plan, step)
+        with_build_tools(plan, collect=True)
+    print_plan(plan, step)  # with what is missing marked (a dry run shows it), then one error naming all of it
+    if plan.missing:
+        raise missing_error(plan)
     if options.dry_run:
         return 0
     with build.cache_lock(plan):

@@ -34,13 +34,14 @@ class Plan:
     mpi: bool
     compiler: str | None = None  # with_build_tools finds them, for a build only: a cached wheel needs neither
     cmake: str | None = None
+    build_modules: str | None = None  # setuptools and wheel, which Horovod's setup.py builds with
     cuda_home: Path | None = None
     nvcc: str | None = None
     cuda_archs: str | None = None
     nccl_env: dict[str, str] = field(default_factory=dict)
     nccl_source: str = "not used (CPU torch)"
     debug_info: bool = False
-    missing: dict[str, UsageError] = field(default_factory=dict)  # build tool -> why not found (with_build_tools)
+    missing: dict[str, UsageError] = field(default_factory=dict)  # what is missing (mpi, cuda, a build tool) -> why
 
     @property
     def nccl(self) -> bool:
@@ -73,12 +74,13 @@ class Plan:
             f"horovod:    {self.version} (PyTorch, Gloo{', MPI' if self.mpi else ''}{', NCCL' if self.nccl else ''})",
             f"compiler:   {self.tool_line('compiler', self.compiler)}",
             f"cmake:      {self.tool_line('cmake', self.cmake)}",
-            f"mpi:        {'yes (mpicxx found)' if self.mpi else 'no (Gloo controller only)'}",
+            f"mpi:        {self.tool_line('mpi', 'yes (mpicxx found)' if self.mpi else 'no (Gloo controller only)')}",
+            f"modules:    {self.tool_line('modules', self.build_modules)}",
             f"build type: {'RelWithDebInfo (--debug-info)' if self.debug_info else 'Release (-O3, no debug info)'}",
         ]
         if target.torch_cuda:
             lines += [
-                f"cuda:       {self.cuda_home} (nvcc {self.nvcc})",
+                f"cuda:       {self.tool_line('cuda', f'{self.cuda_home} (nvcc {self.nvcc})')}",
                 f"archs:      {self.cuda_archs or 'Horovod default'}",
             ]
         lines.append(f"nccl:       {self.nccl_source}")
@@ -101,41 +103,56 @@ def cache_root() -> Path:
     return Path(base) / "horovod-train" / "wheels"
 
 
-def make_plan(target: Target, options: Options) -> Plan:
-    """What to build and its cache key. Every missing piece is one UsageError before anything is downloaded or
-    built: here what the key depends on (MPI headers, the CUDA toolkit, NCCL), in with_build_tools what only a
-    build needs."""
+def make_plan(target: Target, options: Options, collect: bool = False) -> Plan:
+    """What to build and its cache key. What is missing is found before anything is downloaded or built: here what
+    the key depends on (MPI headers, the CUDA toolkit, NCCL), in with_build_tools what only a build needs; all of
+    it is named in one UsageError (``missing_error``), here unless ``collect`` (then in ``plan.missing``)."""
     path = toolchain.search_path(target.bin_dir)
-    plan = Plan(
-        target=target,
-        version=os.environ.get("HOROVOD_VERSION") or HOROVOD_VERSION,
-        mpi=toolchain.find_mpi(path, options.mpi),
-        debug_info=options.debug_info,
-    )
+    plan = Plan(target=target, version=os.environ.get("HOROVOD_VERSION") or HOROVOD_VERSION, mpi=True,
+                debug_info=options.debug_info)  # fmt: skip
+    # MPI wanted (mpirun, or --with-mpi) but its headers missing: planned as the build with MPI that it would be
+    plan.mpi = _found(plan, "mpi", lambda: toolchain.find_mpi(path, options.mpi)) is not False
     if options.nccl and not target.torch_cuda:
         raise UsageError(
             f"--with-nccl, but torch {target.torch_version} is a CPU build", "install a CUDA torch, or drop --with-nccl"
         )
-    if target.torch_cuda:
-        plan.cuda_home, plan.nvcc = toolchain.find_cuda(target.torch_cuda, path)
+    cuda = _found(plan, "cuda", lambda: toolchain.find_cuda(target.torch_cuda, path)) if target.torch_cuda else None
+    if cuda:
+        plan.cuda_home, plan.nvcc = cuda
         release = toolchain.nvcc_release(plan.nvcc) or target.torch_cuda
         plan.cuda_archs = gpu.cuda_archs(plan.nvcc, release, options.cuda_archs)
-        plan.nccl_env, plan.nccl_source = gpu.find_nccl(target.prefix, plan.cuda_home, options.nccl,
-                                                        link=not options.dry_run)  # fmt: skip
+        found = _found(plan, "nccl", lambda: gpu.find_nccl(target.prefix, cuda[0], options.nccl,
+                                                           link=not options.dry_run))  # fmt: skip
+        if found:
+            plan.nccl_env, plan.nccl_source = found
+    if plan.missing and not collect:
+        raise missing_error(plan)
     return plan
 
 
-def with_build_tools(plan: Plan) -> Plan:
-    """The compiler, cmake, setuptools and wheel a build needs, found, or one UsageError naming the first missing:
-    an environment installing a cached wheel (another venv with the same torch) needs none of them. Every missing
-    one is also recorded in ``plan.missing``, so that the plan printed before the error marks them."""
+def with_build_tools(plan: Plan, collect: bool = False) -> Plan:
+    """The compiler, cmake, setuptools and wheel a build needs, found: an environment installing a cached wheel
+    (another venv with the same torch) needs none of them. Every missing one is recorded in ``plan.missing``, so
+    that the plan printed before the error marks them, and named in one UsageError with the rest (unless
+    ``collect``)."""
     path = toolchain.search_path(plan.target.bin_dir)
     plan.compiler = _found(plan, "compiler", lambda: toolchain.find_compiler(path))
     plan.cmake = _found(plan, "cmake", lambda: toolchain.find_cmake(path))
     _found(plan, "modules", toolchain.check_build_modules)
-    if plan.missing:
-        raise next(iter(plan.missing.values()))
+    plan.build_modules = "setuptools and wheel"  # shown where not missing
+    if plan.missing and not collect:
+        raise missing_error(plan)
     return plan
+
+
+def missing_error(plan: Plan) -> UsageError:
+    """Everything the plan misses in one line (a dry run names them all at once, not one per attempt)."""
+    errors = list(plan.missing.values())
+    if len(errors) == 1:
+        return errors[0]
+    problems = ", ".join(f"({i}) {error.problem}" for i, error in enumerate(errors, 1))
+    fixes = ", ".join(f"({i}) {error.fix}" for i, error in enumerate(errors, 1))
+    return UsageError(f"{len(errors)} things missing for the Horovod build: {problems}", fixes)
 
 
 def _found(plan: Plan, tool: str, find: Callable[[], T]) -> T | None:

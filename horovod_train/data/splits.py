@@ -68,6 +68,7 @@ def load_raw_datasets(args: DataArguments, seed: int, cache_dir: str | None = No
         train, evals = _hold_out(train, args)
     train = _first(train, args.max_train_samples)
     evals = {name: _first(split, args.max_eval_samples) for name, split in evals.items()}
+    tests = {name: _first(split, args.max_predict_samples) for name, split in tests.items()}
     if len(train) == 0 or any(len(split) == 0 for split in evals.values()):
         raise UsageError("train or validation data is empty after --max_*_samples", "raise the limits")
     return DatasetDict({"train": train, **evals, **tests})

@@ -35,6 +35,20 @@ def started_by(launcher: str) -> list[str]:
     return [name for name in ENGINE_CLASSES if local_launcher(name) == launcher]
 
 
+# The module an engine needs beyond torch, which may be missing: Horovod is no pip dependency (it is compiled
+# against the environment's torch: horovod-train build-horovod).
+ENGINE_NEEDS = {"horovod": "horovod.torch"}
+
+
+def can_run(engine: str) -> bool:
+    """Whether ``engine``'s own module can be imported here (imports it)."""
+    needed = ENGINE_NEEDS.get(engine)
+    try:
+        return needed is None or importlib.import_module(needed) is not None
+    except (ImportError, OSError):  # OSError: a Horovod built against another torch fails to load its library
+        return False
+
+
 # RunConfig's section (config.py composes them into train's arguments, in this order) -> the options dataclass, in
 # a module that imports no engine (config.py imports it; the engines import config). zero1 reads ddp's.
 ENGINE_SECTIONS = {

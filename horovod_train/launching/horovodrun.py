@@ -10,6 +10,15 @@ from horovod_train.launching.base import HOROVOD_RENDEZVOUS, Launcher, RankVaria
 from horovod_train.launching.open_mpi import BTL_WITHOUT_OFI
 
 CONTROLLERS = ("gloo", "mpi")
+# `horovodrun --mpi` (and a horovodrun that picks MPI itself) runs mpirun, whose ranks the table reads as mpirun's;
+# what tells them apart is the MCA parameters of horovodrun's mpirun command line (--tag-output, -mca pml ob1), which
+# reach each rank as variables and which no launch/ script of this project passes together (Open MPI 4).
+MPI_COMMAND_MARKS = {"OMPI_MCA_orte_tag_output": "1", "OMPI_MCA_pml": "ob1"}
+
+
+def ran_mpirun(env: Mapping[str, str]) -> bool:
+    """Whether a rank that mpirun started (``env``, its variables) was started through horovodrun."""
+    return all(env.get(name) == value for name, value in MPI_COMMAND_MARKS.items())
 
 
 class Horovodrun(Launcher):

@@ -35,3 +35,12 @@ def holding(feature: Any) -> type[TaskShape]:
 def named(name: str | None) -> type[TaskShape] | None:
     """The shape a run recorded (results' problem_type); None for a run that recorded none."""
     return next((shape for shape in SHAPES if shape.name == name), None)
+
+
+def chance_accuracy(results: dict[str, Any]) -> float | None:
+    """The recorded task shape's first metric by a uniform guess, which a score must beat (a single-label
+    classification's accuracy); None where no one number says it (regression, multi-label, an older run)."""
+    shape = named(results.get("problem_type"))
+    if shape is None or not results.get("num_labels"):
+        return None
+    return shape(results["num_labels"]).chance

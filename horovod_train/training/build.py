@@ -230,6 +230,7 @@ def plan_run(args: TrainingArguments, micro_batches: int, world_size: int) -> Ru
         num_epochs=math.ceil(total_steps / steps_per_epoch),
         total_steps=total_steps,
         global_batch=args.per_device_train_batch_size * accum * world_size,
+        intervals=args.step_intervals(total_steps),
     )
 
 

@@ -1,5 +1,5 @@
 """The end of a run: every rank's checksum and peak memory gathered into the results, and the files rank 0
-writes (model, tokenizer, predictions, training curves, transformers' results files)."""
+writes (model, tokenizer, predictions, training curves, model card, transformers' results files)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from horovod_train.peak_memory import peak_memory_mb
 from horovod_train.position import TrainingPosition
 from horovod_train.run_directory import RunDirectory
 from horovod_train.tasks.base import TaskShape
+from horovod_train.tasks.registry import chance_accuracy
 from horovod_train.trackers import plot_training_curves
 from horovod_train.training.parts import RunPlan
 
@@ -63,9 +64,9 @@ def trainer_state(args: TrainingArguments, run_dir: RunDirectory, plan: RunPlan,
         "max_steps": position.total_steps,
         "epoch": plan.epoch_float(position),
         "num_train_epochs": plan.num_epochs,
-        "logging_steps": args.logging_steps,
-        "eval_steps": args.eval_steps or args.logging_steps,
-        "save_steps": args.save_steps,
+        "logging_steps": plan.intervals.logging,
+        "eval_steps": plan.intervals.eval,
+        "save_steps": plan.intervals.save,
         "train_batch_size": args.per_device_train_batch_size,
         "is_world_process_zero": True,
         "best_metric": position.best_metric,
@@ -78,7 +79,7 @@ def trainer_state(args: TrainingArguments, run_dir: RunDirectory, plan: RunPlan,
 def write_outputs(
     run_dir: RunDirectory, model: torch.nn.Module, weights: dict[str, torch.Tensor], tokenizer: Any,
     predictions: dict[str, list], shape: TaskShape, log_history: list[dict[str, Any]], results: dict[str, Any],
-    train_metrics: dict[str, Any], state: dict,
+    train_metrics: dict[str, Any], state: dict, config: dict[str, Any],
 ) -> None:  # fmt: skip
     """Rank 0's files (``predictions`` of the test splits, written as the task's ``shape`` writes them);
     all_results.json last: it marks a finished run. ``weights``: ``model``'s whole state dict (gathered where
@@ -97,5 +98,8 @@ def write_outputs(
     with run_dir.recording():
         tokenizer.save_pretrained(output_dir)
         transformers_files.write_predictions(output_dir, predictions, model.config.id2label, shape)
-        plot_training_curves(log_history, output_dir / "training_curves.png")
+        name = config.get("run_name") or output_dir.resolve().name
+        title = f"{name}: {results['engine']}, world size {results['world_size']}"
+        plot_training_curves(log_history, output_dir / "training_curves.png", title, chance_accuracy(results))
+        transformers_files.write_model_card(output_dir, config, log_history, results["world_size"])
         transformers_files.write_results(output_dir, results, train_metrics, state)

@@ -113,11 +113,12 @@ class TrainingLoop:
         position.advance(examples * engine.world_size)
         lr = self.schedule.apply(optimizer, self.policy.schedule_step(position))
         self.console.bar.update(1)
-        if position.global_step % args.logging_steps == 0 or self.policy.finished(position):
+        every = self.plan.intervals
+        if position.global_step % every.logging == 0 or self.policy.finished(position):
             self.log_metrics(position, lr)
-        if args.eval_strategy == "steps" and position.global_step % (args.eval_steps or args.logging_steps) == 0:
+        if args.eval_strategy == "steps" and position.global_step % every.eval == 0:
             self.evaluate(position)
-        if args.save_steps and args.save_strategy != "no" and position.global_step % args.save_steps == 0:
+        if every.save and args.save_strategy != "no" and position.global_step % every.save == 0:
             self.save_checkpoint(position)
         self.policy.after_step(position)
 

@@ -11,6 +11,7 @@ from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
 from horovod_train import checkpoint as ckpt
+from horovod_train.config import StepIntervals
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.position import TrainingPosition
 
@@ -23,6 +24,7 @@ class RunPlan:
     num_epochs: int
     total_steps: int  # the learning-rate schedule's length
     global_batch: int  # examples per optimizer step over all ranks
+    intervals: StepIntervals  # logging, evaluation and checkpoints, in steps of this run
 
     def epoch_float(self, position: TrainingPosition) -> float:
         return round(position.epoch + position.steps_in_epoch / max(self.steps_per_epoch, 1), 4)

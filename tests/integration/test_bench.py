@@ -99,6 +99,10 @@ def test_allreduce_horovod_and_torch_in_the_same_ranks(sweep):
     assert tiny["tensors"] == 41 and tiny["bytes"] > 2_000_000
     horovod = next(r for r in report["rows"] if r["framework"] == "horovod")
     assert horovod["controller"] == "gloo" and horovod["fusion_threshold"] == 128 * 2**20
+    log = (sweep[0] / "logs" / "gloo-baseline-default.log").read_text().splitlines()
+    ending = [line[line.index("==> ") :] for line in log if "==> " in line]  # the conclusion (rank 0's, prefixed)
+    assert ending[0].startswith("==> Horovod/torch time, one tensor (>1: Horovod slower): 4KB "), ending
+    assert "tiny-bert" in ending[1] and ending[2].startswith("==> largest gap: ") and ending[3].startswith("==> why: ")
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from support.jobs import BIN, REPO, assert_ok, base_env, horovodrun, mpirun, run
 
 from horovod_train.launching.base import free_port
 
-ROW = re.compile(r"^(?:\[\d+\]<stdout>:)?(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\S+)$", re.MULTILINE)
+ROW = re.compile(r"^(?:\[[\d,]+\]<stdout>:)?(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\S+)$", re.MULTILINE)
 DOCTOR = [str(BIN / "python"), "-m", "horovod_train", "doctor"]
 
 
@@ -46,9 +46,14 @@ def test_plain(capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("launcher", "engine"), [("horovodrun", "horovod"), ("torchrun", "ddp")])
+@pytest.mark.parametrize(
+    ("launcher", "engine"), [("horovodrun", "horovod"), ("horovodrun --mpi", "horovod"), ("torchrun", "ddp")]
+)
 def test_under_launcher(launcher, engine, cache_dir):
-    cmd = {"horovodrun": horovodrun(2), "torchrun": torchrun(2)}[launcher]
+    """horovodrun --mpi runs mpirun, whose ranks doctor named mpirun (issue 58): it names the command the user ran."""
+    cmd = {"horovodrun": horovodrun(2), "horovodrun --mpi": horovodrun(2, controller="--mpi"), "torchrun": torchrun(2)}[
+        launcher
+    ]
     proc = run(as_doctor(cmd), cache_dir, timeout=180)
     assert_ok(proc)
     check_report(proc.stdout, launcher, 2, engine)

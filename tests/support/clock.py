@@ -80,12 +80,17 @@ class Clock:
         found = self.summary()
         if not found["tests"]:  # --collect-only, or nothing selected
             return
+        # pytest's counts, for the verdict that scripts/clock_report.py prints last (below the table)
+        found["outcomes"] = {kind: len(terminalreporter.stats.get(kind, [])) for kind in OUTCOMES}
         if os.environ.get("HVT_CLOCK_FILE"):
             Path(os.environ["HVT_CLOCK_FILE"]).write_text(json.dumps(found, indent=1) + "\n")
         write = terminalreporter.write_line
         terminalreporter.section("where the time went (tests/support/clock.py)")
         for line in table(found):
             write(line)
+
+
+OUTCOMES = ("failed", "passed", "skipped", "xfailed", "xpassed", "error")  # in pytest's order, its names
 
 
 # The background builds this process reaped (support/builds.py): name, seconds, cpu, exit status. A build ends

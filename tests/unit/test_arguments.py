@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import re
 
 import pytest
 
-from horovod_train.arguments import FOREIGN_NAMES, FieldType, field_types
+from horovod_train.arguments import FOREIGN_NAMES, FieldType, field_types, option_names, unknown_name_hint
 from horovod_train.bench import gpu
-from horovod_train.cli import build_parser, main
-from horovod_train.config import SECTIONS, RunConfig, TrainingArguments, parse_run_config
+from horovod_train.cli import build_parser, hide_gpus_for_use_cpu, main, quiet_libraries
+from horovod_train.config import SECTIONS, RunConfig, StepIntervals, TrainingArguments, parse_run_config
 from horovod_train.engines.horovod.options import HorovodArguments
 from horovod_train.errors import UsageError
 
@@ -27,6 +28,7 @@ CHOICE_FIELDS = {
     "ddp_backend",
     "torch_compile_backend",
     "torch_compile_mode",
+    "log_level",
 }
 
 
@@ -210,11 +212,85 @@ def test_an_unknown_flag_points_to_the_help_of_its_subcommand(capsys, argv, comm
         ),
         (["--local_rank=0"], "for --local_rank, drop it"),
         (["--num_epochs", "3"], "for --num_epochs, did you mean --num_train_epochs?"),  # a close misspelling
+        # the Trainer's switches (issue 58): --fsdp was "ambiguous option", the others a bare "see --help"
+        (["--fsdp", "full_shard"], "for --fsdp, did you mean --engine fsdp (launched by torchrun)?"),
+        (
+            ["--deepspeed", "ds.json"],
+            "for --deepspeed, DeepSpeed is not supported; for its ZeRO sharding use --engine zero1",
+        ),
+        (["--no_cuda"], "for --no_cuda, did you mean --use_cpu?"),
+        (["--eval_accumulation_steps", "4"], "for --eval_accumulation_steps, drop it: evaluation moves"),
+        (["--push_to_hub"], "for --push_to_hub, not supported"),
+        (
+            ["--logging_first_step"],
+            "for --logging_first_step, transformers' Trainer takes --logging_first_step; "
+            "this project has no such option.",
+        ),
     ],
 )
 def test_names_from_transformers_and_accelerate_get_this_projects_name(capsys, given, hint):
     line = _refused(capsys, ["train", *given])
     assert f"fix: {hint}" in line and line.endswith("See `horovod-train train --help`"), line
+
+
+def test_every_trainer_argument_is_taken_or_gets_a_hint():
+    """Each field of transformers' TrainingArguments is one of train's flags, or refused with a line of its own."""
+    import transformers
+
+    known = option_names(_subparser("train"))
+    for f in dataclasses.fields(transformers.TrainingArguments):
+        if f.init and f"--{f.name}" not in known:
+            assert unknown_name_hint(f"--{f.name}", None, known), f.name
+
+
+def test_trainer_and_run_glue_flags_are_taken_under_their_names():
+    config = parse_run_config(["--use_cpu", "--log_level", "info", "--save_safetensors", "--max_predict_samples", "5"])
+    assert (config.training.use_cpu, config.training.log_level, config.data.max_predict_samples) == (True, "info", 5)
+    with pytest.raises(UsageError, match="safetensors only"):
+        parse_run_config(["--save_safetensors", "false"])
+
+
+def test_step_intervals_take_the_trainers_ratios():
+    """A float in (0, 1) is that share of the run's steps, rounded up (as transformers' Trainer); a whole number
+    is steps; the default logs at least every 2% of a short run."""
+    config = parse_run_config(["--logging_steps", "0.05", "--eval_steps", "0.1", "--save_steps", "0.25"])
+    assert config.training.step_intervals(75) == StepIntervals(logging=4, eval=8, save=19)
+    config = parse_run_config(["--logging_steps", "1e1", "--save_steps", "20.0"])
+    assert config.to_dict()["logging_steps"] == 10 and isinstance(config.to_dict()["logging_steps"], int)
+    assert config.training.step_intervals(75) == StepIntervals(logging=10, eval=10, save=20)
+    defaults = parse_run_config([]).training
+    assert [defaults.step_intervals(n).logging for n in (10, 75, 1000, 10000)] == [1, 2, 20, 50]
+    assert defaults.step_intervals(75).eval == 50
+    for bad in ("2.5", "0", "-0.5"):
+        with pytest.raises(UsageError, match="--eval_steps must be a whole number >= 1 of steps, or a ratio"):
+            parse_run_config(["--eval_steps", bad])
+
+
+def test_best_model_takes_ratio_intervals_in_one_form():
+    best = ["--load_best_model_at_end", "--eval_strategy", "steps", "--save_strategy", "steps"]
+    assert parse_run_config([*best, "--eval_steps", "0.1", "--save_steps", "0.2"]).training.save_steps == 0.2
+    with pytest.raises(UsageError, match="both in steps or both as ratios"):
+        parse_run_config([*best, "--eval_steps", "10", "--save_steps", "0.2"])
+    with pytest.raises(UsageError, match="multiple of the evaluation interval"):
+        parse_run_config([*best, "--eval_steps", "0.1", "--save_steps", "0.25"])
+
+
+def test_use_cpu_hides_gpus_and_log_level_sets_the_libraries(monkeypatch):
+    import logging
+
+    import transformers
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    hide_gpus_for_use_cpu(parse_run_config([]).training)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1"
+    hide_gpus_for_use_cpu(parse_run_config(["--use_cpu"]).training)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    try:
+        quiet_libraries("info")
+        assert transformers.logging.get_verbosity() == logging.INFO
+    finally:
+        quiet_libraries()
+    assert transformers.logging.get_verbosity() == logging.ERROR
 
 
 def test_every_flag_the_hints_name_is_one_of_trains():

@@ -240,3 +240,38 @@ def test_bench_train_flags_a_ratio_its_runs_noise_puts_on_both_sides_of_1():
         "medians of 3; wall-time speed ratio 1.000x)"
     )
     assert not [line for line in resolved if "no result" in line]
+
+
+def _allreduce_rows(framework: str, latency_us: float, gbps: float, **settings) -> list[dict]:
+    """`bench allreduce` rows of one framework whose single tensors take latency + bytes / bandwidth."""
+    rows = [
+        {
+            "framework": framework,
+            "kind": "tensor",
+            "mode": "single",
+            "case": f"{kib}KB",
+            "bytes": kib * 1024,
+            "time_us": latency_us + kib * 1024 / (gbps * 1e3),
+            **settings,
+        }
+        for kib in (4, 64, 1024, 16384)
+    ]
+    return rows
+
+
+def test_bench_allreduce_ends_with_ratios_and_the_largest_gaps_reason():
+    """The table had no conclusion (issue 58): ratios per size, then whether the largest gap is the fixed cost of a
+    call or the bandwidth, read off a latency + bytes/bandwidth line through each framework's times."""
+    from horovod_train.bench.allreduce import conclusion
+
+    torch_rows = _allreduce_rows("torch", 300.0, 1.0)
+    latency = conclusion([*_allreduce_rows("horovod", 4300.0, 1.0, cycle_time_ms=1.0), *torch_rows])
+    assert latency[0].startswith("==> Horovod/torch time, one tensor (>1: Horovod slower): 4KB 14.15x, 64KB 11.94x, ")
+    assert latency[1] == "==> largest gap: 4KB (tensor), horovod 4304 us vs torch 304 us (14.15x)"
+    assert latency[2].startswith("==> why: latency-bound: fixed cost per call 4300 us vs 300 us, bandwidth 1.00 vs")
+    assert latency[2].endswith("at 4KB 4000 us of the gap is the fixed cost, 4.0x HOROVOD_CYCLE_TIME (1 ms): each "
+                               "request waits for the background thread's next cycle and the ranks' negotiation "
+                               "before it is reduced")  # fmt: skip
+    bandwidth = conclusion([*_allreduce_rows("horovod", 300.0, 0.25, cycle_time_ms=1.0), *torch_rows])
+    assert bandwidth[1].startswith("==> largest gap: 16384KB (tensor), horovod 67409 us vs torch 17077 us")
+    assert bandwidth[2].startswith("==> why: bandwidth-bound: fixed cost per call 300 us vs 300 us, bandwidth 0.25")

@@ -451,3 +451,24 @@ def test_the_build_check_wants_nccl_exactly_for_a_cuda_torch(tmp_path, cuda_torc
         assert proc.returncode == 0, proc.stderr
     else:
         assert proc.returncode == 1 and f"does not list {missing};" in proc.stderr, proc
+
+
+def test_a_dry_run_names_everything_missing_at_once(only_tools, capsys, monkeypatch) -> None:
+    """No compiler, no wheel module, mpirun without MPI's headers: the plan marks each, and the one error line names
+    all three with their fixes (it named the first, so fixing them took a run each; issue 58)."""
+    only_tools("mpirun")
+    monkeypatch.setitem(sys.modules, "wheel", None)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["build-horovod", "--dry-run"])
+    out, err = capsys.readouterr()
+    assert exited.value.code == 2
+    marked = ["compiler:   MISSING: no C++ compiler", "mpi:        MISSING: MPI headers missing"]
+    marked += ["modules:    MISSING: wheel not installed", "next:       build, once what is missing is there"]
+    for line in marked:
+        assert line in out, (line, out)
+    (line,) = err.splitlines()
+    problem, fix = line.split("; fix: ")
+    assert problem.startswith("error: 3 things missing for the Horovod build: (1) MPI headers missing"), line
+    assert "(2) no C++ compiler" in problem and "(3) wheel not installed" in problem, line
+    assert fix.startswith("(1) apt-get install libopenmpi-dev") and "(2) apt-get install g++" in fix, line
+    assert fix.endswith("(3) pip install wheel"), line

@@ -74,3 +74,34 @@ def test_a_background_build_has_its_own_row_and_its_cpu_is_not_the_running_tests
         assert any(line.endswith("  burner") and "cpu" in line for line in lines), lines
     finally:
         clock.BACKGROUND[:] = [b for b in clock.BACKGROUND if b["name"] != "burner"]
+
+
+def _clock_dir(tmp_path, phases: list[tuple[str, float, float, int]], outcomes: list[dict[str, int]]):
+    (tmp_path / "phases.tsv").write_text("".join(f"{n}\t{s}\t{e}\t{rc}\n" for n, s, e, rc in phases))
+    (tmp_path / "cpu.tsv").write_text(samples([(2, 0)] * 12))
+    (tmp_path / "disk.tsv").write_text("1000\t/tmp\t1048576\n")
+    for i, counts in enumerate(outcomes):
+        clock = {"wall_s": 60, "tiers": {}, "tiers_cpu": {}, "tests": [], "fixtures": [], "builds": []}
+        (tmp_path / f"pytest-{i}.json").write_text(json.dumps({**clock, "outcomes": counts}))
+    return tmp_path
+
+
+def test_the_verdict_is_the_last_line_below_the_cpu_and_disk_tables(tmp_path, capsys):
+    """`make test-fast`'s pass/fail line was 40 lines above the end (issue 58): it is the last line now, with
+    pytest's counts summed over its processes and the phase that failed."""
+    passed = [("setup", 1000.0, 1010.0, 0), ("pytest", 1010.0, 1120.0, 0)]
+    clock_report.main(str(_clock_dir(tmp_path, passed, [{"passed": 400, "skipped": 1}, {"passed": 2}])))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "=== PASSED: 402 passed, 1 skipped in 2.0 min ===", lines[-3:]
+    assert any(line.startswith("disk") for line in lines[:-1])
+    failed = [("setup", 1000.0, 1010.0, 0), ("pytest", 1010.0, 1120.0, 1)]
+    (tmp_path / "failed").mkdir()
+    clock_report.main(str(_clock_dir(tmp_path / "failed", failed, [{"failed": 1, "passed": 399}])))
+    assert (
+        capsys.readouterr().out.splitlines()[-1] == "=== FAILED (pytest exited 1): 1 failed, 399 passed in 2.0 min ==="
+    )
+
+
+def test_a_run_stopped_before_pytest_says_which_phase(tmp_path, capsys):
+    clock_report.main(str(_clock_dir(tmp_path, [("setup", 0.0, 5.0, 0), ("lint", 5.0, 9.0, 1)], [])))
+    assert capsys.readouterr().out.splitlines()[-1] == "=== FAILED (lint exited 1): no tests ran in 9.0 s ==="

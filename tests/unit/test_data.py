@@ -83,6 +83,16 @@ def test_local_files_load_with_extra_columns_dropped(tmp_path, suffix):
     assert raw["train"][0]["premise"] == frame.iloc[0]["premise"]
 
 
+def test_max_predict_samples_cuts_the_test_split_as_run_glue(tmp_path):
+    frame = pd.DataFrame(synthetic.generate(30, seed=0))
+    _write(frame, tmp_path / "train.csv")
+    _write(frame.head(12), tmp_path / "test.csv")
+    args = DataArguments(train_file=str(tmp_path / "train.csv"), test_file=str(tmp_path / "test.csv"),
+                         max_predict_samples=5)  # fmt: skip
+    raw = load_raw_datasets(args, seed=0)
+    assert raw["test"]["premise"] == list(frame["premise"][:5]) and len(raw["train"]) == 27
+
+
 @pytest.mark.parametrize(
     ("frame", "message"),
     [

@@ -14,7 +14,7 @@ from support.jobs import SMALL_JOB
 
 from horovod_train import run_directory
 from horovod_train.cli import main, result_line
-from horovod_train.config import RunConfig
+from horovod_train.config import RunConfig, StepIntervals
 from horovod_train.engines.single import SingleEngine
 from horovod_train.position import TrainingPosition
 from horovod_train.trackers import Trackers, curves
@@ -77,7 +77,7 @@ def test_the_eta_is_the_pace_since_the_loop_started_times_the_steps_left(tmp_pat
     clock = [100.0]
     monkeypatch.setattr(run_log.time, "perf_counter", lambda: clock[0])
     engine = SingleEngine(RunConfig())
-    plan = RunPlan(steps_per_epoch=40, num_epochs=1, total_steps=40, global_batch=8)
+    plan = RunPlan(steps_per_epoch=40, num_epochs=1, total_steps=40, global_batch=8, intervals=StepIntervals(1, 1, 0))
     log = run_log.RunLog(engine, run_directory.RunDirectory(tmp_path), Trackers({}), Console(engine), plan)
     clock[0] = 130.0  # setup's end to the loop's start (a resumed run enters at its step)
     log.enter(TrainingPosition(global_step=10, total_steps=40))
@@ -94,6 +94,23 @@ def test_the_wrote_line_names_everything_the_run_wrote_and_nothing_else(logged_r
     assert sorted(names) == sorted(on_disk), wrote
     assert {"checkpoint-6/", "adapter/", "runs/", "training_curves.png", "model.safetensors"} <= set(names)
     assert "checkpoint-2/" not in names  # rotated away
+
+
+def test_the_run_writes_a_model_card_as_the_trainer_does(logged_run):
+    """README.md in the output directory, as transformers' create_model_card writes it (issue 58): the model, the
+    data, the evaluation's results, the hyperparameters, a row per evaluation."""
+    out, _ = logged_run
+    card = (out / "README.md").read_text()
+    results = json.loads((out / "all_results.json").read_text())
+    assert card.startswith("---\nlibrary_name: transformers\n") and "\n# run\n" in card
+    assert "This model was trained from scratch on the synthetic-nli dataset." in card
+    assert f"- Accuracy: {round(results['eval_accuracy'], 4)}\n" in card
+    config = json.loads((out / "run_config.json").read_text())
+    assert f"- learning_rate: {config['learning_rate']}\n- train_batch_size: 16\n" in card
+    assert "- engine: single\n- num_devices: 1\n" in card
+    assert "- training_steps: 6\n" in card
+    table = card.split("### Training results\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert table[0].startswith("| Training Loss | Epoch  | Step | Validation Loss | Accuracy |") and len(table) == 3
 
 
 def test_the_result_line_is_last_and_names_the_split_and_chance(logged_run):

@@ -82,3 +82,20 @@ def test_plot_training_curves(tmp_path):
 def test_plot_without_points_writes_nothing(tmp_path, history):
     assert plot_training_curves(history, tmp_path / "training_curves.png") is False
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_curves_name_the_run_and_show_accuracy_from_0_to_1_against_chance():
+    """Issue 58: a title naming the run, engine and world size; the accuracy axis fixed at 0..1 (it auto-zoomed)
+    with the chance line."""
+    from horovod_train.trackers import curves_figure
+
+    history = [{**record, "step": step} for step, record in [*TRAIN, EVAL]]
+    history.append({"eval_accuracy": 0.41, "eval_f1": 0.4, "eval_loss": 1.05, "step": 40})
+    fig = curves_figure(history, title="mnli-run: horovod, world size 2", chance=1 / 3)
+    assert fig._suptitle.get_text() == "mnli-run: horovod, world size 2"
+    panels = {ax.get_ylabel(): ax for ax in fig.axes}
+    for name in ("eval_accuracy", "eval_f1"):
+        assert panels[name].get_ylim() == (0.0, 1.0), name
+    chance = [line for line in panels["eval_accuracy"].lines if list(line.get_ydata()) == [1 / 3, 1 / 3]]
+    assert len(chance) == 1 and chance[0].get_label() == "chance 0.33"
+    assert panels["train loss"].get_ylim() != (0.0, 1.0)  # the loss keeps its own scale
