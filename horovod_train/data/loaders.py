@@ -115,7 +115,7 @@ def train_loader(
     gradient_accumulation_steps: int = 1,
 ) -> DataLoader:
     """Rank r takes every world_size-th example of one seeded permutation, so the global batch of
-    step k is the same contiguous slice of that permutation for every world size (see README).
+    step k is the same contiguous slice of that permutation for every world size (see docs/equivalence.md).
     ``group_by_length`` reorders that permutation so that the global batch of an optimizer step
     (``batch_size`` x ``gradient_accumulation_steps`` x ``world_size``) holds examples of similar length."""
     if sampler is None and group_by_length:

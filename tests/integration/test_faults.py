@@ -37,8 +37,8 @@ JOB = [
     "--logging_steps",
     "20",
 ]
-# The README's "within seconds" (measured 0.3 s under horovodrun, 2 s under torchrun), with room for a loaded 2-core
-# machine; below Gloo's 30-s timeout (HOROVOD_GLOO_TIMEOUT_SECONDS): a job ended only by a timeout fails.
+# docs/reference.md's "within seconds" (measured 0.3 s under horovodrun, 2 s under torchrun), with room for a loaded
+# 2-core machine; below Gloo's 30-s timeout (HOROVOD_GLOO_TIMEOUT_SECONDS): a job ended only by a timeout fails.
 DETECTED_WITHIN = 20
 RANK_VARIABLE = {"horovod": LAUNCHERS["horovodrun"].variables.rank, "ddp": LAUNCHERS["torchrun"].variables.rank}
 

@@ -1,9 +1,10 @@
-"""The README's recipes and the launch/ scripts' examples as a newcomer runs them: each as written, in a copy of the
-checkout after `make demo`, from a shell without `make setup`'s environment on PATH. A recipe that stops working
-fails here, and so does one that prints a warning. Then a bad input under each launcher the README shows: one line,
-from rank 0 (the launcher's report names rank 0 as the first to fail, with exit status 2), the last line with exit
-status 2 under the launch/ scripts, and the earlier run's files untouched. srun is left to the SLURM tests
-(tests/system): a cluster is not started here.
+"""The README's recipes (and those of the docs it sends readers to) and the launch/ scripts' examples as a newcomer
+runs them: each as written, in a copy of the checkout after `make demo`, from a shell without `make setup`'s
+environment on PATH (nor Open MPI's variables that allow root: a recipe must say `--allow-run-as-root` itself). A
+recipe that stops working fails here, and so does one that prints a warning. Then a bad input under each launcher the
+README shows: one line, from rank 0 (the launcher's report names rank 0 as the first to fail, with exit status 2), the
+last line with exit status 2 under the launch/ scripts, and the earlier run's files untouched. srun is left to the
+SLURM tests (tests/system): a cluster is not started here.
 
 Each command is launched once after the demo: `launched` starts them, each test waits for its own."""
 
@@ -23,7 +24,8 @@ from support.jobs import BIN, REPO, read_results
 from support.launch import printed_command
 
 LAUNCH = REPO / "launch"
-# Before each ```bash block of README.md: whether the test runs it, or why not.
+# The files whose ```bash blocks are recipes; before each block: whether the test runs it, or why not.
+RECIPE_FILES = ("README.md", "docs/setup.md", "docs/data.md", "docs/reference.md")
 MARK = re.compile(r"^<!-- recipe: (?:(run)|not run: (.+)) -->$")
 # The examples in the launch/ scripts' usage comments: `# Example: ...` runs here, `# Example on <what it needs>:
 # ...` does not.
@@ -46,15 +48,16 @@ class Recipe:
     needs: str  # why it does not run here
 
 
-def readme_recipes() -> list[Recipe]:
-    lines = (REPO / "README.md").read_text().splitlines()
+def doc_recipes() -> list[Recipe]:
     recipes = []
-    for i, line in enumerate(lines):
-        if line.strip() == "```bash":
-            end = lines.index("```", i + 1)
-            mark = MARK.match(lines[i - 1])
-            runs, needs = (mark[1] is not None, mark[2] or "") if mark else (False, "")
-            recipes.append(Recipe(f"README.md:{i + 1}", "\n".join(lines[i + 1 : end]), runs, needs if mark else "?"))
+    for name in RECIPE_FILES:
+        lines = (REPO / name).read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.strip() == "```bash":
+                end = lines.index("```", i + 1)
+                mark = MARK.match(lines[i - 1])
+                runs, needs = (mark[1] is not None, mark[2] or "") if mark else (False, "")
+                recipes.append(Recipe(f"{name}:{i + 1}", "\n".join(lines[i + 1 : end]), runs, needs if mark else "?"))
     return recipes
 
 
@@ -64,8 +67,8 @@ def commands(text: str) -> list[str]:
 
 
 def launch_examples(readme: dict[str, str]) -> list[Recipe]:
-    """The `# Example` lines of launch/; one the README runs word for word (``readme``: its commands, where each
-    is) is run there, not twice."""
+    """The `# Example` lines of launch/; one the README or a docs file runs word for word (``readme``: their
+    commands, where each is) is run there, not twice."""
     examples = []
     for script in sorted([*LAUNCH.rglob("*.sh"), *LAUNCH.rglob("*.sbatch")]):
         lines = script.read_text().splitlines()
@@ -85,17 +88,17 @@ def launch_examples(readme: dict[str, str]) -> list[Recipe]:
     return examples
 
 
-README_RECIPES = readme_recipes()
+DOC_RECIPES = doc_recipes()
 RECIPES = [
-    *README_RECIPES,
-    *launch_examples({command: r.where for r in README_RECIPES if r.runs for command in commands(r.text)}),
+    *DOC_RECIPES,
+    *launch_examples({command: r.where for r in DOC_RECIPES if r.runs for command in commands(r.text)}),
 ]
 
 
 def newcomer_env(cache_dir: Path) -> dict[str, str]:
     """A fresh shell's: `make setup`'s .venv/bin not on PATH, no PYTHONPATH or thread count, nothing of an enclosing
-    job. Plus the tests' cache and the hub offline, idle MPI ranks that yield (2 shared cores), and as root the
-    README's `--allow-run-as-root` for its mpirun."""
+    job. Plus the tests' cache and the hub offline, and idle MPI ranks that yield (2 shared cores). Not Open MPI's
+    OMPI_ALLOW_RUN_AS_ROOT: as root, a bare mpirun recipe runs only if it says `--allow-run-as-root` itself."""
     venv_bin = BIN.resolve()
     path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and Path(d).resolve() != venv_bin]
     dropped = ("PYTHONPATH", "OMP_NUM_THREADS", "VIRTUAL_ENV", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR")
@@ -103,8 +106,6 @@ def newcomer_env(cache_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in dropped and not k.startswith(job)}
     env.update(PATH=os.pathsep.join(path), HOROVOD_TRAIN_CACHE=str(cache_dir), HF_HUB_OFFLINE="1",
                HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMPI_MCA_mpi_yield_when_idle="1")  # fmt: skip
-    if os.geteuid() == 0:
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     return env
 
 
@@ -151,7 +152,7 @@ def without_own_output_dir(command: str) -> str:
 THROUGH_SCRIPTS = {"horovodrun": "horovodrun_local.sh", "mpirun": "mpirun.sh"}
 BAD_INPUT = {
     Path(command.split()[0]).name: without_own_output_dir(command)
-    for recipe in README_RECIPES
+    for recipe in DOC_RECIPES
     if recipe.runs
     for command in commands(recipe.text)
     if "--config configs/demo.yaml" in command
@@ -219,7 +220,7 @@ def launched(request, after_demo, cache_dir, tmp_path_factory) -> Iterator[dict[
 
 def test_every_readme_recipe_and_launch_example_says_whether_it_runs_here() -> None:
     unmarked = [r.where for r in RECIPES if not r.runs and r.needs == "?"]
-    how = "README: <!-- recipe: run --> or <!-- recipe: not run: WHY --> before it; launch/: # Example[ on WHAT]:"
+    how = "README, docs: <!-- recipe: run --> or <!-- recipe: not run: WHY --> before it; launch/: # Example[ on WHAT]:"
     assert not unmarked, f"say whether these run here ({how}): {unmarked}"
     run = [r for r in RECIPES if r.runs or r.needs.startswith("run as ")]
     assert len(run) >= 6, RECIPES  # the README's horovodrun, mpirun, launch/, torchrun ones, launch/'s example

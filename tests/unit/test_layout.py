@@ -1,5 +1,5 @@
 """The package's shape, kept: short functions and classes, a loop with no engine-specific branch, no import
-cycle, three products with one-way boundaries, and a README layout that lists every module."""
+cycle, three products with one-way boundaries, and a layout in docs/design.md that lists every module."""
 
 from __future__ import annotations
 
@@ -202,9 +202,9 @@ def tops_at_import(path: Path) -> set[str]:
     return {name.split(".")[0] for name in imported_modules(path, at_import=True)}
 
 
-def readme_layout() -> set[str]:
-    """The paths of modules the layout block of README.md's Design section names, relative to the package."""
-    design = (REPO / "README.md").read_text().split("## Design", 1)[1]
+def design_layout() -> set[str]:
+    """The paths of modules the layout block of docs/design.md names, relative to the package."""
+    design = (REPO / "docs" / "design.md").read_text().split("## Layout", 1)[1]
     block = design.split("```\nhorovod_train/\n", 1)[1].split("```", 1)[0]
     listed, folders = set(), []  # folders: (indent, path) of the folders the lines below sit in
     for line in block.splitlines():
@@ -223,9 +223,9 @@ def readme_layout() -> set[str]:
     return listed
 
 
-def test_the_readme_layout_lists_every_module_and_only_those():
+def test_the_design_layout_lists_every_module_and_only_those():
     exists = {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")}
     required = {name for name in exists if not name.endswith("__init__.py")}  # a package is shown by its folder
-    listed = readme_layout()
-    assert not required - listed, f"README.md's layout block misses {sorted(required - listed)}"
-    assert not listed - exists, f"README.md's layout block names {sorted(listed - exists)}, which do not exist"
+    listed = design_layout()
+    assert not required - listed, f"docs/design.md's layout block misses {sorted(required - listed)}"
+    assert not listed - exists, f"docs/design.md's layout block names {sorted(listed - exists)}, which do not exist"
