@@ -30,6 +30,7 @@ from horovod_train.arguments import (
     unknown_names_fix,
 )
 from horovod_train.domains import (
+    AttnImplementation,
     CompileBackend,
     CompileMode,
     EngineName,
@@ -98,6 +99,11 @@ class ModelArguments:
             "read that code first: it runs on every rank."
         },
     )
+    attn_implementation: AttnImplementation | None = field(
+        default=None,
+        metadata={"help": "The attention kernels (transformers' attn_implementation; unset: the model's default, sdpa "
+                  "where it has one)."},
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         check_section(self)
@@ -172,6 +178,14 @@ class DataArguments:
     preprocessing_num_workers: int | None = field(
         default=None, metadata={"help": "Processes that tokenize (each node's local rank 0 tokenizes, once)."}
     )
+    pad_to_multiple_of: int | None = field(
+        default=None, metadata={"help": "Pad each batch's length up to a multiple of N (8: tensor cores)."}
+    )
+    length_buckets: int = field(
+        default=0,
+        metadata={"help": "Pad each training batch to one of N lengths, quantiles of the training data's lengths, "
+                  "so that a compiled step compiles once per length, not per batch (0: to the batch's longest)."},
+    )  # fmt: skip
 
     def text_columns(self) -> list[str] | None:
         return [name.strip() for name in self.text_column_names.split(",")] if self.text_column_names else None
@@ -333,6 +347,16 @@ class TrainingArguments:
         },
     )
     group_by_length: bool = field(default=False, metadata={"help": "Batch examples of similar length (less padding)."})
+    padding_free: bool = field(
+        default=False,
+        metadata={"help": "Decoder models (Llama, Qwen2, Mistral): each training batch's examples as one row without "
+                  "padding, position ids restarting per example (transformers' DataCollatorWithFlattening)."},
+    )  # fmt: skip
+    auto_find_batch_size: bool = field(
+        default=False,
+        metadata={"help": "On CUDA: halve --per_device_train_batch_size until a step of the longest batch fits, "
+                  "doubling --gradient_accumulation_steps so that the global batch is kept (on CPU: kept as given)."},
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         check_section(self)

@@ -22,7 +22,7 @@ from horovod_train.position import TrainingPosition
 from horovod_train.run_directory import FINISHED_MARKER, RUN_CONFIG, RunDirectory
 from horovod_train.stopping import StopSignals, parse_signals
 from horovod_train.trackers import Trackers
-from horovod_train.training import build, finish, resume
+from horovod_train.training import batch_size, build, finish, resume
 from horovod_train.training.evaluation import Evaluator
 from horovod_train.training.loop import TrainingLoop
 from horovod_train.training.parts import RunParts
@@ -114,6 +114,8 @@ class Trainer:
         build.check_task_shape(args, tokenized, config.data.task_name)
         self.rank_zero.first(lambda: build.check_memory(config, engine, tokenizer, tokenized))
         model = build.build_model(config, tokenizer, tokenized, on_meta=engine.builds_model_on_meta)
+        if args.auto_find_batch_size:
+            batch_size.fit(args, engine, model, config.data.max_seq_length, self.console.log)
         compatibility = build.run_compatibility(config, engine, tokenizer, tokenized, model)
         resumed = None
         if args.resume_from_checkpoint and not self.rank_zero.joining:
@@ -123,7 +125,7 @@ class Trainer:
         if resumed:
             engine.load_model_state(model, resumed.pop("tensors"))
         train_set = build.build_train_set(tokenized, args.audit_samples)
-        train_loader = build.build_train_loader(train_set, tokenizer, args, engine)
+        train_loader = build.build_train_loader(train_set, tokenizer, args, engine, config.data)
         plan = build.plan_run(args, len(train_loader), engine.world_size)
         policy = engine.policy(model, optimizer, train_loader.sampler, len(train_set), self.precision.scaler)
         lineage = resumed["trainer_state"].get("lineage", []) if resumed else []  # [] for a checkpoint from elsewhere
