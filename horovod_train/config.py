@@ -409,12 +409,17 @@ class RunConfigRules:
     """RunConfig's methods: the rules between its sections, and its values by flag name."""
 
     training: TrainingArguments
+    data: DataArguments
 
     def __post_init__(self) -> None:
         for section in dataclasses.fields(self):  # type: ignore[arg-type]
             check_with = getattr(getattr(self, section.name), "check_with", None)
             if check_with:  # an engine's options' rules with the training arguments (--elastic's, --op adasum's)
                 check_with(self.training)
+        padded_by = [f"--{name}" for name in ("length_buckets", "pad_to_multiple_of") if getattr(self.data, name)]
+        if self.training.padding_free and padded_by:
+            raise UsageError(f"--padding_free batches have no padding to shape, so {' and '.join(padded_by)} would "
+                             "do nothing", f"drop --padding_free or {' and '.join(padded_by)}")  # fmt: skip
 
     def workers_join_running_job(self) -> bool:
         """Workers may join the run while it trains (an engine's section says so: --elastic), so a process's rank

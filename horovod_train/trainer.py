@@ -22,7 +22,7 @@ from horovod_train.position import TrainingPosition
 from horovod_train.run_directory import FINISHED_MARKER, RUN_CONFIG, RunDirectory
 from horovod_train.stopping import StopSignals, parse_signals
 from horovod_train.trackers import Trackers
-from horovod_train.training import batch_size, build, finish, resume
+from horovod_train.training import build, finish, resume
 from horovod_train.training.evaluation import Evaluator
 from horovod_train.training.loop import TrainingLoop
 from horovod_train.training.parts import RunParts
@@ -30,6 +30,7 @@ from horovod_train.training.progress import Console
 from horovod_train.training.rank_zero import RankZero
 from horovod_train.training.run_log import RunLog
 from horovod_train.training.saving import CheckpointSaver, load_best_weights
+from horovod_train.training.step import fit_batch_size
 
 
 class Trainer:
@@ -115,7 +116,7 @@ class Trainer:
         self.rank_zero.first(lambda: build.check_memory(config, engine, tokenizer, tokenized))
         model = build.build_model(config, tokenizer, tokenized, on_meta=engine.builds_model_on_meta)
         if args.auto_find_batch_size:
-            batch_size.fit(args, engine, model, config.data.max_seq_length, self.console.log)
+            fit_batch_size(args, engine, model, config.data.max_seq_length, self.console.log)
         compatibility = build.run_compatibility(config, engine, tokenizer, tokenized, model)
         resumed = None
         if args.resume_from_checkpoint and not self.rank_zero.joining:

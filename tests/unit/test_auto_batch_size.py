@@ -12,7 +12,7 @@ from horovod_train.config import parse_run_config
 from horovod_train.engines.single import SingleEngine
 from horovod_train.errors import UsageError
 from horovod_train.trainer import Trainer
-from horovod_train.training.batch_size import halve_until_fits
+from horovod_train.training.step import halve_until_fits
 
 
 def step_that_fits(limit: int, tried: list[int]):

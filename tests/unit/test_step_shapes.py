@@ -14,13 +14,12 @@ from support.jobs import SMALL_JOB
 from support.models import model_dir, texts
 from transformers import DataCollatorWithPadding
 
-from horovod_train import padding_free
 from horovod_train.config import parse_run_config
 from horovod_train.data.loaders import BatchWidths, FlattenedBatches, WidenedBatches
 from horovod_train.engines.single import SingleEngine
 from horovod_train.errors import UsageError
 from horovod_train.trainer import Trainer
-from horovod_train.training.build import set_attention
+from horovod_train.training.build import enable_padding_free, set_attention
 
 
 def test_buckets_are_quantiles_of_the_lengths_rounded_up_and_the_last_holds_the_longest():
@@ -63,7 +62,7 @@ def test_a_padding_free_batch_trains_as_the_padded_one_on_decoders(tmp_path, fam
     tokenizer.pad_token = tokenizer.eos_token  # as model.load_tokenizer does for a decoder without one
     model = transformers.AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32)
     model.config.pad_token_id = tokenizer.pad_token_id
-    padding_free.enable(model)
+    enable_padding_free(model)
     padded, flat = padded_and_flat(tokenizer)
     assert flat["input_ids"].shape == (1, int(padded["attention_mask"].sum())) and padded["input_ids"].shape[1] > 5
     outputs, grads = [], []
@@ -81,7 +80,7 @@ def test_a_padding_free_batch_trains_as_the_padded_one_on_decoders(tmp_path, fam
 def test_padding_free_is_refused_for_an_encoder(tmp_path):
     model = transformers.AutoModelForSequenceClassification.from_pretrained(model_dir(tmp_path, "bert"))
     with pytest.raises(UsageError, match="--padding_free needs a decoder model"):
-        padding_free.enable(model)
+        enable_padding_free(model)
 
 
 def varied_lengths(path: Path, n: int = 600) -> Path:
@@ -146,3 +145,12 @@ def test_attn_implementation_chooses_the_models_attention_and_one_the_machine_la
         set_attention(model, "flash_attention_2")  # flash-attn is not installed here (nor is it on a CPU)
     assert str(refused.value).startswith("--attn_implementation flash_attention_2: ")
     assert str(refused.value).count("\n") == 0
+
+
+def test_padding_free_with_bucket_padding_is_refused_in_one_line():
+    with pytest.raises(UsageError) as refused:
+        parse_run_config(["--padding_free", "--length_buckets", "4"])
+    assert str(refused.value) == (
+        "--padding_free batches have no padding to shape, so --length_buckets would do nothing; "
+        "fix: drop --padding_free or --length_buckets"
+    )
