@@ -101,14 +101,14 @@ def try_step(model: nn.Module, device: torch.device, precision: Precision, batch
     model.to(device)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     config = model.config
-    ids = torch.randint(0, model.get_input_embeddings().num_embeddings, (batch, length), device=device)
     if config.problem_type == "multi_label_classification":
         labels = torch.zeros(batch, config.num_labels, device=device)
     elif config.problem_type == "regression":
         labels = torch.zeros(batch, device=device)
     else:
         labels = torch.zeros(batch, dtype=torch.long, device=device)
-    with torch.random.fork_rng(devices=[device]):
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        ids = torch.randint(0, model.get_input_embeddings().num_embeddings, (batch, length), device=device)
         optimizer_state = torch.empty(2 * trainable, dtype=torch.float32, device=device)  # noqa: F841 (held)
         try:
             model.train()

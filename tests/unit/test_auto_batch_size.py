@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers
 from support.host_syncs import offline_cache  # noqa: F401 (a fixture)
 from support.jobs import SMALL_JOB
+from support.models import model_dir
 
+from horovod_train.amp import Precision
 from horovod_train.config import parse_run_config
 from horovod_train.engines.single import SingleEngine
 from horovod_train.errors import UsageError
 from horovod_train.trainer import Trainer
-from horovod_train.training.step import halve_until_fits
+from horovod_train.training.step import halve_until_fits, try_step
 
 
 def step_that_fits(limit: int, tried: list[int]):
@@ -58,3 +61,15 @@ def test_on_the_cpu_the_batch_is_kept_and_the_run_says_so(tmp_path, offline_cach
     assert loop.parts.plan.global_batch == 32
     said = capsys.readouterr().out
     assert "--auto_find_batch_size: no memory to probe on the CPU; --per_device_train_batch_size 16 as given" in said
+
+
+def test_a_try_leaves_no_gradients_and_the_runs_random_numbers_as_they_were(tmp_path):
+    """The try is a real forward and backward (here on the CPU, which has no limit to find), and the run after
+    it draws the dropout masks and data order it would have drawn without it."""
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(model_dir(tmp_path, "bert"))
+    state = torch.get_rng_state()
+    calls = []
+    model.register_forward_hook(lambda module, args, output: calls.append(output.loss.requires_grad))
+    try_step(model, torch.device("cpu"), Precision("fp32", torch.device("cpu")), 4, 16)
+    assert calls == [True] and torch.equal(torch.get_rng_state(), state)
+    assert all(p.grad is None for p in model.parameters())
