@@ -323,7 +323,7 @@ def main(args: argparse.Namespace) -> int:
             name: Contender(engines[name], args, args.precision, training.max_grad_norm) for name in args.engines
         }
         for variant in args.variants:
-            if variant == "padding_free":  # bench gpu's models are BERT's (training/build.py DECODER_FAMILIES)
+            if variant == "padding_free":  # bench gpu's models are BERT's (model.py DECODER_FAMILIES)
                 print(f"padding_free left out: {args.model} is an encoder; padding-free batches are decoders'")
             elif variant != "eager" or "single" not in args.engines:
                 contenders[f"single/{variant}"] = Contender(

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import math
-import types
 from pathlib import Path
 from typing import Any
 
 import torch
 from datasets import Dataset, DatasetDict
 from torch.utils.data import DataLoader
-from transformers import PreTrainedModel
-from transformers.modeling_outputs import SequenceClassifierOutputWithPast
 
 from horovod_train import checkpoint as ckpt
 from horovod_train import lora, peak_memory
@@ -132,7 +129,7 @@ def build_model(config: RunConfig, tokenizer: Any, tokenized: DatasetDict, on_me
     if c.model.attn_implementation:
         set_attention(model, c.model.attn_implementation)
     if args.padding_free:
-        enable_padding_free(model)
+        model_lib.enable_padding_free(model)
     if args.gradient_checkpointing:
         model_lib.enable_gradient_checkpointing(model)
     if c.model.use_peft:
@@ -143,41 +140,6 @@ def build_model(config: RunConfig, tokenizer: Any, tokenized: DatasetDict, on_me
         dynamic = False if c.data.length_buckets else None
         model.compile(backend=args.torch_compile_backend or "inductor", mode=args.torch_compile_mode, dynamic=dynamic)
     return model
-
-
-# The families whose sequence classifier reads the last token through transformers' generic head (a base
-# model, then ``score``) and whose base model separates packed sequences by their position ids.
-DECODER_FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "phi3")
-
-
-def enable_padding_free(model: PreTrainedModel) -> None:
-    """--padding_free: the model's forward takes flattened batches (data/loaders.FlattenedBatches: a batch's examples
-    end to end in one row, ``position_ids`` restarting per example, ``example_ends``), which transformers' packed-
-    sequence masks (sdpa, eager, flex, flash) keep apart, the classifier reading each example's last token; and
-    padded ones (evaluation's). In place, so that an engine's wrapper and torch.compile see the same module. An
-    encoder attends both ways, and transformers' encoders do not split a row by position ids: refused."""
-    family = model.config.model_type
-    if family not in DECODER_FAMILIES or not hasattr(model, "score"):
-        raise UsageError(
-            f"--padding_free needs a decoder model ({', '.join(DECODER_FAMILIES)}); {family} attends both ways "
-            "over padded batches",
-            "drop --padding_free (--length_buckets or --group_by_length pad less)",
-        )
-    padded = model.forward
-
-    def forward(self: PreTrainedModel, *args: Any, example_ends: torch.Tensor | None = None, **batch: Any) -> Any:
-        if example_ends is None:
-            return padded(*args, **batch)
-        labels = batch.pop("labels", None)
-        # no cache: transformers separates packed sequences by their position ids only without one
-        hidden = self.base_model(**batch, use_cache=False).last_hidden_state  # [1, tokens, hidden]
-        logits = self.score(hidden[0, example_ends])  # each example's last token: [examples, labels]
-        loss = None
-        if labels is not None:
-            loss = self.loss_function(logits=logits, labels=labels, pooled_logits=logits, config=self.config)
-        return SequenceClassifierOutputWithPast(loss=loss, logits=logits)
-
-    model.forward = types.MethodType(forward, model)
 
 
 def set_attention(model: torch.nn.Module, name: str) -> None:

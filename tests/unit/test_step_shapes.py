@@ -18,8 +18,9 @@ from horovod_train.config import parse_run_config
 from horovod_train.data.loaders import BatchWidths, FlattenedBatches, WidenedBatches
 from horovod_train.engines.single import SingleEngine
 from horovod_train.errors import UsageError
+from horovod_train.model import enable_padding_free
 from horovod_train.trainer import Trainer
-from horovod_train.training.build import enable_padding_free, set_attention
+from horovod_train.training.build import set_attention
 
 
 def test_buckets_are_quantiles_of_the_lengths_rounded_up_and_the_last_holds_the_longest():
