@@ -31,6 +31,7 @@ from horovod_train.arguments import (
     unknown_names_fix,
 )
 from horovod_train.domains import (
+    AttnImplementation,
     CompileBackend,
     CompileMode,
     EngineName,
@@ -120,6 +121,11 @@ class ModelArguments:
             "read that code first: it runs on every rank."
         },
     )
+    attn_implementation: AttnImplementation | None = field(
+        default=None,
+        metadata={"help": "The attention kernels (transformers' attn_implementation; unset: the model's default, sdpa "
+                  "where it has one)."},
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         check_section(self)
@@ -197,6 +203,14 @@ class DataArguments:
     preprocessing_num_workers: int | None = field(
         default=None, metadata={"help": "Processes that tokenize (each node's local rank 0 tokenizes, once)."}
     )
+    pad_to_multiple_of: int | None = field(
+        default=None, metadata={"help": "Pad each batch's length up to a multiple of N (8: tensor cores)."}
+    )
+    length_buckets: int = field(
+        default=0,
+        metadata={"help": "Pad each training batch to one of N lengths, quantiles of the training data's lengths, "
+                  "so that a compiled step compiles once per length, not per batch (0: to the batch's longest)."},
+    )  # fmt: skip
 
     def text_columns(self) -> list[str] | None:
         return [name.strip() for name in self.text_column_names.split(",")] if self.text_column_names else None
@@ -382,6 +396,16 @@ class TrainingArguments:
         },
     )
     group_by_length: bool = field(default=False, metadata={"help": "Batch examples of similar length (less padding)."})
+    padding_free: bool = field(
+        default=False,
+        metadata={"help": "Decoder models (Llama, Qwen2, Mistral): each training batch's examples as one row without "
+                  "padding, position ids restarting per example (transformers' DataCollatorWithFlattening)."},
+    )  # fmt: skip
+    auto_find_batch_size: bool = field(
+        default=False,
+        metadata={"help": "On CUDA: halve --per_device_train_batch_size until a step of the longest batch fits, "
+                  "doubling --gradient_accumulation_steps so that the global batch is kept (on CPU: kept as given)."},
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         check_section(self)
@@ -457,12 +481,17 @@ class RunConfigRules:
     """RunConfig's methods: the rules between its sections, and its values by flag name."""
 
     training: TrainingArguments
+    data: DataArguments
 
     def __post_init__(self) -> None:
         for section in dataclasses.fields(self):  # type: ignore[arg-type]
             check_with = getattr(getattr(self, section.name), "check_with", None)
             if check_with:  # an engine's options' rules with the training arguments (--elastic's, --op adasum's)
                 check_with(self.training)
+        padded_by = [f"--{name}" for name in ("length_buckets", "pad_to_multiple_of") if getattr(self.data, name)]
+        if self.training.padding_free and padded_by:
+            raise UsageError(f"--padding_free batches have no padding to shape, so {' and '.join(padded_by)} would "
+                             "do nothing", f"drop --padding_free or {' and '.join(padded_by)}")  # fmt: skip
 
     def workers_join_running_job(self) -> bool:
         """Workers may join the run while it trains (an engine's section says so: --elastic), so a process's rank

@@ -64,6 +64,7 @@ DDPBackend = Literal["auto", "nccl", "gloo"]
 # code generation), eager (TorchDynamo alone) and cudagraphs.
 CompileBackend = Literal["inductor", "aot_eager", "eager", "cudagraphs"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+AttnImplementation = Literal["eager", "sdpa", "flash_attention_2", "flex_attention"]  # transformers' names
 
 
 def refuse(name: str, rule: str, value: Any, example: str, fix: str | None = None) -> UsageError:
@@ -309,6 +310,7 @@ DOMAINS: dict[str, Check] = {
     "model_revision": text,
     "token": text,
     "trust_remote_code": boolean,
+    "attn_implementation": one_of(AttnImplementation),
     "use_peft": use_peft,
     "lora_r": count(1, 4096, example="8"),
     "lora_alpha": count(1, example="16"),
@@ -334,6 +336,8 @@ DOMAINS: dict[str, Check] = {
     "synthetic_num_examples": count(2, example="8000"),
     "num_labels": count(1, example="3"),
     "preprocessing_num_workers": count(1, example="4"),
+    "pad_to_multiple_of": count(1, example="8"),
+    "length_buckets": count(0, example="4"),
     # training
     "output_dir": path,  # its own checks (a file, not writable, an earlier run): run_directory.RunDirectory.claim
     "overwrite_output_dir": boolean,
@@ -388,6 +392,8 @@ DOMAINS: dict[str, Check] = {
     "torch_compile_mode": one_of(CompileMode),
     "gradient_checkpointing": boolean,
     "group_by_length": boolean,
+    "padding_free": boolean,
+    "auto_find_batch_size": boolean,
     # --engine horovod
     "scale_lr": boolean,
     "compression": one_of(Compression),

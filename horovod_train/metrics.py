@@ -61,7 +61,8 @@ class Meter:
         self.loss_sum = self.loss_sum + loss
         self.micro_batches += 1
         self.samples += batch["labels"].shape[0]
-        self.tokens = self.tokens + batch["attention_mask"].sum()
+        mask = batch.get("attention_mask")  # none in a padding-free batch (--padding_free): every token is real
+        self.tokens = self.tokens + (mask.sum() if mask is not None else batch["input_ids"].numel())
 
     def reduce(self, engine: Engine, learning_rate: float | None = None) -> dict[str, float]:
         """Collective. Raises NonFiniteLoss on every rank if any rank's loss was NaN or infinite."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
+from transformers.modeling_outputs import SequenceClassifierOutputWithPast
 
 from horovod_train.errors import UsageError
 from horovod_train.files import atomic_directory
@@ -379,3 +381,38 @@ def fit_max_seq_length(config: Any, warn: Callable[[str], None]) -> None:
             f"using --max_seq_length {limit}"
         )
         config.data.max_seq_length = limit
+
+
+# The families whose sequence classifier reads the last token through transformers' generic head (a base
+# model, then ``score``) and whose base model separates packed sequences by their position ids.
+DECODER_FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "phi3")
+
+
+def enable_padding_free(model: PreTrainedModel) -> None:
+    """--padding_free: the model's forward takes flattened batches (data/loaders.FlattenedBatches: a batch's examples
+    end to end in one row, ``position_ids`` restarting per example, ``example_ends``), which transformers' packed-
+    sequence masks (sdpa, eager, flex, flash) keep apart, the classifier reading each example's last token; and
+    padded ones (evaluation's). In place, so that an engine's wrapper and torch.compile see the same module. An
+    encoder attends both ways, and transformers' encoders do not split a row by position ids: refused."""
+    family = model.config.model_type
+    if family not in DECODER_FAMILIES or not hasattr(model, "score"):
+        raise UsageError(
+            f"--padding_free needs a decoder model ({', '.join(DECODER_FAMILIES)}); {family} attends both ways "
+            "over padded batches",
+            "drop --padding_free (--length_buckets or --group_by_length pad less)",
+        )
+    padded = model.forward
+
+    def forward(self: PreTrainedModel, *args: Any, example_ends: torch.Tensor | None = None, **batch: Any) -> Any:
+        if example_ends is None:
+            return padded(*args, **batch)
+        labels = batch.pop("labels", None)
+        # no cache: transformers separates packed sequences by their position ids only without one
+        hidden = self.base_model(**batch, use_cache=False).last_hidden_state  # [1, tokens, hidden]
+        logits = self.score(hidden[0, example_ends])  # each example's last token: [examples, labels]
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, pooled_logits=logits, config=self.config)
+        return SequenceClassifierOutputWithPast(loss=loss, logits=logits)
+
+    model.forward = types.MethodType(forward, model)

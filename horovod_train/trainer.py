@@ -30,6 +30,7 @@ from horovod_train.training.progress import Console
 from horovod_train.training.rank_zero import RankZero
 from horovod_train.training.run_log import RunLog
 from horovod_train.training.saving import CheckpointSaver, load_best_weights
+from horovod_train.training.step import fit_batch_size
 
 
 class Trainer:
@@ -114,6 +115,8 @@ class Trainer:
         build.check_task_shape(args, tokenized, config.data.task_name)
         self.rank_zero.first(lambda: build.check_memory(config, engine, tokenizer, tokenized))
         model = build.build_model(config, tokenizer, tokenized, on_meta=engine.builds_model_on_meta)
+        if args.auto_find_batch_size:
+            fit_batch_size(args, engine, model, config.data.max_seq_length, self.console.log)
         compatibility = build.run_compatibility(config, engine, tokenizer, tokenized, model)
         resumed = None
         if args.resume_from_checkpoint and not self.rank_zero.joining:
@@ -123,7 +126,7 @@ class Trainer:
         if resumed:
             engine.load_model_state(model, resumed.pop("tensors"))
         train_set = build.build_train_set(tokenized, args.audit_samples)
-        train_loader = build.build_train_loader(train_set, tokenizer, args, engine)
+        train_loader = build.build_train_loader(train_set, tokenizer, args, engine, config.data)
         plan = build.plan_run(args, len(train_loader), engine.world_size)
         policy = engine.policy(model, optimizer, train_loader.sampler, len(train_set), self.precision.scaler)
         lineage = resumed["trainer_state"].get("lineage", []) if resumed else []  # [] for a checkpoint from elsewhere

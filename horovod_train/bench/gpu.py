@@ -26,18 +26,25 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch._dynamo.utils import counters
 
 from horovod_train import domains
 from horovod_train.amp import Precision, enable_tf32
 from horovod_train.arguments import add_dataclass_arguments, field_default, given
 from horovod_train.bench import common
 from horovod_train.config import DataArguments, RunConfig, TrainingArguments
+from horovod_train.data.loaders import BatchWidths
 from horovod_train.engines.base import Engine
 from horovod_train.errors import UsageError
 from horovod_train.tables import format_table
 from horovod_train.training.step import accumulate_and_step
 
 ENGINES = ("single", "horovod")
+# The single engine's step in the forms issue 59 compares (--variants), each on the same examples: padded per
+# batch (eager, as the engines' rows), padded to --length_buckets lengths, compiled (Inductor, a graph per
+# bucket), compiled with CUDA graphs (reduce-overhead), padding-free (a decoder's: BERT has no such form).
+VARIANTS = ("eager", "bucketed", "compiled", "cudagraphs", "padding_free")
+COMPILE_MODES = {"compiled": "default", "cudagraphs": "reduce-overhead"}
 # Dense (not 2:4 sparse) bf16 tensor-core peaks, TFLOP/s, from NVIDIA's data sheets; the first name that
 # is part of torch.cuda.get_device_name() wins, so the more specific come first.
 PEAK_BF16_TFLOPS = (
@@ -60,6 +67,7 @@ PEAK_BF16_TFLOPS = (
 )
 COLUMNS = [
     "engine",
+    "variant",
     "model",
     "device",
     "precision",
@@ -71,20 +79,26 @@ COLUMNS = [
     "padded_tokens_per_second",
     "step_ms",
     "mfu",
+    "graphs",
     "peak_memory_mb",
     "vs_single",
 ]
 # bench gpu's defaults where they differ from train's (its --help shows them): the size-dependent ones
 # (tiny, full), then the others.
 SIZES = {"per_device_train_batch_size": (8, 128), "steps": (3, 50), "warmup": (1, 10), "max_seq_length": (64, 128)}
-DEFAULTS = {"output_dir": "runs/bench/gpu", "bf16": True, "group_by_length": True}  # bf16: false with --fp16
+DEFAULTS = {
+    "output_dir": "runs/bench/gpu",
+    "bf16": True,
+    "group_by_length": True,
+    "length_buckets": 4,
+}  # bf16: false with --fp16
 SHOWN_DEFAULTS = {**{name: f"{full}; tiny {tiny}" for name, (tiny, full) in SIZES.items()}, **DEFAULTS,
                   "bf16": "True (False with --fp16; --bf16 false without --fp16: fp32)",
                   "peak_tflops": "by device name, PEAK_BF16_TFLOPS"}  # fmt: skip
 # train's arguments that bench gpu takes, parsed as train parses them (their domains are train's).
 TRAINING_FIELDS = ("output_dir", "per_device_train_batch_size", "seed", "bf16", "fp16", "torch_compile",
                    "group_by_length")  # fmt: skip
-DATA_FIELDS = ("max_seq_length",)
+DATA_FIELDS = ("max_seq_length", "length_buckets")
 
 
 @dataclass
@@ -104,6 +118,10 @@ class GpuBenchArguments:
     peak_tflops: float | None = field(default=None, metadata={"help": "Dense bf16 peak TFLOP/s for MFU."})
     engines: list[str] = field(default_factory=lambda: list(ENGINES),
                                metadata={"help": "Engines to time.", "choices": ENGINES})  # fmt: skip
+    variants: list[str] = field(default_factory=list, metadata={
+        "help": "The single engine's step in other forms, timed beside the engines: bucketed (--length_buckets), "
+                "compiled, cudagraphs (both bucketed); padding_free is a decoder's (BERT: left out, said).",
+        "choices": VARIANTS})  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -124,6 +142,7 @@ def fill_defaults(args: argparse.Namespace) -> None:
     fields_defaults = {f.name: field_default(f) for f in dataclasses.fields(GpuBenchArguments)}
     fields_defaults |= {f.name: field_default(f) for f in dataclasses.fields(TrainingArguments)
                         if f.name in TRAINING_FIELDS}  # fmt: skip
+    fields_defaults |= {f.name: field_default(f) for f in dataclasses.fields(DataArguments) if f.name in DATA_FIELDS}
     given_values = {**given(args, GpuBenchArguments), **given(args, TrainingArguments), **given(args, DataArguments)}
     vars(args).update({**fields_defaults, **own, **given_values, "tiny": tiny})
     if tiny:
@@ -153,6 +172,7 @@ def resolve(args: argparse.Namespace) -> None:
             f"pass --max_seq_length {positions} or less",
         )
     TrainingArguments(**{name: getattr(args, name) for name in TRAINING_FIELDS})  # train's domains (--seed ...)
+    DataArguments(**{name: getattr(args, name) for name in DATA_FIELDS})  # --length_buckets ...
 
 
 def validate(args: argparse.Namespace) -> None:
@@ -180,41 +200,62 @@ def sample_lengths(n: int, args: argparse.Namespace, generator: torch.Generator)
     return draws.round().clamp(args.min_length, args.max_seq_length).int().tolist()
 
 
-def make_batches(args: argparse.Namespace, vocab_size: int, pin: bool) -> list[dict[str, torch.Tensor]]:
-    """A pool of random batches (pinned when on CUDA), each padded to its longest example (x8)."""
-    generator = torch.Generator().manual_seed(args.seed)
+def batch_lengths(args: argparse.Namespace, generator: torch.Generator) -> list[list[int]]:
+    """The examples' lengths of a pool of batches, in the order they are timed."""
     n_batches = max(8, min(64, args.steps))
-    lengths = sample_lengths(n_batches * args.per_device_train_batch_size, args, generator)
+    size = args.per_device_train_batch_size
+    lengths = sample_lengths(n_batches * size, args, generator)
     if args.group_by_length:  # as LengthGroupedSampler: sort inside megabatches of 50 batches
-        mega = 50 * args.per_device_train_batch_size
+        mega = 50 * size
         lengths = [n for i in range(0, len(lengths), mega) for n in sorted(lengths[i : i + mega], reverse=True)]
-    batches = []
-    for b in torch.randperm(n_batches, generator=generator).tolist():
-        chunk = lengths[b * args.per_device_train_batch_size : (b + 1) * args.per_device_train_batch_size]
-        width = 8 * math.ceil(max(chunk) / 8)
-        mask = (torch.arange(width)[None, :] < torch.tensor(chunk)[:, None]).long()
-        ids = torch.randint(1000, vocab_size, (len(chunk), width), generator=generator) * mask
-        batch = {
-            "input_ids": ids,
-            "attention_mask": mask,
-            "labels": torch.randint(0, 3, (len(chunk),), generator=generator),
-        }
-        batches.append({k: v.pin_memory() if pin else v for k, v in batch.items()})
-    return batches
+    return [lengths[b * size : (b + 1) * size] for b in torch.randperm(n_batches, generator=generator).tolist()]
+
+
+def make_batches(args: argparse.Namespace, vocab_size: int, pin: bool) -> dict[str, list[dict[str, torch.Tensor]]]:
+    """Pools of the same random batches (pinned when on CUDA) as each variant takes them: ``padded``, each
+    padded to its longest example (x8); ``bucketed``, to --length_buckets lengths (the training loader's
+    BatchWidths)."""
+    generator = torch.Generator().manual_seed(args.seed)
+    chunks = batch_lengths(args, generator)
+    every = [n for chunk in chunks for n in chunk]
+    grouped = 1 if args.group_by_length else args.per_device_train_batch_size
+    layouts = {"padded": BatchWidths(8), "bucketed": BatchWidths.of(every, args.length_buckets, 8, grouped)}
+    pools: dict[str, list[dict[str, torch.Tensor]]] = {name: [] for name in layouts}
+    for chunk in chunks:
+        ids = [torch.randint(1000, vocab_size, (n,), generator=generator).tolist() for n in chunk]
+        labels = torch.randint(0, 3, (len(chunk),), generator=generator)
+        for name, widths in layouts.items():
+            width = widths.width(max(chunk))
+            batch = {
+                "input_ids": torch.tensor([i + [0] * (width - len(i)) for i in ids]),
+                "attention_mask": torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i in ids]),
+                "labels": labels,
+            }
+            pools[name].append(batch)
+    return {
+        name: [{k: v.pin_memory() if pin else v for k, v in b.items()} for b in pool] for name, pool in pools.items()
+    }
 
 
 class Contender:
-    """One engine's model, optimizer and precision, stepped by the training loop's own step function."""
+    """One engine's model, optimizer and precision in one of the VARIANTS, stepped by the training loop's own
+    step function; the graphs torch.compile made for it, its peak memory."""
 
-    def __init__(self, engine: Engine, args: argparse.Namespace, precision: str, max_grad_norm: float) -> None:
+    def __init__(
+        self, engine: Engine, args: argparse.Namespace, precision: str, max_grad_norm: float, variant: str = "eager"
+    ) -> None:
         from transformers import BertForSequenceClassification
 
-        self.engine = engine
+        self.engine, self.variant = engine, variant
         torch.manual_seed(args.seed)
         model = BertForSequenceClassification(common.bert_config(args.model))
         self.params = flop_parameters(model)
-        if args.torch_compile:
+        if variant in COMPILE_MODES:  # one graph per bucket, each specialised to its length
+            model.compile(mode=COMPILE_MODES[variant], dynamic=False)
+        elif args.torch_compile:
             model.compile()
+        self.graphs = 0
+        self.peak_memory = 0
         fused = domains.ADAMW_FUSED[TrainingArguments.optim]  # train's default AdamW implementation
         optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=fused)
         self.model, self.optimizer = engine.wrap(model, optimizer)
@@ -224,9 +265,15 @@ class Contender:
     def step(self, batch: dict[str, torch.Tensor]) -> None:
         """One optimizer step of one micro-batch, moved to the device as the loop moves it."""
         on_device = {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
+        compiled_before = counters["stats"]["unique_graphs"]
         accumulate_and_step(
             self.engine, self.model, self.optimizer, self.precision, iter([on_device]), 1, self.max_grad_norm
         )
+        self.graphs += counters["stats"]["unique_graphs"] - compiled_before
+
+    def pool(self, pools: dict[str, list[dict[str, torch.Tensor]]]) -> list[dict[str, torch.Tensor]]:
+        """The variant's batches."""
+        return pools["padded" if self.variant == "eager" else "bucketed"]
 
 
 def synchronize(device: torch.device) -> None:
@@ -234,19 +281,25 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def window(contender: Contender, batches: list[dict[str, torch.Tensor]], steps: int, first: int) -> dict[str, float]:
+def window(contender: Contender, pools: dict[str, list], steps: int, first: int) -> dict[str, float]:
     device = contender.engine.device
+    batches = contender.pool(pools)
     synchronize(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     started = time.perf_counter()
     samples = tokens = padded = 0
     for i in range(steps):
         batch = batches[(first + i) % len(batches)]
         contender.step(batch)
-        samples += batch["labels"].numel()
-        tokens += int(batch["attention_mask"].sum())
-        padded += batch["attention_mask"].numel()
+        samples += batch["labels"].shape[0]
+        mask = batch.get("attention_mask")  # none in a padding-free batch: every token is real
+        tokens += int(mask.sum()) if mask is not None else batch["input_ids"].numel()
+        padded += batch["input_ids"].numel()
     synchronize(device)
     seconds = time.perf_counter() - started
+    if device.type == "cuda":
+        contender.peak_memory = max(contender.peak_memory, torch.cuda.max_memory_allocated(device))
     return {"seconds": seconds, "samples": samples, "tokens": tokens, "padded_tokens": padded, "steps": steps}
 
 
@@ -264,16 +317,23 @@ def main(args: argparse.Namespace) -> int:
     if cuda:
         enable_tf32()
     training = TrainingArguments(bf16=args.precision == "bf16", fp16=args.precision == "fp16", max_grad_norm=1.0)
-    engines = {name: setup_engine(name, training) for name in args.engines}
+    engines = {name: setup_engine(name, training) for name in {*args.engines, *(["single"] if args.variants else [])}}
     try:
         contenders = {
-            name: Contender(engine, args, args.precision, training.max_grad_norm) for name, engine in engines.items()
+            name: Contender(engines[name], args, args.precision, training.max_grad_norm) for name in args.engines
         }
-        batches = make_batches(args, common.bert_config(args.model).vocab_size, pin=cuda)
+        for variant in args.variants:
+            if variant == "padding_free":  # bench gpu's models are BERT's (model.py DECODER_FAMILIES)
+                print(f"padding_free left out: {args.model} is an encoder; padding-free batches are decoders'")
+            elif variant != "eager" or "single" not in args.engines:
+                contenders[f"single/{variant}"] = Contender(
+                    engines["single"], args, args.precision, training.max_grad_norm, variant
+                )
+        pools = make_batches(args, common.bert_config(args.model).vocab_size, pin=cuda)
         for c in contenders.values():
-            window(c, batches, args.warmup, 0)
+            window(c, pools, args.warmup, 0)
         raw = [
-            {"engine": name, "repeat": rep, **window(c, batches, args.steps, rep * args.steps)}
+            {"engine": name, "repeat": rep, **window(c, pools, args.steps, rep * args.steps)}
             for rep in range(args.repeats)
             for name, c in contenders.items()
         ]
@@ -291,6 +351,8 @@ def main(args: argparse.Namespace) -> int:
     for r in rows:
         if r["engine"] != "single" and r["vs_single"] == r["vs_single"]:
             print(f"==> {r['engine']} np=1 / plain samples/s: {r['vs_single']:.3f}x")
+        elif r["variant"] != "eager":
+            print(f"==> {r['variant']} / plain samples/s: {r['vs_single']:.3f}x, {r['graphs']} graphs compiled")
     print(f"wrote {out}/: gpu.csv, gpu.json, gpu.png")
     return 0
 
@@ -317,7 +379,8 @@ def summarize(
         tokens = w["tokens"] / w["seconds"]
         rows.append(
             {
-                "engine": name,
+                "engine": c.engine.name,
+                "variant": c.variant,
                 "model": args.model,
                 "device": str(c.engine.device),
                 "precision": args.precision,
@@ -330,28 +393,35 @@ def summarize(
                 "step_ms": 1e3 * w["seconds"] / w["steps"],
                 "mfu": 6 * c.params * tokens / (peak * 1e12),
                 "peak_tflops": peak,
-                "peak_memory_mb": torch.cuda.max_memory_allocated(c.engine.device) / 2**20 if cuda else float("nan"),
+                "graphs": c.graphs,  # torch.compile's, warm-up included: a handful (the buckets), not one per batch
+                "peak_memory_mb": c.peak_memory / 2**20 if cuda else float("nan"),
                 "parameters": c.params,
             }
         )
-    base = next((r["samples_per_second"] for r in rows if r["engine"] == "single"), float("nan"))
+    base = next((r["samples_per_second"] for r in rows if r["engine"] == "single" and r["variant"] == "eager"),
+                float("nan"))  # fmt: skip
     for r in rows:
         r["vs_single"] = r["samples_per_second"] / base
     return rows
 
 
 def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    header = ["engine", "model", "precision", "batch", "samples/s", "tokens/s", "step ms", "MFU", "vs single"]
+    header = ["engine", "variant", "model", "precision", "batch", "samples/s", "tokens/s", "padded tokens/s",
+              "step ms", "MFU", "graphs", "peak MB", "vs single"]  # fmt: skip
     body = [
         [
             r["engine"],
+            r["variant"],
             r["model"],
             r["precision"],
             str(r["batch_size"]),
             f"{r['samples_per_second']:.1f}",
             f"{r['tokens_per_second']:.0f}",
+            f"{r['padded_tokens_per_second']:.0f}",
             f"{r['step_ms']:.2f}",
             f"{100 * r['mfu']:.2f}%",
+            str(r["graphs"]),
+            f"{r['peak_memory_mb']:.0f}",
             f"{r['vs_single']:.3f}",
         ]
         for r in rows
@@ -362,7 +432,9 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
     plt = common.pyplot()
     fig, ax = plt.subplots(figsize=(7, 0.6 * len(rows) + 1.6))
-    bars = ax.barh([r["engine"] for r in rows], [r["samples_per_second"] for r in rows], color="tab:blue")
+    bars = ax.barh(
+        [f"{r['engine']} {r['variant']}" for r in rows], [r["samples_per_second"] for r in rows], color="tab:blue"
+    )
     ax.bar_label(bars, labels=[f"{r['samples_per_second']:.0f}/s, MFU {100 * r['mfu']:.1f}%" for r in rows])
     ax.set_xlabel("training samples/s")
     ax.set_title(f"{rows[0]['model']} {rows[0]['precision']}, batch {rows[0]['batch_size']} on {rows[0]['device']}")

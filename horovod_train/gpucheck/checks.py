@@ -117,8 +117,11 @@ def check_environment(ctx: Context, step: Step, text: str) -> tuple[str, dict[st
 def check_bench(ctx: Context, step: Step, text: str) -> tuple[str, dict[str, Any]]:
     assert step.run_dir is not None
     report = json.loads((step.run_dir / "gpu.json").read_text())
-    rows = {r["engine"]: r for r in report["rows"]}
-    keys = ("batch_size", "samples_per_second", "tokens_per_second", "mfu", "step_ms", "vs_single", "peak_memory_mb")
+    # the engines' rows by engine; the single engine's --variants rows as single/<variant>
+    rows = {r["engine"] if r.get("variant", "eager") == "eager" else f"{r['engine']}/{r['variant']}": r
+            for r in report["rows"]}  # fmt: skip
+    keys = ("batch_size", "samples_per_second", "tokens_per_second", "padded_tokens_per_second", "mfu", "step_ms",
+            "vs_single", "graphs", "peak_memory_mb")  # fmt: skip
     metrics = {engine: {k: r.get(k) for k in keys} for engine, r in rows.items()}
     metrics["torch_compile"] = bool(report["args"].get("torch_compile"))
     metrics["device"] = report.get("device")
@@ -127,6 +130,9 @@ def check_bench(ctx: Context, step: Step, text: str) -> tuple[str, dict[str, Any
         f"plain {single['samples_per_second']:.0f} samples/s, {single['tokens_per_second']:.0f} tokens/s, "
         f"MFU {100 * single['mfu']:.1f}%; horovod {hvd.get('vs_single', float('nan')):.3f}x"
     )
+    variants = [f"{name.split('/')[1]} {r['vs_single']:.2f}x ({r['graphs']} graphs, MFU {100 * r['mfu']:.1f}%)"
+                for name, r in rows.items() if "/" in name]  # fmt: skip
+    detail += "; " + ", ".join(variants) if variants else ""
     return detail, metrics
 
 

@@ -45,6 +45,7 @@ ESTIMATES_S = {
     "bench_b256": 30,
     "horovod_demo": 35,
     "bench_compile_b128": 180,
+    "bench_shapes_b256": 360,  # not measured yet: four Inductor compiles per compiled variant (one per bucket)
     "bert_bf16_ddp": 35,
     "dp_demo": 25,
     "doctor": 30,
@@ -289,6 +290,22 @@ def bench_step(ctx: Context, batch: int, compiled: bool = False) -> Step:
     return Step(name, what, cmd, seconds, check=checks.check_bench, run_dir=out, prepare=plain_without_horovod)
 
 
+def shapes_bench_step(ctx: Context, batch: int) -> Step:
+    """`bench gpu --variants` (issue 59): the single engine's step eager (padded per batch), bucketed
+    (--length_buckets 4), compiled (a graph per bucket), compiled with CUDA graphs, side by side: samples/s,
+    real and padded tokens/s, MFU on real tokens, graphs compiled, peak memory. Not in the dry plan: its tiny
+    form is tests/integration/test_bench.py's (Inductor on the CPU takes minutes)."""
+    name = f"bench_shapes_b{batch}"
+    out = ctx.details / "bench" / name
+    cmd = [ctx.python, "-m", "horovod_train", "bench", "gpu", "--bf16", "--group_by_length", "--engines", "single"]
+    cmd += ["--steps", "50", "--warmup", "15", "--repeats", "3", "--length_buckets", "4"]
+    cmd += ["--variants", "eager", "bucketed", "compiled", "cudagraphs"]
+    cmd += ["--peak_tflops", str(ctx.args.peak_tflops)] if ctx.args.peak_tflops else []  # else by GPU name
+    cmd += ["--per_device_train_batch_size", str(batch), "--output_dir", str(out)]
+    what = f"bench gpu bf16 batch {batch}: eager, bucketed, compiled, compiled + CUDA graphs (issue 59)"
+    return Step(name, what, cmd, estimate(name), check=checks.check_bench, run_dir=out)
+
+
 def plain_without_horovod(ctx: Context, step: Step) -> None:
     assert step.cmd is not None
     if not ctx.passed("horovod"):
@@ -306,6 +323,8 @@ def plan(ctx: Context, strict: bool = True) -> list[Step]:
     steps += [] if ctx.dry else [bench_step(ctx, 256)]
     steps += [demos["horovod_demo"], *([] if ctx.dry else [bench_step(ctx, 128, compiled=True)])]
     steps += [bert_bf16_ddp, demos["dp_demo"], doctor_step(ctx)]
+    # Issue 59's measurement, past the default budget (six minutes of compiles): `--steps bench_shapes_b256`.
+    steps += [] if ctx.dry else [shapes_bench_step(ctx, 256)]
     if ctx.args.steps:
         known = {s.name for s in steps}
         steps = chosen(steps, [n for n in ctx.args.steps.split(",") if strict or n in known])

@@ -13,10 +13,10 @@ from torch.utils.data import DataLoader
 from horovod_train import checkpoint as ckpt
 from horovod_train import lora, peak_memory
 from horovod_train import model as model_lib
-from horovod_train.config import RunConfig, TrainingArguments
+from horovod_train.config import DataArguments, RunConfig, TrainingArguments
 from horovod_train.data.columns import text_columns
 from horovod_train.data.labels import label_names, shape_of
-from horovod_train.data.loaders import train_loader
+from horovod_train.data.loaders import BatchWidths, example_lengths, train_loader
 from horovod_train.data.splits import load_raw_datasets
 from horovod_train.data.tokenize import (
     dataset_digest,
@@ -126,13 +126,30 @@ def build_model(config: RunConfig, tokenizer: Any, tokenized: DatasetDict, on_me
         shape=shape_of(tokenized),
         on_meta=on_meta,
     )
+    if c.model.attn_implementation:
+        set_attention(model, c.model.attn_implementation)
+    if args.padding_free:
+        model_lib.enable_padding_free(model)
     if args.gradient_checkpointing:
         model_lib.enable_gradient_checkpointing(model)
     if c.model.use_peft:
         model = lora.wrap(model, lora_options(c.model))
     if args.torch_compile:  # in place: state_dict keys and save_pretrained are unchanged
-        model.compile(backend=args.torch_compile_backend or "inductor", mode=args.torch_compile_mode)
+        # With --length_buckets a graph per bucket, each specialised to its length (CUDA graphs are recorded
+        # per shape anyway); else torch's default, which recompiles once for shapes that vary (dynamic shapes).
+        dynamic = False if c.data.length_buckets else None
+        model.compile(backend=args.torch_compile_backend or "inductor", mode=args.torch_compile_mode, dynamic=dynamic)
     return model
+
+
+def set_attention(model: torch.nn.Module, name: str) -> None:
+    """transformers' attn_implementation, refused in one line where the model or the machine lacks it."""
+    try:
+        model.set_attn_implementation(name)
+    except (ImportError, ValueError) as refused:
+        reason = str(refused).strip().splitlines()[0]
+        raise UsageError(f"--attn_implementation {name}: {reason}",
+                         "use --attn_implementation sdpa (or eager), or drop it") from None  # fmt: skip
 
 
 def check_memory(config: RunConfig, engine: Engine, tokenizer: Any, tokenized: DatasetDict) -> None:
@@ -198,7 +215,15 @@ def build_train_set(tokenized: DatasetDict, audit_samples: bool) -> Dataset:
     return train_set
 
 
-def build_train_loader(train_set: Dataset, tokenizer: Any, args: TrainingArguments, engine: Engine) -> DataLoader:
+def build_train_loader(
+    train_set: Dataset, tokenizer: Any, args: TrainingArguments, engine: Engine, data: DataArguments
+) -> DataLoader:
+    widths = None
+    if data.length_buckets or data.pad_to_multiple_of:
+        lengths = example_lengths(train_set) if data.length_buckets else []
+        # Grouped by length, a batch's examples are alike: its longest is an example's length.
+        batch = 1 if args.group_by_length else args.per_device_train_batch_size
+        widths = BatchWidths.of(lengths, data.length_buckets, data.pad_to_multiple_of, batch)
     return train_loader(
         train_set,
         tokenizer,
@@ -211,6 +236,8 @@ def build_train_loader(train_set: Dataset, tokenizer: Any, args: TrainingArgumen
         group_by_length=args.group_by_length,
         pin_memory=engine.device.type == "cuda",
         gradient_accumulation_steps=args.gradient_accumulation_steps,
+        widths=widths,
+        padding_free=args.padding_free,
     )
 
 

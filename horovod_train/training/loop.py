@@ -13,6 +13,7 @@ import torch
 from horovod_train import amp
 from horovod_train import checkpoint as ckpt
 from horovod_train.config import TrainingArguments
+from horovod_train.data.loaders import ahead_on_device
 from horovod_train.engines.base import Engine
 from horovod_train.metrics import Meter, audit_epoch
 from horovod_train.position import TrainingPosition
@@ -86,7 +87,7 @@ class TrainingLoop:
         """Optimizer steps to the end of the epoch; False if the run finished inside it."""
         loader = self.parts.train_loader
         loader.sampler.begin_epoch(position.epoch, position.samples_in_epoch)
-        batches = iter(loader)
+        batches = ahead_on_device(iter(loader), self.engine.device)
         self.parts.model.train()
         for _ in range(len(loader) // self.args.gradient_accumulation_steps):
             if self.policy.finished(position):
@@ -123,11 +124,12 @@ class TrainingLoop:
         self.policy.after_step(position)
 
     def next_batch(self, batches: Iterator[dict[str, torch.Tensor]], position: TrainingPosition):
+        """The next batch, already on the device (``ahead_on_device``)."""
         batch = next(batches)
-        if self.args.audit_samples:
-            seen = self.engine.all_gather(batch.pop("example_index").to(self.engine.device))
+        if self.args.audit_samples:  # asked for: a host read a step
+            seen = self.engine.all_gather(batch.pop("example_index"))
             position.epoch_examples.extend(seen.cpu().tolist())
-        return {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
+        return batch
 
     def log_metrics(self, position: TrainingPosition, learning_rate: float) -> None:
         reduced = self.meter.reduce(self.engine, self.args.learning_rate)  # stops the run on a NaN/inf loss

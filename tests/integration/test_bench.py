@@ -19,6 +19,8 @@ from horovod_train.bench.allreduce import COLUMNS as ALLREDUCE_COLUMNS
 from horovod_train.bench.gpu import COLUMNS as GPU_COLUMNS
 from horovod_train.bench.trace import COLUMNS as TRACE_COLUMNS
 from horovod_train.bench.train import COLUMNS as TRAIN_COLUMNS
+from horovod_train.gpucheck.checks import check_bench
+from horovod_train.gpucheck.runner import Step
 
 BENCH = [str(BIN / "python"), "-m", "horovod_train", "bench"]
 # A bench run inside this process: the test's limit is the launched bench's timeout it replaces (fixture included).
@@ -200,15 +202,26 @@ def test_bench_trace_splits_each_engines_step_from_real_traces(tmp_path, cache_d
 def test_bench_gpu_runs_tiny_on_cpu(tmp_path, cache_dir):
     out = tmp_path / "gpu"
     args = ["gpu", "--tiny", "--repeats", "2", "--peak_tflops", "989", "--output_dir", str(out)]
-    proc = run([*BENCH, *args], cache_dir, timeout=300)
+    proc = run([*BENCH, *args, "--variants", "bucketed", "--length_buckets", "2"], cache_dir, timeout=300)
     assert_ok(proc)
     rows, report = read_outputs(out, "gpu", GPU_COLUMNS)
-    assert [r["engine"] for r in rows] == ["single", "horovod"] and report["tiny"] is True
+    expected = [("single", "eager"), ("horovod", "eager"), ("single", "bucketed")]
+    assert [(r["engine"], r["variant"]) for r in rows] == expected and report["tiny"] is True
+    # The bucketed step trains on the same examples, padded to at most two lengths; nothing is compiled.
+    windows = {(w["engine"], w["repeat"]): w for w in report["raw"]}
+    for repeat in range(2):
+        eager, bucketed = windows["single", repeat], windows["single/bucketed", repeat]
+        assert bucketed["tokens"] == eager["tokens"] and bucketed["padded_tokens"] >= eager["padded_tokens"]
+    assert [r["graphs"] for r in report["rows"]] == [0, 0, 0]
+    # The GPU check's reading of it (bench_shapes_b256 runs this command with the compiled variants).
+    detail, metrics = check_bench(None, Step("bench_shapes", "", None, 1.0, run_dir=out), proc.stdout)
+    assert metrics["single/bucketed"]["padded_tokens_per_second"] > 0 and "; bucketed " in detail
     for r in report["rows"]:
         assert r["samples_per_second"] > 0 and r["model"] == "tiny-bert" and r["precision"] == "bf16"
         # The rates of the engine's median window (by samples/s), from its measured windows.
+        key = r["engine"] if r["variant"] == "eager" else f"{r['engine']}/{r['variant']}"
         windows = sorted((w["samples"] / w["seconds"], w["tokens"] / w["seconds"]) for w in report["raw"]
-                         if w["engine"] == r["engine"])  # fmt: skip
+                         if w["engine"] == key)  # fmt: skip
         median = windows[(len(windows) - 1) // 2]
         assert (r["samples_per_second"], r["tokens_per_second"]) == pytest.approx(median)
         assert r["parameters"] == TINY_BERT_MATMUL_PARAMETERS

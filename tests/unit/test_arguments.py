@@ -19,6 +19,7 @@ from horovod_train.errors import UsageError
 
 CHOICE_FIELDS = {
     "engine",
+    "attn_implementation",
     "lr_scheduler_type",
     "optim",
     "eval_strategy",

@@ -32,6 +32,7 @@ BAD: dict[str, list[str]] = {
     "model_revision": [" ", "main\n"],
     "token": ["", "hf_\tx"],
     "trust_remote_code": ["maybe"],
+    "attn_implementation": ["flash", "SDPA"],
     "use_peft": ["maybe"],
     "lora_r": ["0", "-8", "1.5", "100000"],
     "lora_alpha": ["0", "nan"],
@@ -56,6 +57,8 @@ BAD: dict[str, list[str]] = {
     "synthetic_num_examples": ["0", "1"],
     "num_labels": ["0", "-1"],
     "preprocessing_num_workers": ["0", "-2", "1.5"],
+    "pad_to_multiple_of": ["0", "-8", "1.5"],
+    "length_buckets": ["-1", "two"],
     "output_dir": ["", "{long}", "{dir}/{long}"],
     "overwrite_output_dir": ["sure"],
     "engine": ["mxnet", ""],
@@ -109,6 +112,8 @@ BAD: dict[str, list[str]] = {
     "torch_compile_mode": ["fast", ""],
     "gradient_checkpointing": ["maybe"],
     "group_by_length": ["len"],
+    "padding_free": ["flat"],
+    "auto_find_batch_size": ["auto"],
     "scale_lr": ["x"],
     "compression": ["int8"],
     "op": ["max"],
@@ -310,6 +315,7 @@ BENCH_BAD: dict[str, dict[str, list[str]]] = {
         "repeats": ["0"], "mean_length": ["nan", "0"], "min_length": ["0"], "max_seq_length": ["0", "513"],
         "group_by_length": ["--group_by_length x"], "torch_compile": ["--torch_compile x"],
         "peak_tflops": ["0", "nan", "inf"], "engines": ["mxnet"], "seed": ["-1", str(2**32)],
+        "length_buckets": ["-1", "two"], "variants": ["fast"],
     },
 }  # fmt: skip
 # Arguments every bench command has that need no domain of their own.

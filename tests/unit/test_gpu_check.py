@@ -45,6 +45,24 @@ def test_the_node_plan_fits_eight_minutes_most_valuable_steps_first(tmp_path, mo
     assert not any(r["within_budget"] for r in rows[len(planned) :])  # the budget cuts from the end
 
 
+def test_the_step_shapes_bench_is_planned_past_the_budget_and_bench_gpu_takes_its_command(tmp_path, monkeypatch):
+    """Issue 59's measurement: `--steps bench_shapes_b256` on the node; its command is bench gpu's."""
+    import argparse
+
+    from horovod_train.bench import gpu
+
+    monkeypatch.delenv("HVT_WHEELS", raising=False)
+    ctx = node_context(tmp_path)
+    ctx.args.steps = "bench_shapes_b256"
+    (step,) = steps.plan(ctx)
+    parser = argparse.ArgumentParser()
+    gpu.add_arguments(parser)
+    args = parser.parse_args(step.cmd[step.cmd.index("gpu") + 1 :])
+    gpu.validate(args)
+    assert args.variants == ["eager", "bucketed", "compiled", "cudagraphs"] and args.engines == ["single"]
+    assert args.length_buckets == 4 and args.per_device_train_batch_size == 256
+
+
 def test_steps_naming_a_step_that_reads_another_ones_files_runs_that_one_first(tmp_path, monkeypatch):
     """A rerun of `--steps equiv_horovod` on the node found no model to compare with (2026-11-28): the one process
     it compares against, and bert-base's configuration for the BERT runs, come along, in the plan's order."""
