@@ -11,6 +11,7 @@ import time
 
 import pytest
 from support.bad_input import CASES, _small_vocab_model, assert_refused, snapshot
+from support.data_files import bad_data
 from support.jobs import BIN, REPO, base_env, run, train_cmd, train_here
 
 from horovod_train.launching import LAUNCHERS
@@ -163,3 +164,24 @@ def test_help_and_a_refused_flag_start_without_torch_or_transformers_models(tmp_
         assert not refused or refused[0] in stderr, (argv, stderr[-2000:])
         if argv == ["train", "--help"]:
             assert all(f"--{flag}" in stdout for flag in ("learning_rate", "engine", "gradient_predivide_factor"))
+
+
+# A sample of tests/unit/test_data_sources.py's bad data combinations, as real programs (issue 56: the duplicated
+# column's 56-line traceback, the datasets log line before a non-UTF-8 file's error, the "single label" blamed).
+BAD_DATA_SAMPLE = [
+    ("text column twice", ".csv", "train"),
+    ("one json object", ".json", "train"),
+    ("short line", ".tsv", "validation"),
+    ("latin-1", ".csv", "train"),
+]
+
+
+@pytest.mark.parametrize(("defect", "suffix", "split"), BAD_DATA_SAMPLE)
+def test_bad_data_is_refused_in_one_line_by_the_program(defect, suffix, split, tmp_path, cache_dir):
+    case = bad_data(defect, suffix, split, n=8, seed=1, line=3)
+    flags = case.write(tmp_path)
+    before = snapshot(tmp_path)
+    proc = run(train_cmd("--engine", "single", "--output_dir", str(tmp_path / "out"), *flags), cache_dir, timeout=120)
+    assert_refused(proc, case.cause.replace("{dir}", str(tmp_path)))
+    assert "single label" not in proc.stderr
+    assert snapshot(tmp_path) == before and not (tmp_path / "out").exists()
