@@ -223,6 +223,11 @@ class DataArguments:
                 f"--text_column_names takes one or two column names (got {self.text_column_names!r})",
                 "pass e.g. --text_column_names sentence or --text_column_names sentence1,sentence2",
             )
+        if columns is not None and len(set(columns)) < len(columns):
+            raise UsageError(
+                f"--text_column_names names column {columns[0]!r} twice",
+                f"name two different columns, or one alone (--text_column_names {columns[0]})",
+            )
         if self.validation_split_name is not None and (
             self.train_file or (self.dataset_name in (None, "synthetic-nli") and not self.task_name)
         ):

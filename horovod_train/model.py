@@ -9,7 +9,7 @@ import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from transformers import (
@@ -26,9 +26,11 @@ from transformers.modeling_outputs import SequenceClassifierOutputWithPast
 
 from horovod_train.errors import UsageError
 from horovod_train.files import atomic_directory
+from horovod_train.glue import offline_error, offline_unless_reachable
 from horovod_train.tasks.base import TaskShape
 from horovod_train.tasks.single_label import SingleLabel
 
+T = TypeVar("T")
 TINY_BERT = "tiny-bert"
 TINY_BERT_CONFIG = dict(
     hidden_size=128,
@@ -131,16 +133,27 @@ def loading_error(what: str, name: str, exc: Exception) -> UsageError:
         fix = "pass --token (or set HF_TOKEN) of an account granted access, or download it on a login node"
     else:
         fix = "pass a local model directory, 'tiny-bert', or a hub name with network access"
-    return UsageError(f"cannot load {what} {name!r} ({first})", fix)
+    return offline_error(what, name, exc) or UsageError(f"cannot load {what} {name!r} ({first})", fix)
+
+
+def _loaded(what: str, name: str, load: Callable[[], T]) -> T:
+    """``load()`` of ``name`` (from the hub where it is not a local directory, once the hub's reachability is known:
+    offline_unless_reachable), its failure as one line."""
+    offline_unless_reachable(name)
+    try:
+        return load()
+    except (OSError, ValueError) as exc:
+        raise loading_error(what, name, exc) from None
 
 
 def load_tokenizer(
     name_or_path: str, cache_dir: str | None = None, access: HubAccess = HubAccess()
 ) -> PreTrainedTokenizerBase:
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path, cache_dir=cache_dir, **access.kwargs())
-    except (OSError, ValueError) as exc:
-        raise loading_error("tokenizer", name_or_path, exc) from None
+    tokenizer = _loaded(
+        "tokenizer",
+        name_or_path,
+        lambda: AutoTokenizer.from_pretrained(name_or_path, cache_dir=cache_dir, **access.kwargs()),
+    )
     return with_pad_token(tokenizer, name_or_path)
 
 
@@ -162,10 +175,9 @@ def load_config(
     name: str, cache_dir: str | None, labels: dict, access: HubAccess = HubAccess(), what: str = "config"
 ) -> PreTrainedConfig:
     """``what``: "model" where the configuration is the model's own (no --config_name), for the error."""
-    try:
-        return AutoConfig.from_pretrained(name, cache_dir=cache_dir, **labels, **access.kwargs())
-    except (OSError, ValueError) as exc:
-        raise loading_error(what, name, exc) from None
+    return _loaded(
+        what, name, lambda: AutoConfig.from_pretrained(name, cache_dir=cache_dir, **labels, **access.kwargs())
+    )
 
 
 def usable_positions(config: PreTrainedConfig) -> int | None:
@@ -298,19 +310,15 @@ def _build_model(
 def _from_pretrained(
     model_name_or_path: str, config: PreTrainedConfig, cache_dir: str | None, access: HubAccess
 ) -> PreTrainedModel:
-    try:
-        model = AutoModelForSequenceClassification.from_pretrained(
-            model_name_or_path,
-            config=config,
-            cache_dir=cache_dir,
-            ignore_mismatched_sizes=True,
-            # transformers 5 loads in the saved dtype by default; training needs fp32 master weights (AMP casts)
-            dtype=torch.float32,
-            **access.kwargs(),
-        )
-    except (OSError, ValueError) as exc:
-        raise loading_error("model", model_name_or_path, exc) from None
-    return model
+    return _loaded("model", model_name_or_path, lambda: AutoModelForSequenceClassification.from_pretrained(
+        model_name_or_path,
+        config=config,
+        cache_dir=cache_dir,
+        ignore_mismatched_sizes=True,
+        # transformers 5 loads in the saved dtype by default; training needs fp32 master weights (AMP casts)
+        dtype=torch.float32,
+        **access.kwargs(),
+    ))  # fmt: skip
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
@@ -339,6 +347,7 @@ def _model_positions(model: Any) -> tuple[int, str] | None:
     name = model.config_name or model.model_name_or_path
     if name == TINY_BERT:
         return TINY_BERT_CONFIG["max_position_embeddings"], "tiny-bert's position embeddings"
+    offline_unless_reachable(name)  # the run's first look at the hub
     try:
         config = AutoConfig.from_pretrained(name, cache_dir=model.cache_dir)
     except (OSError, ValueError):
@@ -358,6 +367,7 @@ def _tokenizer_limit(model: Any) -> tuple[int, str] | None:
     name = model.tokenizer_name or model.model_name_or_path
     if name == TINY_BERT:
         return None  # trained by the run, no limit of its own
+    offline_unless_reachable(name)
     try:
         limit = get_tokenizer_config(name, cache_dir=model.cache_dir).get("model_max_length")
     except (OSError, ValueError):

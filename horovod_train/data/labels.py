@@ -52,6 +52,8 @@ def resolve_label_names(train: Dataset, source: str, args: DataArguments) -> Lab
             f"({', '.join(found.names[:10])}: {found.origin})",
             "drop --num_labels (it is inferred from the data)",
         )
+    if len(found.names) < found.shape.min_labels and len(train) == 1:
+        raise UsageError("train data has a single example", "add examples, of two or more labels")
     if len(found.names) < found.shape.min_labels:
         raise UsageError(
             f"train data column {source} has a single label ({', '.join(map(str, found.names))})",

@@ -11,6 +11,7 @@ import time
 
 import pytest
 from support.bad_input import CASES, _small_vocab_model, assert_one_line, assert_refused, snapshot
+from support.data_files import bad_data
 from support.jobs import BIN, REPO, base_env, run, train_cmd, train_here
 
 from horovod_train.launching import LAUNCHERS
@@ -190,3 +191,24 @@ def test_stale_torchrun_variables_say_what_they_wait_for_and_end_in_one_line(tmp
     )
     assert_one_line(proc.returncode, error, proc.stdout, f"1 of 2 ranks never joined at 127.0.0.1:{port} (env://)")
     assert snapshot(tmp_path) == before
+
+
+# A sample of tests/unit/test_data_sources.py's bad data combinations, as real programs: issue 56's duplicated
+# column (a 56-line traceback), JSON object (blamed on "a single label") and non-UTF-8 file (a datasets log line
+# before the error), each now one line on the program's own stderr.
+BAD_DATA_SAMPLE = [
+    ("text column twice", ".csv", "train"),
+    ("one json object", ".json", "train"),
+    ("latin-1", ".csv", "train"),
+]
+
+
+@pytest.mark.parametrize(("defect", "suffix", "split"), BAD_DATA_SAMPLE)
+def test_bad_data_is_refused_in_one_line_by_the_program(defect, suffix, split, tmp_path, cache_dir):
+    case = bad_data(defect, suffix, split, n=8, seed=1, line=3)
+    flags = case.write(tmp_path)
+    before = snapshot(tmp_path)
+    proc = run(train_cmd("--engine", "single", "--output_dir", str(tmp_path / "out"), *flags), cache_dir, timeout=120)
+    assert_refused(proc, case.cause.replace("{dir}", str(tmp_path)))
+    assert "single label" not in proc.stderr
+    assert snapshot(tmp_path) == before and not (tmp_path / "out").exists()

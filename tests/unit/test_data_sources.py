@@ -10,6 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support import bad_input
+from support.data_files import DEFECTS, bad_data
 from support.data_sources import NEGATIVE, POSITIVE, sentiment_frame
 
 from horovod_train import glue
@@ -165,3 +169,27 @@ def test_a_test_file_without_labels_is_a_test_split_labelled_minus_one(tmp_path)
 def test_bad_data_arguments_are_refused(argv, message):
     with pytest.raises(UsageError, match=message):
         parse_run_config(argv)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(data=st.data(), n=st.integers(4, 12), seed=st.integers(0, 99))
+def test_bad_data_files_and_columns_are_refused_in_one_line_naming_the_cause(data, n, seed, tmp_path_factory):
+    """Combinations of a defect (a column in two roles or missing from a split, a JSON file of one object or of
+    values, a line short of or with a field too many, another encoding, one example), the file format, the split
+    that has it and where in the file: each refused by the real reading code in one line, with its fix, naming
+    the defect (tests/integration/test_bad_input.py runs a sample as real programs)."""
+    defect = data.draw(st.sampled_from(sorted(DEFECTS)), label="defect")
+    formats, splits = DEFECTS[defect]
+    suffix = data.draw(st.sampled_from(formats), label="format")
+    split = data.draw(st.sampled_from(splits), label="split")
+    case = bad_data(defect, suffix, split, n, seed, line=data.draw(st.integers(0, n - 1), label="line"))
+    directory = tmp_path_factory.mktemp("bad-data")
+    flags = case.write(directory)
+    before = bad_input.snapshot(directory)
+    with pytest.raises(UsageError) as refused:
+        load_raw_datasets(parse_run_config(flags).data, seed=0)
+    line = str(refused.value)
+    assert "\n" not in line and refused.value.fix and case.cause.replace("{dir}", str(directory)) in line, line
+    assert "single label" not in line
+    assert bad_input.snapshot(directory) == before

@@ -85,3 +85,54 @@ def test_a_token_is_never_written_out():
     config = parse_run_config(["--token", "hf_secret"])
     assert config.model.token == "hf_secret"
     assert "hf_secret" not in json.dumps(config.to_dict())
+
+
+@pytest.fixture
+def hub_not_answering(monkeypatch):
+    """Online as far as the libraries know (no HF_HUB_OFFLINE), with an endpoint that refuses connections (the
+    discard port): a compute node without internet. Restored after the test, whatever the probe switched."""
+    import datasets
+    from huggingface_hub import constants
+
+    from horovod_train import glue
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(glue, "_probed", {})
+
+
+def hf_cache_entry(cache: Path, repo_id: str, source: Path) -> None:
+    """``source``'s files as the HF cache holds a hub model's download (models--ORG--NAME, refs/main, snapshots)."""
+    commit = "0" * 40
+    entry = cache / f"models--{repo_id.replace('/', '--')}"
+    (entry / "refs").mkdir(parents=True)
+    (entry / "refs" / "main").write_text(commit)
+    snapshot = entry / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for file in source.iterdir():
+        (snapshot / file.name).write_bytes(file.read_bytes())
+
+
+def test_a_hub_name_is_not_waited_for_where_the_hub_does_not_answer(hub_not_answering, tmp_path):
+    """A cached name loads from the HF cache; one that is not cached fails at once (huggingface_hub's retries took
+    ~100 s), in one line that names HF_HUB_OFFLINE and a local directory instead. --dataset_name alike."""
+    from horovod_train import glue
+
+    cache = tmp_path / "hf-cache"
+    hf_cache_entry(cache, "acme/tiny-clf", remote_code_model(tmp_path))
+    tokenizer = model_lib.load_tokenizer("acme/tiny-clf", str(cache))
+    model = model_lib.build_model("acme/tiny-clf", 3, ["a", "b", "c"], len(tokenizer), seed=0, cache_dir=str(cache),
+                                  access=model_lib.HubAccess(trust_remote_code=True))  # fmt: skip
+    assert type(model).__name__ == "TinyClfForSequenceClassification"
+    for load in (
+        lambda: model_lib.load_tokenizer("acme/absent-model", str(cache)),
+        lambda: glue.load_hub("acme/absent-data", None, str(cache)),
+    ):
+        with pytest.raises(UsageError) as refused:
+            load()
+        line = str(refused.value)
+        assert "\n" not in line and "not in the HF cache" in line and "http://127.0.0.1:9 did not answer" in line
+        assert "HF_HUB_OFFLINE=1" in refused.value.fix and ("local model directory" in line or "save_to_disk" in line)
