@@ -59,12 +59,16 @@ def activation_bytes(model_config: Any, batch: int, seq: int, gradient_checkpoin
     return batch * (kept + rest)
 
 
+def node_bytes(parts: dict[str, float], ranks: int) -> float:
+    """``ranks`` sharing one memory at rank 0's peak ``parts``, less what rank 0 alone gathers to save."""
+    return sum(parts.values()) * ranks - parts.get("save gather", 0.0) * (ranks - 1)
+
+
 def check_peak_fits(engine: str, params: int, parts: dict[str, float], ranks: int, device: torch.device) -> None:
     """Refuse, before the model is built, a run whose ``ranks`` on one device's memory (a node's RAM on CPU, else
     one GPU) cannot peak within the memory free now: ``parts`` is rank 0's peak as the engines' memory model counts
-    it (Engine.peak_bytes_per_rank); the other ranks peak at the same less what rank 0 alone gathers to save."""
-    gather = parts.get("save gather", 0.0)
-    need, free = sum(parts.values()) * ranks - gather * (ranks - 1), memory_available(device)
+    it (Engine.peak_bytes_per_rank)."""
+    need, free = node_bytes(parts, ranks), memory_available(device)
     if need <= free:
         return
     where = f"{ranks} ranks on this node" if ranks > 1 else f"on {device}"
