@@ -1,10 +1,11 @@
-"""Peak memory of this process, the same way for every engine; the memory a run's training state needs."""
+"""Peak memory of this process, the same way for every engine; the memory a run needs at its peak."""
 
 from __future__ import annotations
 
 import resource
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -32,18 +33,49 @@ def memory_available(device: torch.device | None = None) -> int:
     return 0
 
 
-def check_state_fits(engine: str, params: int, state_bytes: float, ranks: int, device: torch.device) -> None:
-    """Refuse, before the model is built, a run whose training state (fp32 weights, gradients, AdamW's moments:
-    ``state_bytes`` per rank as ``engine`` spreads them, ``ranks`` of them sharing the device's memory) is more than
-    the memory free now. Activations come on top: a run that passes may still run out, one refused never fits."""
-    need, free = state_bytes * ranks, memory_available(device)
+# The process itself before any model: Python, torch, transformers, datasets, the process group and the tokenized
+# data (measured: 0.57 GB RSS after the imports alone, about 1 GB a training rank; docs/performance.md).
+BASE_BYTES = 1 * GIB
+# Bytes autograd saves per token per layer, in fp32 units of 4 bytes: FP32_PER_HIDDEN x hidden (the norms', q/k/v's,
+# the residuals' inputs, dropout's masks), FP32_PER_INTERMEDIATE x intermediate (the MLP's up/gate/activation), and
+# FP32_PER_SCORE x heads x sequence (eager attention's scores, softmax and mask; sdpa saves none of them). Calibrated
+# on `bench memory`'s in-process measurement (fit.saved_bytes) of BERT and Llama shapes: an upper bound within 2.5x
+# (tests/unit/test_memory_check.py). Counted at 4 bytes under --bf16 too: autocast saves the norms' and softmax's
+# fp32 inputs beside bf16 casts of the weights.
+FP32_PER_HIDDEN, FP32_PER_INTERMEDIATE, FP32_PER_SCORE = 16, 3, 3
+FP32_REST_PER_HIDDEN = 4  # outside the layers, per token: embeddings, their norm, the pooler/head
+
+
+def activation_bytes(model_config: Any, batch: int, seq: int, gradient_checkpointing: bool) -> float:
+    """Bytes of activations a rank saves for backward at ``batch`` sequences of ``seq`` tokens, from the model's
+    config (hidden size, layers, intermediate size, heads). Gradient checkpointing keeps each layer's input (one
+    hidden-size tensor a token) and recomputes one layer at a time with all of its activations."""
+    hidden, layers = model_config.hidden_size, model_config.num_hidden_layers
+    intermediate = getattr(model_config, "intermediate_size", None) or 4 * hidden
+    heads = getattr(model_config, "num_attention_heads", 1)
+    layer = 4 * seq * (FP32_PER_HIDDEN * hidden + FP32_PER_INTERMEDIATE * intermediate + FP32_PER_SCORE * heads * seq)
+    rest = 4 * seq * FP32_REST_PER_HIDDEN * hidden
+    kept = layers * 4 * seq * hidden + layer if gradient_checkpointing else layers * layer
+    return batch * (kept + rest)
+
+
+def node_bytes(parts: dict[str, float], ranks: int) -> float:
+    """``ranks`` sharing one memory at rank 0's peak ``parts``, less what rank 0 alone gathers to save."""
+    return sum(parts.values()) * ranks - parts.get("save gather", 0.0) * (ranks - 1)
+
+
+def check_peak_fits(engine: str, params: int, parts: dict[str, float], ranks: int, device: torch.device) -> None:
+    """Refuse, before the model is built, a run whose ``ranks`` on one device's memory (a node's RAM on CPU, else
+    one GPU) cannot peak within the memory free now: ``parts`` is rank 0's peak as the engines' memory model counts
+    it (Engine.peak_bytes_per_rank)."""
+    need, free = node_bytes(parts, ranks), memory_available(device)
     if need <= free:
         return
-    where = f"{ranks} rank{'s' if ranks > 1 else ''} on this node" if device.type == "cpu" else f"on {device}"
+    where = f"{ranks} ranks on this node" if ranks > 1 else f"on {device}"
+    counted = ", ".join(f"{name} {value / GIB:.1f}" for name, value in parts.items() if value)
     raise UsageError(
-        f"--engine {engine} needs {need / GIB:.1f} GiB for the training state of {params / 1e6:.0f}M parameters "
-        f"({state_bytes / GIB:.1f} GiB per rank, {where}: weights, gradients, AdamW; activations not counted) but "
-        f"{free / GIB:.1f} GiB is free",
-        "shard the state with --engine fsdp (or zero1: AdamW's alone) over more ranks, train LoRA adapters "
-        "(--use_peft), or use a smaller model",
+        f"--engine {engine} needs {need / GIB:.1f} GiB ({where}) for {params / 1e6:.0f}M parameters (rank 0's peak: "
+        f"{counted} GiB) but {free / GIB:.1f} GiB is free",
+        "run fewer ranks per node, shard the state with --engine fsdp, add --gradient_checkpointing, lower "
+        "--per_device_train_batch_size or --max_seq_length, train LoRA adapters (--use_peft), or use a smaller model",
     )

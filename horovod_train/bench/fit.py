@@ -4,6 +4,7 @@ peak = P x weight_bytes + T x (grad_bytes + optimizer_bytes) + engine_extra + ac
 
 - P parameters, T of them trainable (all of them, or LoRA's adapters and head);
 - weights 4 bytes (fp32; 2 for LoRA's frozen weights in bf16), gradients 4, AdamW's two moments 8;
+  (the engines' memory model, Engine.state_bytes_per_rank at one rank, owns these);
 - engine_extra: Horovod's fusion buffer (``--fusion_threshold_mb``, at most the gradients); DDP none
   (the ddp engine passes ``gradient_as_bucket_view=True``: the gradients live in the buckets; DDP's default
   would add one gradient-sized copy); DataParallel's GPU 0 one more gradient-sized buffer (replicas'
@@ -22,7 +23,7 @@ from typing import Any
 
 GB = 1e9  # a GPU's "80 GB" is 80 x 10^9 bytes (an H100 80GB shows 79.6 GiB... of 85.0 GB)
 FP32, BF16 = 4, 2
-GRAD_BYTES, ADAMW_BYTES = 4, 8  # fp32 gradient, AdamW exp_avg + exp_avg_sq
+GRAD_BYTES = 4  # fp32 gradient (all-reduced); the state as a whole: the engines' memory model
 MODES = ("full", "gc", "lora", "lora+gc", "lora-bf16+gc")  # gc: gradient checkpointing; bf16: frozen weights
 ENGINES = ("horovod", "ddp", "dp", "single")
 BYTES_PER_PARAM = {  # weights + gradients + AdamW, per parameter (T/P: the trainable fraction)
@@ -69,11 +70,13 @@ def checkpointed(mode: str) -> bool:
 
 
 def state_bytes(model: Model, mode: str) -> float:
-    """Weights, gradients and AdamW moments."""
-    if not is_lora(mode):
-        return model.params * (FP32 + GRAD_BYTES + ADAMW_BYTES)
-    frozen = BF16 if "bf16" in mode else FP32
-    return (model.params - model.trainable_lora) * frozen + model.trainable_lora * (FP32 + GRAD_BYTES + ADAMW_BYTES)
+    """Weights, gradients and AdamW moments on one GPU, as the engines' memory model counts them
+    (Engine.state_bytes_per_rank at one rank: fp32 weights); frozen weights held in bf16 take 2 bytes, not 4."""
+    from horovod_train.engines import available_engines
+
+    trained = trainable(model, mode)
+    held = available_engines()["single"].state_bytes_per_rank(model.params, trained, 1)
+    return held - (FP32 - BF16) * (model.params - trained) if "bf16" in mode else held
 
 
 def gradient_bytes(model: Model, mode: str) -> float:

@@ -19,7 +19,7 @@ from typing import Any
 from horovod_train import compare, domains
 from horovod_train.bench import common, fit
 from horovod_train.errors import UsageError
-from horovod_train.peak_memory import memory_available
+from horovod_train.peak_memory import activation_bytes, memory_available, node_bytes
 from horovod_train.run_directory import claimed
 from horovod_train.tables import format_table
 
@@ -152,9 +152,14 @@ def state_bytes(model: fit.Model, mode: str, run: compare.Run) -> float:
     return engine.state_bytes_per_rank(model.params, fit.trainable(model, mode), run.world_size)
 
 
-def runnable(model: fit.Model, mode: str, run: compare.Run, margin_gb: float) -> bool:
-    """Whether ``run``'s ranks' parameter state plus a 1.5 GB base each fit in the memory free now."""
-    return run.world_size * (state_bytes(model, mode, run) + 1.5 * fit.GB) + margin_gb * fit.GB <= memory_available()
+def runnable(model: fit.Model, mode: str, run: compare.Run, margin_gb: float, activations: float = 0.0) -> bool:
+    """Whether ``run``'s ranks fit in the memory free now, less ``margin_gb``: the peak the memory check before
+    start counts (the engines' memory model: base, state, ``activations``, save gather)."""
+    from horovod_train.engines import available_engines
+
+    engine = available_engines()[run.engine]
+    parts = engine.peak_bytes_per_rank(model.params, fit.trainable(model, mode), run.world_size, activations)
+    return node_bytes(parts, run.world_size) + margin_gb * fit.GB <= memory_available()
 
 
 def train_args(config_dir: Path, mode: str, batch: int, args: argparse.Namespace, run_dir: Path) -> list[str]:
@@ -257,7 +262,8 @@ def train_runs(args: argparse.Namespace, runs: list[compare.Run], batches: dict[
                 head = {"architecture": name, "mode": mode, "run": run.name, "world_size": run.world_size,
                         "batch": batches[name], "seq": args.max_seq_length}  # fmt: skip
                 print(f"{key}", end=" ", flush=True)
-                if runnable(model, mode, run, args.margin_gb):
+                acts_bytes = activation_bytes(config, batches[name], args.max_seq_length, mode == "gc")
+                if runnable(model, mode, run, args.margin_gb, acts_bytes):
                     run_dir, log = out / "runs" / key, out / "logs" / f"{key}.log"
                     log.parent.mkdir(parents=True, exist_ok=True)
                     cmd = run.command(train_args(config_dir, mode, batches[name], args, run_dir))

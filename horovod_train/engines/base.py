@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from horovod_train import amp
+from horovod_train import amp, peak_memory
 from horovod_train import checkpoint as ckpt
 from horovod_train.checksums import param_checksum
 from horovod_train.engines.payload import broadcast_from_root
@@ -158,6 +158,24 @@ class Engine(ABC):
         at ``world_size`` ranks: fp32 weights (4), and for each trained one its gradient (4) and AdamW's two moments
         (8). A class method: the memory check before start and `bench memory` ask it before any engine exists."""
         return 4 * params + 12 * trainable
+
+    @classmethod
+    def save_gather_bytes(cls, params: int, trainable: int, world_size: int) -> float:
+        """Bytes rank 0 holds on top of its state while a save gathers the whole model and optimizer there: none
+        where every rank holds them whole already."""
+        return 0.0
+
+    @classmethod
+    def peak_bytes_per_rank(cls, params: int, trainable: int, world_size: int, activations: float) -> dict[str, float]:
+        """The engines' memory model: rank 0's peak, by part (the process's base, the training state as this engine
+        spreads it, ``activations``, what a save gathers on rank 0). The memory check before start and `bench fit`
+        ask it."""
+        return {
+            "base": peak_memory.BASE_BYTES,
+            "state": cls.state_bytes_per_rank(params, trainable, world_size),
+            "activations": activations,
+            "save gather": cls.save_gather_bytes(params, trainable, world_size),
+        }
 
     def parameter_checksum(self, model: nn.Module) -> int:
         """Collective: the digest of the whole model's parameters (checksums.param_checksum), the same on every rank

@@ -156,6 +156,12 @@ class FSDPEngine(DDPEngine):
     def state_bytes_per_rank(cls, params: int, trainable: int, world_size: int) -> float:
         return (4 * params + 12 * trainable) / world_size
 
+    @classmethod
+    def save_gather_bytes(cls, params: int, trainable: int, world_size: int) -> float:
+        """A checkpoint's whole weights and AdamW moments, gathered on rank 0's CPU (full_model_state,
+        full_optimizer_state)."""
+        return (4 * params + 8 * trainable) * (world_size - 1) / world_size
+
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "reshard_after_forward": self.reshard_after_forward,
                 "param_dtype": "bfloat16" if self.training.bf16 else "float32"}  # fmt: skip

@@ -153,14 +153,19 @@ def set_attention(model: torch.nn.Module, name: str) -> None:
 
 
 def check_memory(config: RunConfig, engine: Engine, tokenizer: Any, tokenized: DatasetDict) -> None:
-    """Refuse a run whose training state, as the engine spreads it, cannot fit the memory free now (counted on the
-    model's shape, before any rank builds it)."""
+    """Refuse a run whose peak (the engines' memory model: the process, the training state as the engine spreads
+    it, the activations, a save's gather) cannot fit the memory free now, counted on the model's shape before any
+    rank builds it."""
     shape = build_model(config, tokenizer, tokenized, on_meta=True)
     params = sum(p.numel() for p in shape.parameters())
     trainable = sum(p.numel() for p in shape.parameters() if p.requires_grad)
-    state = engine.state_bytes_per_rank(params, trainable, engine.world_size)
+    args = config.training
+    activations = peak_memory.activation_bytes(
+        shape.config, args.per_device_train_batch_size, config.data.max_seq_length, args.gradient_checkpointing
+    )
+    parts = engine.peak_bytes_per_rank(params, trainable, engine.world_size, activations)
     ranks = engine.local_world_size if engine.device.type == "cpu" else 1
-    peak_memory.check_state_fits(engine.name, params, state, ranks, engine.device)
+    peak_memory.check_peak_fits(engine.name, params, parts, ranks, engine.device)
 
 
 def lora_options(model_args: Any) -> lora.LoraOptions:

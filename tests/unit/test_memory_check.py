@@ -1,0 +1,58 @@
+"""The memory check before start (the engines' memory model): its activation term against `bench memory`'s
+in-process measurement, and the 0.80 B decoder that zero1 could not hold (docs/performance.md), in-process."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import BertConfig, LlamaConfig
+
+from horovod_train import peak_memory
+from horovod_train.bench import common, memory
+from horovod_train.engines import available_engines
+from horovod_train.errors import UsageError
+
+SHAPES = {
+    "bert": BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                       intermediate_size=512, num_labels=3),  # eager attention: its scores are saved
+    "llama": LlamaConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=4, intermediate_size=344, num_labels=3, pad_token_id=0),  # sdpa
+}  # fmt: skip
+FACTOR = 2.5  # the estimate is an upper bound of the measurement, and at most this many times it
+
+
+@pytest.mark.parametrize("seq", [64, 256])
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_the_activation_estimate_bounds_bench_memorys_measurement(name, seq):
+    config, batch = SHAPES[name], 2
+    measured = memory.measure_activations(config, seq, "full", batch=batch)
+    saved = batch * (config.num_hidden_layers * measured.layer + measured.rest)
+    estimate = peak_memory.activation_bytes(config, batch, seq, gradient_checkpointing=False)
+    assert saved <= estimate <= FACTOR * saved, (estimate, saved)
+    # Checkpointing keeps a layer's input alone, and recomputes one layer whole: less, yet more than one layer.
+    checkpointed = peak_memory.activation_bytes(config, batch, seq, gradient_checkpointing=True)
+    assert batch * measured.layer < checkpointed < estimate
+
+
+def decoder_0_8b_parts(engine: str, ranks: int) -> tuple[int, dict[str, float]]:
+    """Rank 0's peak for the 0.80 B decoder (decoder-0.5b's shape with 38 layers), batch 2 x 128, as measured."""
+    config = LlamaConfig(num_labels=3, pad_token_id=0, **{**common.DECODER_0_5B, "num_hidden_layers": 38})
+    params, _ = memory.count(config, "full")
+    activations = peak_memory.activation_bytes(config, 2, 128, gradient_checkpointing=False)
+    return params, available_engines()[engine].peak_bytes_per_rank(params, params, ranks, activations)
+
+
+def test_the_0_8b_decoder_that_zero1_could_not_hold_is_refused_in_one_line(monkeypatch):
+    """With the 22.2 GiB that was free when zero1 was OOM-killed at np=2 (and fsdp trained at 8.6 GiB a rank),
+    ddp and zero1 are refused in one line naming the parts and the fixes; fsdp is not."""
+    monkeypatch.setattr(peak_memory, "memory_available", lambda device=None: 22.2 * peak_memory.GIB)
+    cpu = torch.device("cpu")
+    for engine in ("ddp", "zero1"):
+        params, parts = decoder_0_8b_parts(engine, 2)
+        with pytest.raises(UsageError) as refused:
+            peak_memory.check_peak_fits(engine, params, parts, 2, cpu)
+        line = str(refused.value)
+        assert "\n" not in line and "activations" in line and "base" in line and "--engine fsdp" in line, line
+    params, parts = decoder_0_8b_parts("fsdp", 2)
+    peak_memory.check_peak_fits("fsdp", params, parts, 2, cpu)
+    assert sum(parts.values()) >= 8632 * 2**20  # fsdp's measured peak a rank is within its estimate
