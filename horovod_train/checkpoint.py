@@ -210,7 +210,14 @@ def write_files(
     (directory / TRAINER_FILE).write_text(json.dumps(trainer_state, indent=2, sort_keys=True) + "\n")
     if write_loadable is not None:
         write_loadable(directory)
-    names = sorted({*_relative_files(directory), *written})  # a listed file gone missing fails verification
+    seal(directory, written)
+
+
+def seal(directory: Path, written: dict[str, str] | None = None) -> None:
+    """The manifest, written last (``written``: digests other processes computed of files they wrote), then every
+    file fsynced."""
+    written = written or {}
+    names = sorted({*_relative_files(directory), *written} - {MANIFEST})  # a listed file gone missing fails verify
     manifest = {name: written.get(name) or sha256(directory / name) for name in names}
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     _fsync_tree(directory)
@@ -372,6 +379,11 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
             f"checkpoint {path} has a {TRAINER_FILE} that is not a JSON object", "resume from an earlier checkpoint"
         )
     return state
+
+
+def manifest_files(path: Path) -> list[str]:
+    """The files a verified checkpoint's manifest lists."""
+    return sorted(json.loads((path / MANIFEST).read_text()))
 
 
 def _inside(name: str) -> bool:

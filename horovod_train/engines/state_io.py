@@ -23,6 +23,7 @@ import json
 import math
 import os
 import struct
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -151,9 +152,10 @@ def param_groups(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
             for group in optimizer.param_groups]  # fmt: skip
 
 
-def optimizer_marker(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """A sharded checkpoint's ``training_state["optimizer"]``: the groups, and the directory of the tensors."""
-    return {"param_groups": param_groups(optimizer), SHARDED: OPTIMIZER_DIR}
+def optimizer_marker(groups: list[dict[str, Any]]) -> dict[str, Any]:
+    """A sharded checkpoint's ``training_state["optimizer"]``: the groups (torch's form), and the tensors'
+    directory."""
+    return {"param_groups": groups, SHARDED: OPTIMIZER_DIR}
 
 
 def flat_state(state: dict[Any, dict[str, Any]]) -> dict[str, Any]:
@@ -208,8 +210,18 @@ def load_optimizer_shards(
 def read_whole_optimizer(directory: Path, groups: list[dict[str, Any]]) -> dict[str, Any]:
     """One process (no process group): the whole optimizer state in torch's format, each tensor read once."""
     state = {key: empty_like_saved(item, None) for key, _, _, item in saved_entries(directory)}
-    dcp.load(state, storage_reader=dcp.FileSystemReader(directory), no_dist=True)
+    with warnings.catch_warnings():  # that one process reads it is the intent, which DCP warns it assumes
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        dcp.load(state, storage_reader=dcp.FileSystemReader(directory), no_dist=True)
     return {"state": nested_state(state), "param_groups": groups}
+
+
+def write_whole_optimizer(state: dict[Any, dict[str, Any]], directory: Path) -> None:
+    """One process (no process group): a whole optimizer state as a sharded checkpoint's directory, which DCP
+    reshards to any world size on load."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        dcp.save(flat_state(state), storage_writer=dcp.FileSystemWriter(directory), no_dist=True)
 
 
 def on_every_rank(gather: Callable[[Any], list[Any]], work: Callable[[], T]) -> T:

@@ -39,7 +39,7 @@ class CheckpointSaver:
         if engine.sharded_state:  # every rank writes its own part; rank 0 completes the checkpoint
             shards = self.write_shards(position.global_step)
             weights = None
-            optimizer_state = state_io.optimizer_marker(optimizer)
+            optimizer_state = state_io.optimizer_marker(state_io.param_groups(optimizer))
         else:  # gathered on rank 0
             weights = engine.full_model_state(model)
             optimizer_state = engine.full_optimizer_state(model, optimizer)
