@@ -42,7 +42,7 @@ from safetensors.torch import load_file, save_file
 from horovod_train import lora
 from horovod_train.checkpoint_layout import AUTO, LATEST, MANIFEST, NAME, PREFIX, named_checkpoint
 from horovod_train.digest import sha256
-from horovod_train.engines.state_io import SHARDED, read_whole_optimizer
+from horovod_train.engines.state_io import SHARDED, WHOLE_STATE, read_whole_optimizer
 from horovod_train.errors import UsageError
 from horovod_train.files import atomic_directory, disk_full, fsync_directory, full_disk_problem, temporary_sibling
 from horovod_train.position import TrainingPosition
@@ -396,9 +396,11 @@ def load_checkpoint(path: Path, whole: bool = True) -> Payload:
     """(model tensors, training state, trainer state) of a verified checkpoint; ``model_state`` makes the
     tensors a model's state dict. ``whole``: the model and optimizer state whole, read by this one process (a
     sharded checkpoint's optimizer state too); else for a sharded engine whose every rank reads its own part: no
-    tensors (its model file is ``path``'s), and a sharded optimizer state naming its directory by absolute path."""
+    tensors (its model file is ``path``'s), and an optimizer state that names where each rank reads it from
+    (state_io.optimizer_source), the directory of a sharded one or the file of a whole one."""
     trainer_state = verify_checkpoint(path)
-    training_state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+    # Memory-mapped: what is not sent on is never read (a sharded engine's ranks map the file for their parts).
+    training_state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
     optimizer = training_state.get("optimizer")
     if isinstance(optimizer, dict) and SHARDED in optimizer:
         directory = path.resolve() / optimizer[SHARDED]
@@ -406,6 +408,8 @@ def load_checkpoint(path: Path, whole: bool = True) -> Payload:
             read_whole_optimizer(directory, optimizer["param_groups"]) if whole
             else {**optimizer, SHARDED: str(directory)}
         )  # fmt: skip
+    elif not whole and optimizer is not None:
+        training_state["optimizer"] = {WHOLE_STATE: str(path.resolve() / STATE_FILE)}
     return (read_model_tensors(path) if whole else {}), training_state, trainer_state
 
 

@@ -172,6 +172,7 @@ class FSDPEngine(DDPEngine):
 
     def load_optimizer_state(self, model: nn.Module, optimizer: Optimizer, state: dict[str, Any]) -> None:
         params = [p for group in optimizer.param_groups for p in group["params"]]
+        state = state_io.optimizer_source(state)
         if state_io.SHARDED in state:  # each rank reads its shards, resharded from the saved world size
             loaded = state_io.load_optimizer_shards(Path(state[state_io.SHARDED]), params)
             load_keeping_implementation(optimizer, {"state": loaded, "param_groups": state["param_groups"]})

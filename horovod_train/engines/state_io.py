@@ -40,6 +40,7 @@ from horovod_train.digest import sha256
 T = TypeVar("T")
 OPTIMIZER_DIR = "optimizer"
 SHARDED = "sharded_state"  # the key of training_state["optimizer"] that names OPTIMIZER_DIR
+WHOLE_STATE = "whole_state_file"  # in a resume's payload: the training_state.pt each rank maps its part of
 SAFETENSORS_DTYPES = {
     torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.int64: "I64",
     torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL",
@@ -183,6 +184,14 @@ def saved_entries(directory: Path) -> Iterator[tuple[str, int, str, Any]]:
     for key, item in metadata.state_dict_metadata.items():
         _, index, name = key.split(".", 2)
         yield key, int(index), name, item
+
+
+def optimizer_source(state: dict[str, Any]) -> dict[str, Any]:
+    """A resume's optimizer state as a sharded engine loads it: a whole one that names its file memory-mapped
+    (each rank's copy of its shards reads only their pages), else as it is (whole, or naming its DCP directory)."""
+    if WHOLE_STATE not in state:
+        return state
+    return torch.load(state[WHOLE_STATE], map_location="cpu", weights_only=True, mmap=True)["optimizer"]
 
 
 def empty_like_saved(item: Any, like: torch.Tensor | None) -> Any:

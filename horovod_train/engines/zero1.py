@@ -39,6 +39,7 @@ class Zero1Engine(DDPEngine):
         return state_io.digests(directory, state_io.written_by(directory, self.rank))
 
     def load_optimizer_state(self, model: nn.Module, optimizer: Optimizer, state: dict[str, Any]) -> None:
+        state = state_io.optimizer_source(state)
         if state_io.SHARDED in state:  # each rank reads the state of the parameters it steps
             params = [p for group in optimizer.param_groups for p in group["params"]]
             mine = {id(p) for group in optimizer.optim.param_groups for p in group["params"]}
