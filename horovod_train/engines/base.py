@@ -155,7 +155,8 @@ class Engine(ABC):
     def save_state_shards(self, model: nn.Module, optimizer: Optimizer, directory: Path) -> dict[str, str]:
         """Collective (``sharded_state``): write this rank's part of the model and optimizer state into a
         checkpoint's temporary ``directory``; {file inside it: SHA-256} of the files it wrote, for the manifest.
-        The optimizer's go to state_io.OPTIMIZER_DIR; the model's to checkpoint.MODEL_FILE, or left for rank 0."""
+        The optimizer's go to state_io.OPTIMIZER_DIR; the model's to checkpoint.MODEL_FILE, or left for rank 0. A
+        failure on any rank is raised on every rank (state_io.on_every_rank), not met in a later collective."""
         raise NotImplementedError(f"{self.name} writes its checkpoint's state whole, from rank 0")
 
     def eval_module(self, model: nn.Module) -> nn.Module:

@@ -140,8 +140,11 @@ class FSDPEngine(DDPEngine):
     sharded_state = True
 
     def save_state_shards(self, model: nn.Module, optimizer: Optimizer, directory: Path) -> dict[str, str]:
-        state_io.write_model_rows(self.distinct_state(model), directory / ckpt.MODEL_FILE, self.is_main, self.barrier)
-        state_io.save_optimizer_shards(optimizer.state_dict()["state"], directory / state_io.OPTIMIZER_DIR)
+        model_file = directory / ckpt.MODEL_FILE
+        state_io.on_every_rank(self.gather_objects, lambda: state_io.write_model_rows(
+            self.distinct_state(model), model_file, self.is_main, self.barrier))  # fmt: skip
+        state_io.on_every_rank(self.gather_objects, lambda: state_io.save_optimizer_shards(
+            optimizer.state_dict()["state"], directory / state_io.OPTIMIZER_DIR))  # fmt: skip
         return state_io.digests(directory, state_io.written_by(directory, self.rank))
 
     def distinct_state(self, model: nn.Module) -> dict[str, torch.Tensor]:

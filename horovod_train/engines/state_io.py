@@ -19,6 +19,7 @@ filesystem, as DCP needs).
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -31,11 +32,13 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed.checkpoint as dcp
 from safetensors import safe_open
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
 from horovod_train.digest import sha256
+from horovod_train.files import disk_full
 
 T = TypeVar("T")
 OPTIMIZER_DIR = "optimizer"
@@ -174,8 +177,20 @@ def nested_state(flat: dict[str, Any]) -> dict[int, dict[str, Any]]:
 
 def save_optimizer_shards(state: dict[Any, dict[str, Any]], directory: Path) -> None:
     """Collective: this rank's part of the optimizer's state (DTensor shards, or the whole tensors of the parameters
-    it steps), each rank's files at once."""
-    dcp.save(flat_state(state), storage_writer=dcp.FileSystemWriter(directory))
+    it steps), each rank's files at once. A failure is every rank's (DCP gathers them) and an Exception: DCP's
+    CheckpointException is a BaseException, which would pass every handler; a full disk is an OSError of ENOSPC."""
+    flat = flat_state(state)
+    try:
+        dcp.save(flat, storage_writer=dcp.FileSystemWriter(directory))
+    except CheckpointException as error:
+        # The writer's OSError does not travel with DCP's gathered errors (torch.save reports "unexpected pos"):
+        # the disk was full where less space is left than this rank's shards take.
+        local = [v.to_local() if isinstance(v, DTensor) else v for v in flat.values() if torch.is_tensor(v)]
+        needed = sum(t.numel() * t.element_size() for t in local)
+        stats = os.statvfs(directory.parent)
+        if stats.f_bavail * stats.f_frsize < needed:
+            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} writing {directory}") from None
+        raise RuntimeError(str(error)) from None
 
 
 def saved_entries(directory: Path) -> Iterator[tuple[str, int, str, Any]]:
@@ -235,19 +250,23 @@ def write_whole_optimizer(state: dict[Any, dict[str, Any]], directory: Path) -> 
 
 def on_every_rank(gather: Callable[[Any], list[Any]], work: Callable[[], T]) -> T:
     """``work`` on every rank; where it fails on any rank, every rank raises (rather than wait for the failed one in
-    the next collective): the failed rank its own error, the others one that names it."""
+    the next collective): the failed rank its own error, the others one that names it, an OSError of the same
+    errno where it was a full disk (so that every rank reports it as one: checkpoint.refusing_a_full_disk)."""
     failure: Exception | None = None
     try:
         result = work()
     except Exception as error:
         failure = error
-    problems = gather(None if failure is None else f"{type(failure).__name__}: {failure}")
-    if failure is not None:
-        raise failure
+    problems = gather(None if failure is None else [f"{type(failure).__name__}: {failure}", disk_full(failure)])
     failed = [(rank, problem) for rank, problem in enumerate(problems) if problem]
-    if failed:
-        raise RuntimeError(f"rank {failed[0][0]} failed to write its part of the checkpoint: {failed[0][1]}")
-    return result
+    if not failed:
+        return result
+    # A full disk first: a collective's failure (DCP's) reaches every rank, the cause only the rank that met it.
+    rank, (text, full) = min(failed, key=lambda item: item[1][1] is None)
+    if failure is not None and (disk_full(failure) or not full):
+        raise failure
+    message = f"rank {rank} failed to write its part of the checkpoint: {text}"
+    raise OSError(full, message) from failure if full else RuntimeError(message)
 
 
 def digests(directory: Path, names: list[Path]) -> dict[str, str]:

@@ -35,7 +35,8 @@ class Zero1Engine(DDPEngine):
         # The model is whole on every rank: rank 0 writes it. The optimizer: each rank the parameters it steps.
         indices = state_io.parameter_indices(optimizer)
         local = {indices[id(p)]: entry for p, entry in optimizer.optim.state.items()}
-        state_io.save_optimizer_shards(local, directory / state_io.OPTIMIZER_DIR)
+        state_io.on_every_rank(self.gather_objects, lambda: state_io.save_optimizer_shards(
+            local, directory / state_io.OPTIMIZER_DIR))  # fmt: skip
         return state_io.digests(directory, state_io.written_by(directory, self.rank))
 
     def load_optimizer_state(self, model: nn.Module, optimizer: Optimizer, state: dict[str, Any]) -> None:

@@ -53,12 +53,16 @@ class CheckpointSaver:
 
     def write_shards(self, step: int) -> tuple[Path, dict[str, str]]:
         """Every rank writes its part of the state into rank 0's temporary directory: that directory, and every
-        file's SHA-256 the other ranks computed. A rank's failure is every rank's (the temporary directory removed)."""
+        file's SHA-256 the other ranks computed. A failure is every rank's, the temporary directory removed."""
         engine, checkpoints = self.engine, self.parts.checkpoints
-        directory = Path(RankZero(engine).read_for_all(lambda: str(checkpoints.temporary(step))))
-        try:
-            written = state_io.on_every_rank(engine.gather_objects, lambda: engine.save_state_shards(
-                self.parts.model, self.parts.optimizer, directory))  # fmt: skip
+
+        def temporary() -> str:
+            with ckpt.refusing_a_full_disk(checkpoints.output_dir, checkpoints.target(step)):
+                return str(checkpoints.temporary(step))
+
+        directory = Path(RankZero(engine).read_for_all(temporary))
+        try:  # a rank's failure is every rank's (state_io.on_every_rank)
+            written = engine.save_state_shards(self.parts.model, self.parts.optimizer, directory)
         except Exception as error:
             if engine.is_main:
                 shutil.rmtree(directory, ignore_errors=True)
