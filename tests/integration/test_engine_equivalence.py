@@ -6,9 +6,9 @@ gradient accumulation (the accumulating runs also recompute their activations: -
 docs/equivalence.md. The runs without accumulation are one `compare` launch (every engine compare runs by default,
 each under its real launcher), whose table, compare.json, logs and chart are checked here too; the accumulating runs
 are launched one by one, DDP's under mpirun (its torchrun run is compare's). The sampler test checks the data side
-exactly (index sets per global batch). Every compared run also checkpoints half-way, and the fsdp and ddp
-checkpoints continue under the other engine (fsdp's at another world size too) to the same parameters; each case is
-launched once.
+exactly (index sets per global batch). Every compared run also checkpoints half-way, and the fsdp and zero1
+checkpoints (sharded) continue at 1 and 4 ranks and under every other engine, and ddp's (whole) under both sharded
+engines, to the same parameters (RESUMES); each case is launched once.
 """
 
 from __future__ import annotations
