@@ -42,7 +42,7 @@ from safetensors.torch import load_file, save_file
 from horovod_train import lora
 from horovod_train.checkpoint_layout import AUTO, LATEST, MANIFEST, NAME, PREFIX, named_checkpoint
 from horovod_train.digest import sha256
-from horovod_train.engines.state_io import SHARDED, WHOLE_STATE, read_whole_optimizer
+from horovod_train.engines.state_io import SHARDED, WHOLE_STATE, optimizer_marker, param_groups, read_whole_optimizer
 from horovod_train.errors import UsageError
 from horovod_train.files import atomic_directory, disk_full, fsync_directory, full_disk_problem, temporary_sibling
 from horovod_train.position import TrainingPosition
@@ -189,6 +189,12 @@ class Checkpoints:
             if name != keep_also:
                 shutil.rmtree(self.output_dir / name, ignore_errors=True)
         self.lineage = [name for name in self.lineage if (self.output_dir / name).is_dir()]
+
+
+def sharded_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """A sharded checkpoint's ``training_state["optimizer"]``: the groups in torch's form; the tensors are in the
+    directory every rank wrote (Engine.save_state_shards)."""
+    return optimizer_marker(param_groups(optimizer))
 
 
 def write_files(

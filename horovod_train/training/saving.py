@@ -11,7 +11,6 @@ from typing import Any
 from horovod_train import amp, rng
 from horovod_train import checkpoint as ckpt
 from horovod_train.config import RunConfig
-from horovod_train.engines import state_io
 from horovod_train.engines.base import Engine
 from horovod_train.files import disk_full
 from horovod_train.position import TrainingPosition
@@ -39,7 +38,7 @@ class CheckpointSaver:
         if engine.sharded_state:  # every rank writes its own part; rank 0 completes the checkpoint
             shards = self.write_shards(position.global_step)
             weights = None
-            optimizer_state = state_io.optimizer_marker(state_io.param_groups(optimizer))
+            optimizer_state = ckpt.sharded_optimizer_state(optimizer)
         else:  # gathered on rank 0
             weights = engine.full_model_state(model)
             optimizer_state = engine.full_optimizer_state(model, optimizer)
@@ -61,7 +60,7 @@ class CheckpointSaver:
                 return str(checkpoints.temporary(step))
 
         directory = Path(RankZero(engine).read_for_all(temporary))
-        try:  # a rank's failure is every rank's (state_io.on_every_rank)
+        try:  # a rank's failure is every rank's (Engine.save_state_shards)
             written = engine.save_state_shards(self.parts.model, self.parts.optimizer, directory)
         except Exception as error:
             if engine.is_main:
