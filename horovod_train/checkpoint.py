@@ -11,7 +11,9 @@ A checkpoint is a directory ``checkpoint-<step>`` holding
   weights, the adapters, the heads' original modules, under peft's names). A merged weight cannot be
   un-merged exactly: with them, a resume restores the trained model bit for bit;
 - ``training_state.pt``: the optimizer state and every rank's RNG states (``torch.save``, read back with
-  ``weights_only=True``);
+  ``weights_only=True``). A sharded engine's (fsdp, zero1) holds the optimizer's groups alone: its tensors are in
+  ``optimizer/``, a torch.distributed.checkpoint directory every rank wrote its shards into, and every rank wrote
+  its rows of ``model.safetensors`` (engines/state_io.py). Any engine, at any world size, resumes either form;
 - ``trainer_state.json``: the training position, the run configuration, what a run resuming it must
   agree with (``Compatibility``), the save order and the run's lineage;
 - ``manifest.json``: the SHA-256 of every other file (those in ``adapter/`` by their relative path).
@@ -40,8 +42,9 @@ from safetensors.torch import load_file, save_file
 from horovod_train import lora
 from horovod_train.checkpoint_layout import AUTO, LATEST, MANIFEST, NAME, PREFIX, named_checkpoint, unlisted
 from horovod_train.digest import sha256
+from horovod_train.engines.state_io import SHARDED, WHOLE_STATE, optimizer_marker, param_groups, read_whole_optimizer
 from horovod_train.errors import UsageError
-from horovod_train.files import atomic_directory, disk_full, fsync_directory, full_disk_problem
+from horovod_train.files import atomic_directory, disk_full, fsync_directory, full_disk_problem, temporary_sibling
 from horovod_train.position import TrainingPosition
 
 MODEL_FILE = "model.safetensors"
@@ -143,11 +146,14 @@ class Checkpoints:
         training_state: dict[str, Any],
         write_loadable: Callable[[Path], None] | None = None,
         weights: dict[str, torch.Tensor] | None = None,
+        shards: tuple[Path, dict[str, str]] | None = None,
     ) -> Path:
         """``write_loadable`` adds what ``from_pretrained`` needs besides the weights (config, tokenizer);
         ``weights``: ``model``'s whole state dict where ``model`` does not hold it (an engine that shards the model
-        gathers it), else None. A full disk is a UsageError; the checkpoints already there are left as they were."""
-        target = self.output_dir / f"{PREFIX}{position.global_step}"
+        gathers it), else None. ``shards``: the temporary directory (``temporary``) where every rank of a sharded
+        engine wrote its part of the state (its model file too, if it is there), and {file: SHA-256} of those the
+        other ranks wrote. A full disk is a UsageError; the checkpoints already there are left as they were."""
+        target = self.target(position.global_step)
         self.lineage = [name for name in self.lineage if name != target.name] + [target.name]
         trainer_state = {
             **position.to_dict(),
@@ -156,12 +162,20 @@ class Checkpoints:
             "save_sequence": newest_sequence(self.output_dir) + 1,
             "lineage": self.lineage,
         }
-        with refusing_a_full_disk(self.output_dir, target), atomic_directory(target, replace=True) as tmp:
-            write_files(tmp, model, model.state_dict() if weights is None else weights, training_state,
-                        trainer_state, write_loadable)  # fmt: skip
+        tmp, written = shards or (None, {})
+        with refusing_a_full_disk(self.output_dir, target), atomic_directory(target, replace=True, tmp=tmp) as tmp:
+            write_files(tmp, model, weights, training_state, trainer_state, write_loadable, written)
         best = position.best_model_checkpoint  # a path: another directory's, not for this rotation to spare
         self.rotate(keep_also=target.name, best=best if best and "/" not in best else None)
         return target
+
+    def target(self, step: int) -> Path:
+        return self.output_dir / f"{PREFIX}{step}"
+
+    def temporary(self, step: int) -> Path:
+        """Rank 0: the temporary directory the ranks of a sharded engine write step ``step``'s checkpoint into, for
+        ``save`` to complete and rename (a crash leaves it to clean_stale)."""
+        return temporary_sibling(self.target(step))
 
     def rotate(self, keep_also: str, best: str | None = None) -> None:
         """Delete the oldest beyond ``keep``, sparing the best checkpoint as transformers does (a limit of 1
@@ -178,22 +192,40 @@ class Checkpoints:
         self.lineage = [name for name in self.lineage if (self.output_dir / name).is_dir()]
 
 
+def sharded_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """A sharded checkpoint's ``training_state["optimizer"]``: the groups in torch's form; the tensors are in the
+    directory every rank wrote (Engine.save_state_shards)."""
+    return optimizer_marker(param_groups(optimizer))
+
+
 def write_files(
     directory: Path,
     model: torch.nn.Module,
-    weights: dict[str, torch.Tensor],
+    weights: dict[str, torch.Tensor] | None,
     training_state: dict[str, Any],
     trainer_state: dict[str, Any],
     write_loadable: Callable[[Path], None] | None,
+    written: dict[str, str] | None = None,
 ) -> None:
-    """A checkpoint's files, the manifest last, every one fsynced."""
-    write_model(model, weights, directory)
+    """A checkpoint's files, the manifest last, every one fsynced. ``written``: {file: SHA-256} of those other
+    processes wrote into ``directory`` (a sharded engine's ranks); a model file already there is theirs."""
+    written = written or {}
+    if not (directory / MODEL_FILE).exists():
+        write_model(model, model.state_dict() if weights is None else weights, directory)
     with (directory / STATE_FILE).open("wb") as f:  # a file object: its OSError stays the cause of torch's error
         torch.save(training_state, f)
     (directory / TRAINER_FILE).write_text(json.dumps(trainer_state, indent=2, sort_keys=True) + "\n")
     if write_loadable is not None:
         write_loadable(directory)
-    manifest = {name: sha256(directory / name) for name in _relative_files(directory)}
+    seal(directory, written)
+
+
+def seal(directory: Path, written: dict[str, str] | None = None) -> None:
+    """The manifest, written last (``written``: digests other processes computed of files they wrote), then every
+    file fsynced."""
+    written = written or {}
+    names = sorted({*_relative_files(directory), *written} - {MANIFEST})  # a listed file gone missing fails verify
+    manifest = {name: written.get(name) or sha256(directory / name) for name in names}
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     _fsync_tree(directory)
 
@@ -218,10 +250,10 @@ def write_model(model: torch.nn.Module, weights: dict[str, torch.Tensor], direct
     """The model's files of a checkpoint (see the module's docstring): ``weights``, the training model's whole
     state dict, as it is."""
     if not lora.is_peft(model):
-        save_file(distinct_tensors(weights, _tied_copies(model)), directory / MODEL_FILE)
+        save_file(distinct_tensors(weights, tied_copies(model)), directory / MODEL_FILE)
         return
     merged, rest = lora.split_state(model)
-    save_file(distinct_tensors(merged, _tied_copies(model)), directory / MODEL_FILE)
+    save_file(distinct_tensors(merged, tied_copies(model)), directory / MODEL_FILE)
     save_file(distinct_tensors(rest), directory / LORA_FILE)
     model.save_pretrained(directory / lora.ADAPTER_DIR)
 
@@ -238,7 +270,7 @@ def model_state(tensors: dict[str, torch.Tensor], model: torch.nn.Module) -> dic
     return with_shared_tensors(state, model)
 
 
-def _tied_copies(model: torch.nn.Module) -> set[str]:
+def tied_copies(model: torch.nn.Module) -> set[str]:
     """The names transformers ties to another (a peft model answers with its base model's: the merged names)."""
     return set(getattr(model, "all_tied_weights_keys", None) or {})
 
@@ -356,27 +388,45 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
     return state
 
 
+def manifest_files(path: Path) -> list[str]:
+    """The files a verified checkpoint's manifest lists."""
+    return sorted(json.loads((path / MANIFEST).read_text()))
+
+
 def _inside(name: str) -> bool:
     """Whether a manifest's file name stays inside the checkpoint (a relative path with no ``..``)."""
     parts = PurePosixPath(name).parts
     return bool(parts) and not name.startswith("/") and ".." not in parts
 
 
-def load_checkpoint(path: Path) -> Payload:
+def load_checkpoint(path: Path, whole: bool = True) -> Payload:
     """(model tensors, training state, trainer state) of a verified checkpoint; ``model_state`` makes the
-    tensors a model's state dict."""
+    tensors a model's state dict. ``whole``: the model and optimizer state whole, read by this one process (a
+    sharded checkpoint's optimizer state too); else for a sharded engine whose every rank reads its own part: no
+    tensors (its model file is ``path``'s), and an optimizer state that names where each rank reads it from
+    (state_io.optimizer_source), the directory of a sharded one or the file of a whole one."""
     trainer_state = verify_checkpoint(path)
-    training_state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
-    return _model_tensors(path), training_state, trainer_state
+    # Memory-mapped: what is not sent on is never read (a sharded engine's ranks map the file for their parts).
+    training_state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
+    optimizer = training_state.get("optimizer")
+    if isinstance(optimizer, dict) and SHARDED in optimizer:
+        directory = path.resolve() / optimizer[SHARDED]
+        training_state["optimizer"] = (
+            read_whole_optimizer(directory, optimizer["param_groups"]) if whole
+            else {**optimizer, SHARDED: str(directory)}
+        )  # fmt: skip
+    elif not whole and optimizer is not None:
+        training_state["optimizer"] = {WHOLE_STATE: str(path.resolve() / STATE_FILE)}
+    return (read_model_tensors(path) if whole else {}), training_state, trainer_state
 
 
 def load_weights(path: Path) -> dict[str, torch.Tensor]:
     """The model tensors of a verified checkpoint, without its training state."""
     verify_checkpoint(path)
-    return _model_tensors(path)
+    return read_model_tensors(path)
 
 
-def _model_tensors(path: Path) -> dict[str, torch.Tensor]:
+def read_model_tensors(path: Path) -> dict[str, torch.Tensor]:
     """The merged model's tensors and, for a LoRA checkpoint, the rest of the trained model's (peft's names)."""
     tensors = load_file(path / MODEL_FILE)
     if (path / LORA_FILE).exists():
@@ -384,17 +434,19 @@ def _model_tensors(path: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def load_resumable(spec: str, output_dir: Path, warn: Callable[[str], None]) -> tuple[Path, Payload] | None:
+def load_resumable(
+    spec: str, output_dir: Path, warn: Callable[[str], None], whole: bool = True
+) -> tuple[Path, Payload] | None:
     """The checkpoint ``--resume_from_checkpoint`` names: a directory, or the newest valid one in
     ``output_dir`` (``latest``: one must exist; ``auto``: None if there is none). Newer checkpoints that
-    fail verification are reported through ``warn`` and passed over."""
+    fail verification are reported through ``warn`` and passed over. ``whole``: as ``load_checkpoint``."""
     if spec not in (AUTO, LATEST):
         path = named_checkpoint(spec)
-        return path, load_checkpoint(path)
+        return path, load_checkpoint(path, whole)
     skipped = []
     for path in reversed(list_checkpoints(output_dir)):
         try:
-            return path, load_checkpoint(path)
+            return path, load_checkpoint(path, whole)
         except UsageError as error:
             skipped.append(path.name)
             warn(f"warning: passing over {error.problem}")

@@ -38,13 +38,13 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 @contextlib.contextmanager
-def atomic_directory(target: Path, replace: bool = False) -> Iterator[Path]:
+def atomic_directory(target: Path, replace: bool = False, tmp: Path | None = None) -> Iterator[Path]:
     """Yield a temporary sibling directory and rename it to ``target`` when the block succeeds.
     If ``target`` appeared meanwhile (another writer won), the temporary copy is discarded, unless
     ``replace``: then the new directory takes its place, the old one moved aside first
-    (``previous_of(target)``) and removed only once the new one is in place."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    (``previous_of(target)``) and removed only once the new one is in place. ``tmp``: one made by
+    ``temporary_sibling`` that other processes have already written into."""
+    tmp = tmp or temporary_sibling(target)
     try:
         yield tmp
         follow_umask(tmp)  # mkdtemp's 0700 would hide checkpoints from the group
@@ -61,6 +61,12 @@ def atomic_directory(target: Path, replace: bool = False) -> Iterator[Path]:
         shutil.rmtree(previous, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def temporary_sibling(target: Path) -> Path:
+    """A new temporary directory beside ``target``, named as clean-up finds what a crash left (``.<name>.*.tmp``)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
 
 
 def current_umask() -> int:

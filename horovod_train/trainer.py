@@ -124,7 +124,8 @@ class Trainer:
         # The engine builds the optimizer before or after wrapping (a sharded one steps its own shards).
         model, optimizer = engine.prepare(model, lambda module: build.build_optimizer(args, engine, module))
         if resumed:
-            engine.load_model_state(model, resumed.pop("tensors"))
+            tensors = resumed.pop("tensors")  # whole, or the checkpoint each rank reads its part of
+            engine.load_model_state(model, Path(tensors) if isinstance(tensors, str) else tensors)
         train_set = build.build_train_set(tokenized, args.audit_samples)
         train_loader = build.build_train_loader(train_set, tokenizer, args, engine, config.data)
         plan = build.plan_run(args, len(train_loader), engine.world_size)
@@ -144,7 +145,7 @@ class Trainer:
         def read() -> dict[str, Any] | None:
             return resume.read_checkpoint(
                 args.resume_from_checkpoint, self.run_dir, args.overwrite_output_dir, compatibility,
-                self.console.warn, best_needed=args.load_best_model_at_end,
+                self.console.warn, best_needed=args.load_best_model_at_end, whole=not self.engine.sharded_state,
             )  # fmt: skip
 
         return resume.load_checkpoint(self.rank_zero, self.console, self.output_dir, read)

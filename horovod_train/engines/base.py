@@ -12,6 +12,7 @@ import json
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
@@ -129,8 +130,11 @@ class Engine(ABC):
         others. A replicated engine's are the model's own tensors, not copies."""
         return self.unwrap(model).state_dict() if self.is_main else {}
 
-    def load_model_state(self, model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
-        """Load a checkpoint's tensors (every rank holds them) into the prepared model, on every rank."""
+    def load_model_state(self, model: nn.Module, tensors: dict[str, torch.Tensor] | Path) -> None:
+        """Load a checkpoint's tensors (every rank holds them, or reads them from the checkpoint directory a Path
+        names: a sharded engine's resume) into the prepared model, on every rank."""
+        if isinstance(tensors, Path):
+            tensors = ckpt.read_model_tensors(tensors)
         module = self.unwrap(model)
         module.load_state_dict(ckpt.model_state(tensors, module))
 
@@ -143,6 +147,17 @@ class Engine(ABC):
     def load_optimizer_state(self, model: nn.Module, optimizer: Optimizer, state: dict[str, Any]) -> None:
         """Load a checkpoint's whole optimizer state (every rank holds it), after ``prepare``."""
         load_keeping_implementation(optimizer, state)
+
+    # True where every rank writes and reads its own part of a checkpoint's model and optimizer state (state_io);
+    # False: rank 0 writes the state gathered by the methods above, and reads it for every rank.
+    sharded_state: bool = False
+
+    def save_state_shards(self, model: nn.Module, optimizer: Optimizer, directory: Path) -> dict[str, str]:
+        """Collective (``sharded_state``): write this rank's part of the model and optimizer state into a
+        checkpoint's temporary ``directory``; {file inside it: SHA-256} of the files it wrote, for the manifest.
+        The optimizer's go to state_io.OPTIMIZER_DIR; the model's to checkpoint.MODEL_FILE, or left for rank 0. A
+        failure on any rank is raised on every rank (state_io.on_every_rank), not met in a later collective."""
+        raise NotImplementedError(f"{self.name} writes its checkpoint's state whole, from rank 0")
 
     def eval_module(self, model: nn.Module) -> nn.Module:
         """The module evaluation and prediction run (no gradient: no engine wrapper needed)."""

@@ -9,8 +9,10 @@ moments) plus one block gathered at a time.
 
 The launchers, process group and collectives are DDP's (NCCL on GPUs, Gloo on CPUs). Ranks other than 0 build
 the model on the meta device; once sharded, every rank's shards are filled from rank 0's model, so no rank but 0
-ever holds the whole model. Checkpoints and the final output hold the whole model and optimizer state, gathered
-on rank 0 in the same form as every other engine's: a checkpoint resumes under any engine and world size.
+ever holds the whole model. A checkpoint is written by every rank at once, nobody gathering (state_io): each rank
+writes its shards' rows into the whole model's ``model.safetensors`` and its optimizer shards with DCP, and
+resuming reads only its own part, at any world size; another engine reads it whole. The final output holds the
+whole model, gathered on rank 0 one tensor at a time.
 
 ``--bf16`` is FSDP's mixed precision (bf16 parameters in forward and backward, fp32 gradient reduction and
 master weights). Refused, each in one line: ``--fp16`` (its loss scaler would have to see every rank's shards of
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -33,7 +36,9 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.optim import Optimizer
 
+from horovod_train import checkpoint as ckpt
 from horovod_train.checksums import tensors_checksum
+from horovod_train.engines import state_io
 from horovod_train.engines.base import load_keeping_implementation
 from horovod_train.engines.ddp import DDPEngine
 from horovod_train.errors import UsageError
@@ -124,10 +129,36 @@ class FSDPEngine(DDPEngine):
         # One tensor gathered at a time, kept on rank 0's CPU only.
         return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
-    def load_model_state(self, model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
-        names = model.state_dict().keys()
-        state = {name: tensors[name] for name in names if name in tensors}
-        set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+    def load_model_state(self, model: nn.Module, tensors: dict[str, torch.Tensor] | Path) -> None:
+        # Each rank copies the rows of its own shards: from whole tensors, or read from a checkpoint's model file.
+        if isinstance(tensors, Path):
+            with state_io.ModelFile(tensors / ckpt.MODEL_FILE) as source:
+                state_io.load_model_rows(model.state_dict(), source)
+        else:
+            state_io.load_model_rows(model.state_dict(), tensors)
+
+    sharded_state = True
+
+    def save_state_shards(self, model: nn.Module, optimizer: Optimizer, directory: Path) -> dict[str, str]:
+        model_file = directory / ckpt.MODEL_FILE
+        state_io.on_every_rank(self.gather_objects, lambda: state_io.write_model_rows(
+            self.distinct_state(model), model_file, self.is_main, self.barrier))  # fmt: skip
+        state_io.on_every_rank(self.gather_objects, lambda: state_io.save_optimizer_shards(
+            optimizer.state_dict()["state"], directory / state_io.OPTIMIZER_DIR))  # fmt: skip
+        return state_io.digests(directory, state_io.written_by(directory, self.rank))
+
+    def distinct_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """The model's state dict (its shards) with each tied tensor once, under the name ``save_pretrained`` keeps
+        (as checkpoint.distinct_tensors does for a whole state dict)."""
+        state = model.state_dict()
+        owners: dict[int, list[str]] = {}
+        for name, tensor in [*model.named_parameters(remove_duplicate=False),
+                             *model.named_buffers(remove_duplicate=False)]:  # fmt: skip
+            if name in state:
+                owners.setdefault(id(tensor), []).append(name)
+        copies = ckpt.tied_copies(model)
+        kept = [next((n for n in names if n not in copies), names[0]) for names in owners.values()]
+        return {name: state[name] for name in sorted(kept)}
 
     def full_optimizer_state(self, model: nn.Module, optimizer: Optimizer) -> dict[str, Any] | None:
         local = optimizer.state_dict()  # numbered as every engine's; its tensors are this rank's shards
@@ -144,6 +175,11 @@ class FSDPEngine(DDPEngine):
 
     def load_optimizer_state(self, model: nn.Module, optimizer: Optimizer, state: dict[str, Any]) -> None:
         params = [p for group in optimizer.param_groups for p in group["params"]]
+        state = state_io.optimizer_source(state)
+        if state_io.SHARDED in state:  # each rank reads its shards, resharded from the saved world size
+            loaded = state_io.load_optimizer_shards(Path(state[state_io.SHARDED]), params)
+            load_keeping_implementation(optimizer, {"state": loaded, "param_groups": state["param_groups"]})
+            return
         sharded = {index: {key: shard_like(value, params[index]) for key, value in entry.items()}
                    for index, entry in state["state"].items()}  # fmt: skip
         load_keeping_implementation(optimizer, {"state": sharded, "param_groups": state["param_groups"]})

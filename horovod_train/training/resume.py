@@ -21,12 +21,13 @@ from horovod_train.training.rank_zero import RankZero
 
 def read_checkpoint(
     spec: str, run_dir: RunDirectory, overwrite: bool, compatibility: ckpt.Compatibility, warn: Callable[[str], None],
-    best_needed: bool = False,
+    best_needed: bool = False, whole: bool = True,
 ) -> dict[str, Any] | None:  # fmt: skip
     """Rank 0's read: the checkpoint's training state, its trainer state (as this run refers to checkpoints)
     under ``trainer_state``, and whether the run continues in place. None: ``auto`` found no valid checkpoint
-    (and the run may start fresh)."""
-    found = ckpt.load_resumable(spec, run_dir.path, warn=warn)
+    (and the run may start fresh). ``whole``: False where every rank reads its own part of the model and optimizer
+    state (Engine.sharded_state): ``tensors`` is then the checkpoint's directory."""
+    found = ckpt.load_resumable(spec, run_dir.path, warn=warn, whole=whole)
     if found is None:
         run_dir.check_start_over(overwrite)
         return None
@@ -38,6 +39,7 @@ def read_checkpoint(
     trainer_state["best_model_checkpoint"] = run_dir.adopt(trainer_state.get("best_model_checkpoint"), path)
     if best_needed:
         drop_unreadable_best(trainer_state, run_dir, warn)
+    tensors = tensors if whole else str(path.resolve())
     return {**training_state, "tensors": tensors, "trainer_state": trainer_state, "in_place": in_place}
 
 

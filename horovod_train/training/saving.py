@@ -4,12 +4,15 @@ best by --metric_for_best_model, and loading the best at the end."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
+from pathlib import Path
 from typing import Any
 
 from horovod_train import amp, rng
 from horovod_train import checkpoint as ckpt
 from horovod_train.config import RunConfig
 from horovod_train.engines.base import Engine
+from horovod_train.files import disk_full
 from horovod_train.position import TrainingPosition
 from horovod_train.run_directory import RunDirectory
 from horovod_train.schedule import Schedule
@@ -29,20 +32,48 @@ class CheckpointSaver:
 
     def save(self, position: TrainingPosition, schedule: Schedule, evaluation: dict[str, Any] | None) -> None:
         """``evaluation``: the metrics of an evaluation at this very step, if there was one."""
-        engine, model = self.engine, self.parts.model
+        engine, model, optimizer = self.engine, self.parts.model, self.parts.optimizer
         rng_states = engine.gather_objects(rng.capture())
-        # Gathered on rank 0 where the engine shards them.
-        weights = engine.full_model_state(model)
-        optimizer_state = engine.full_optimizer_state(model, self.parts.optimizer)
+        shards = None
+        if engine.sharded_state:  # every rank writes its own part; rank 0 completes the checkpoint
+            shards = self.write_shards(position.global_step)
+            weights = None
+            optimizer_state = ckpt.sharded_optimizer_state(optimizer)
+        else:  # gathered on rank 0
+            weights = engine.full_model_state(model)
+            optimizer_state = engine.full_optimizer_state(model, optimizer)
         self.track_best(position, evaluation)
         # Rank 0 writes; its UsageError (a full disk) is every rank's, as the others would wait for it in the next
         # step's all-reduce.
-        RankZero(engine).read_for_all(lambda: self.write(position, schedule, rng_states, weights, optimizer_state))
+        RankZero(engine).read_for_all(
+            lambda: self.write(position, schedule, rng_states, weights, optimizer_state, shards)
+        )
         self.last_saved_step = position.global_step
 
+    def write_shards(self, step: int) -> tuple[Path, dict[str, str]]:
+        """Every rank writes its part of the state into rank 0's temporary directory: that directory, and every
+        file's SHA-256 the other ranks computed. A failure is every rank's, the temporary directory removed."""
+        engine, checkpoints = self.engine, self.parts.checkpoints
+
+        def temporary() -> str:
+            with ckpt.refusing_a_full_disk(checkpoints.output_dir, checkpoints.target(step)):
+                return str(checkpoints.temporary(step))
+
+        directory = Path(RankZero(engine).read_for_all(temporary))
+        try:  # a rank's failure is every rank's (Engine.save_state_shards)
+            written = engine.save_state_shards(self.parts.model, self.parts.optimizer, directory)
+        except Exception as error:
+            if engine.is_main:
+                shutil.rmtree(directory, ignore_errors=True)
+            if disk_full(error):
+                with ckpt.refusing_a_full_disk(checkpoints.output_dir, checkpoints.target(step)):
+                    raise
+            raise
+        return directory, {name: digest for part in engine.gather_objects(written) for name, digest in part.items()}
+
     def write(
-        self, position: TrainingPosition, schedule: Schedule, rng_states: list[Any], weights: dict[str, Any],
-        optimizer_state: dict[str, Any] | None,
+        self, position: TrainingPosition, schedule: Schedule, rng_states: list[Any], weights: dict[str, Any] | None,
+        optimizer_state: dict[str, Any] | None, shards: tuple[Path, dict[str, str]] | None = None,
     ) -> None:  # fmt: skip
         training_state = {
             "optimizer": optimizer_state,
@@ -60,6 +91,7 @@ class CheckpointSaver:
             training_state,
             write_loadable=lambda path: (model.config.save_pretrained(path), tokenizer.save_pretrained(path)),
             weights=weights,
+            shards=shards,
         )
         self.run_dir.wrote_checkpoint(saved)
 

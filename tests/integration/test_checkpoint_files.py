@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from support.filesystems import fill, small_filesystem
 from support.jobs import SMALL_JOB, assert_ok, mpirun, run, train_here
 
@@ -73,10 +74,12 @@ def test_resume_with_another_global_batch_is_refused(tmp_path, cache_dir):
     assert before == {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
 
-def test_a_full_disk_during_a_checkpoint_stops_every_rank_with_one_line(tmp_path, cache_dir):
+@pytest.mark.parametrize("engine", ["ddp", "fsdp"])
+def test_a_full_disk_during_a_checkpoint_stops_every_rank_with_one_line(engine, tmp_path, cache_dir):
     """A run on a small tmpfs: checkpoint-3 fits, then the disk is filled and the resumed run (2 ranks under
     mpirun) cannot write checkpoint-6. Every rank exits 2 with the one line (rank 0 said ``RuntimeError: [enforce
-    fail at inline_container.cc:672]``, rank 1 failed in the next collective), checkpoint-3 still verifies, no
+    fail at inline_container.cc:672]``, rank 1 failed in the next collective; fsdp's ranks, which all write, raised
+    DCP's CheckpointException, a BaseException, and left the temporary directory), checkpoint-3 still verifies, no
     temporary is left, and once space is freed the run resumes from it."""
     job = [*SMALL_JOB, "--synthetic_num_examples", "600", "--save_steps", "3"]
     with small_filesystem(tmp_path / "disk", 64 << 20) as disk:
@@ -86,7 +89,8 @@ def test_a_full_disk_during_a_checkpoint_stops_every_rank_with_one_line(tmp_path
         fill(disk, leave_bytes=sum(p.stat().st_size for p in checkpoint.rglob("*") if p.is_file()) // 2)
         resume = ["--max_steps", "6", "--output_dir", str(out), "--resume_from_checkpoint", "latest"]
         # The same global batch of 16 on 2 ranks.
-        proc = run(mpirun(2, *job, "--per_device_train_batch_size", "8", *resume), cache_dir, timeout=300)
+        proc = run(mpirun(2, *job, "--engine", engine, "--per_device_train_batch_size", "8", *resume), cache_dir,
+                   timeout=300)  # fmt: skip
         errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
         assert proc.returncode == 2 and errors, f"exit {proc.returncode}\n{proc.stderr[-3000:]}"
         assert set(errors) == {errors[0]} and "Traceback" not in proc.stderr, proc.stderr[-3000:]

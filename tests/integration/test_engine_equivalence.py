@@ -6,9 +6,9 @@ gradient accumulation (the accumulating runs also recompute their activations: -
 docs/equivalence.md. The runs without accumulation are one `compare` launch (every engine compare runs by default,
 each under its real launcher), whose table, compare.json, logs and chart are checked here too; the accumulating runs
 are launched one by one, DDP's under mpirun (its torchrun run is compare's). The sampler test checks the data side
-exactly (index sets per global batch). Every compared run also checkpoints half-way, and the fsdp and ddp
-checkpoints continue under the other engine (fsdp's at another world size too) to the same parameters; each case is
-launched once.
+exactly (index sets per global batch). Every compared run also checkpoints half-way, and the fsdp and zero1
+checkpoints (sharded) continue at 1 and 4 ranks and under every other engine, and ddp's (whole) under both sharded
+engines, to the same parameters (RESUMES); each case is launched once.
 """
 
 from __future__ import annotations
@@ -174,25 +174,38 @@ def test_lora_trains_the_same_adapters_under_every_engine(case, lora_baseline, t
     assert adapter and all("lora_" in k or "modules_to_save" in k or "classifier" in k for k in adapter), list(adapter)
 
 
-# (the run whose half-way checkpoint is resumed, the launcher, engine, world size and per-rank batch that continue
-# it): the global batch stays 2B, which is all a checkpoint asks of a world size.
+# (the run whose half-way checkpoint is resumed, the launcher (None: one process, in this one), engine, world size
+# and per-rank batch that continue it): the global batch stays 2B, which is all a checkpoint asks of a world size.
+# fsdp's and zero1's checkpoints are sharded (every rank wrote its part): each continues at 1 and 4 ranks under a
+# sharded engine (each rank reads its part, resharded) and under the replicated engines (which read it whole); a
+# replicated engine's whole checkpoint continues under both sharded engines. 3 ranks: test_checkpoint_resharding.
 RESUMES = {
     "fsdp-under-ddp-on-one-rank": ("fsdp", torchrun, "ddp", 1, 2 * B),
+    "fsdp-at-4": ("fsdp", torchrun, "fsdp", 4, B // 2),
+    "fsdp-under-zero1-on-one-rank": ("fsdp", torchrun, "zero1", 1, 2 * B),
+    "fsdp-under-horovod": ("fsdp", horovodrun, "horovod", 2, B),
+    "fsdp-under-single": ("fsdp", None, "single", 1, 2 * B),
+    "zero1-at-4": ("zero1", torchrun, "zero1", 4, B // 2),
+    "zero1-under-fsdp-on-one-rank": ("zero1", torchrun, "fsdp", 1, 2 * B),
+    "zero1-under-dp": ("zero1", None, "dp", 1, 2 * B),
     "ddp-under-fsdp": ("ddp-torchrun", torchrun, "fsdp", 2, B),
+    "ddp-under-zero1-at-4": ("ddp-torchrun", torchrun, "zero1", 4, B // 2),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("resume", list(RESUMES))
 def test_a_checkpoint_continues_under_another_engine_or_world_size(resume, baseline, trained, tmp_path, cache_dir):
-    """The checkpoint holds the plain model and the whole optimizer state (gathered from the shards), so another
-    engine or world size continues it: the end is the single process's, within the tolerance."""
+    """A checkpoint holds the plain model and the optimizer state, whole or sharded, so another engine or world size
+    continues it: the end is the single process's, within the tolerance."""
     source, launcher, engine, world, batch = RESUMES[resume]
     checkpoint = trained(source).parent / f"checkpoint-{STEPS // 2}"
+    sharded = (checkpoint / "optimizer" / ".metadata").is_file()
+    assert sharded == (source in ("fsdp", "zero1")), f"{checkpoint} is {'' if sharded else 'not '}sharded"
     out = tmp_path / resume
     args = [*JOB, "--engine", engine, "--per_device_train_batch_size", str(batch), "--output_dir", str(out),
             "--resume_from_checkpoint", str(checkpoint)]  # fmt: skip
-    proc = run(launcher(world, *args), cache_dir, timeout=300)
+    proc = run(launcher(world, *args), cache_dir, timeout=300) if launcher else train_here(cache_dir, *args)
     assert_ok(proc)
     assert f"resumed from step {STEPS // 2}" in proc.stdout
     results = read_results(out)

@@ -1,0 +1,66 @@
+"""`horovod-train checkpoint SOURCE DESTINATION --to whole|sharded`: a checkpoint in the other form (torch's
+``dcp_to_torch_save`` and ``torch_save_to_dcp``, for this trainer's checkpoints).
+
+Both forms hold the same ``model.safetensors``; they differ in the optimizer's tensors. The whole form (what
+horovod, ddp, dp and single write) keeps them in ``training_state.pt``; the sharded form (fsdp's and zero1's) in
+``optimizer/``, a torch.distributed.checkpoint directory (engines/state_io.py). Every engine resumes either form at
+any world size, so this is for tools that read one form: the whole form is one ``torch.load`` away, and is what a
+checkpoint of before sharded saves looks like. SOURCE is verified against its manifest and left as it is; the
+converted checkpoint is written to a temporary directory and renamed to DESTINATION, which must not exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+import torch
+
+from horovod_train import checkpoint as ckpt
+from horovod_train.console import write_line
+from horovod_train.engines import state_io
+from horovod_train.errors import UsageError
+from horovod_train.files import atomic_directory
+
+FORMS = ("whole", "sharded")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__.split("\n\n")[0]
+    parser.add_argument("source", help="a checkpoint-<step> directory")
+    parser.add_argument("destination", help="the converted checkpoint's directory (must not exist)")
+    parser.add_argument("--to", choices=FORMS, required=True, help="the form to write")
+
+
+def main(args: argparse.Namespace) -> int:
+    source, destination = Path(args.source), Path(args.destination)
+    ckpt.named_checkpoint(args.source)
+    ckpt.verify_checkpoint(source)
+    if destination.exists():
+        raise UsageError(f"{destination} exists", "name a new directory: the conversion writes a checkpoint anew")
+    state = torch.load(source / ckpt.STATE_FILE, map_location="cpu", weights_only=True)
+    optimizer = state["optimizer"]
+    sharded = isinstance(optimizer, dict) and state_io.SHARDED in optimizer
+    if sharded == (args.to == "sharded"):
+        raise UsageError(f"checkpoint {source} is already {args.to}", f"copy it, or convert it with --to {other(args)}")
+    with atomic_directory(destination) as tmp:
+        for name in ckpt.manifest_files(source):
+            if name != ckpt.STATE_FILE and not name.startswith(state_io.OPTIMIZER_DIR + "/"):
+                (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source / name, tmp / name)
+        if sharded:
+            state["optimizer"] = state_io.read_whole_optimizer(source / optimizer[state_io.SHARDED],
+                                                               optimizer["param_groups"])  # fmt: skip
+        else:
+            state_io.write_whole_optimizer(optimizer["state"], tmp / state_io.OPTIMIZER_DIR)
+            state["optimizer"] = state_io.optimizer_marker(optimizer["param_groups"])
+        with (tmp / ckpt.STATE_FILE).open("wb") as f:
+            torch.save(state, f)
+        ckpt.seal(tmp)
+    write_line(f"wrote {destination}: the {args.to} form of {source}")
+    return 0
+
+
+def other(args: argparse.Namespace) -> str:
+    return next(form for form in FORMS if form != args.to)
