@@ -194,9 +194,9 @@ class FSDPEngine(DDPEngine):
 
     @classmethod
     def save_gather_bytes(cls, params: int, trainable: int, world_size: int) -> float:
-        """A checkpoint's whole weights and AdamW moments, gathered on rank 0's CPU (full_model_state,
-        full_optimizer_state)."""
-        return (4 * params + 8 * trainable) * (world_size - 1) / world_size
+        """The run's final output, the whole weights gathered on rank 0's CPU (full_model_state); checkpoints are
+        written in shards (save_state_shards), nothing gathered."""
+        return 4 * params * (world_size - 1) / world_size
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "reshard_after_forward": self.reshard_after_forward,

@@ -57,11 +57,6 @@ class Zero1Engine(DDPEngine):
     def state_bytes_per_rank(cls, params: int, trainable: int, world_size: int) -> float:
         return 4 * params + 4 * trainable + 8 * trainable / world_size
 
-    @classmethod
-    def save_gather_bytes(cls, params: int, trainable: int, world_size: int) -> float:
-        """consolidate_state_dict brings the other ranks' AdamW moments to rank 0."""
-        return 8 * trainable * (world_size - 1) / world_size
-
 
 def sharded_like(optimizer: Optimizer) -> ZeroRedundancyOptimizer:
     """A ZeroRedundancyOptimizer of ``optimizer``'s class, groups and settings (it has no state yet): the groups'
