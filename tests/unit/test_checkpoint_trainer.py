@@ -5,8 +5,10 @@ the two optimizers number and group the parameters differently and the conversio
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import transformers
@@ -30,6 +32,10 @@ class LoadedTrainer(transformers.Trainer):
         self.loaded = {names[id(p)]: {k: v.clone() for k, v in self.optimizer.state[p].items()}
                        for group in groups for p in group["params"]}  # fmt: skip
         self.loaded_groups = [(group["weight_decay"], [names[id(p)] for p in group["params"]]) for group in groups]
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        super()._load_rng_state(checkpoint)
+        self.loaded_rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
 
 
 class LearningRates(transformers.TrainerCallback):
@@ -82,6 +88,10 @@ def test_the_trainer_resumes_our_checkpoint_at_its_step_with_our_optimizer_state
         ), name
     # The Trainer's own groups: its decay rule, its weight decay on them.
     assert [wd for wd, _ in trainer.loaded_groups] == [DECAY, 0.0]
+    # Our generators, as rank 0 saved them (rng.capture's lists).
+    rng, loaded_rng = ours["rng"][0], trainer.loaded_rng
+    assert loaded_rng["torch"].tolist() == rng["torch"] and list(loaded_rng["python"][1]) == rng["python"]["internal"]
+    assert loaded_rng["numpy"][1].tolist() == rng["numpy"]["key"] and loaded_rng["numpy"][2] == rng["numpy"]["pos"]
     schedule = Schedule(**ours["scheduler"])
     assert rates.seen == {step: schedule.base_lr * schedule.factor(step) for step in range(SAVED_STEP, MAX_STEPS)}
 
@@ -93,3 +103,17 @@ def test_a_conversion_for_the_trainer_onto_an_existing_directory_is_refused(sour
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and f"error: {taken} exists" in lines[0], proc.stderr
     assert list(taken.iterdir()) == []
+
+
+def test_a_sharded_checkpoint_converts_for_the_trainer_as_its_whole_form_does(source, tmp_path):
+    sharded = tmp_path / "sharded" / source.name
+    assert_ok(cli_here(["checkpoint", str(source), str(sharded), "--to", "sharded"], {}))
+    for name, checkpoint in (("from-whole", source), ("from-sharded", sharded)):
+        assert_ok(convert(checkpoint, tmp_path / name))
+    whole, from_sharded = (torch.load(tmp_path / name / "optimizer.pt", weights_only=True)
+                           for name in ("from-whole", "from-sharded"))  # fmt: skip
+    assert (
+        whole["param_groups"] == from_sharded["param_groups"] and whole["state"].keys() == from_sharded["state"].keys()
+    )
+    for index, entry in whole["state"].items():
+        assert all(torch.equal(value, from_sharded["state"][index][key]) for key, value in entry.items())
