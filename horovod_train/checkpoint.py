@@ -42,7 +42,14 @@ from safetensors.torch import load_file, save_file
 from horovod_train import lora
 from horovod_train.checkpoint_layout import AUTO, LATEST, MANIFEST, NAME, PREFIX, named_checkpoint, unlisted
 from horovod_train.digest import sha256
-from horovod_train.engines.state_io import SHARDED, WHOLE_STATE, optimizer_marker, param_groups, read_whole_optimizer
+from horovod_train.engines.state_io import (
+    OPTIMIZER_DIR,
+    SHARDED,
+    WHOLE_STATE,
+    optimizer_marker,
+    param_groups,
+    read_whole_optimizer,
+)
 from horovod_train.errors import UsageError
 from horovod_train.files import atomic_directory, disk_full, fsync_directory, full_disk_problem, temporary_sibling
 from horovod_train.position import TrainingPosition
@@ -391,6 +398,15 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
 def manifest_files(path: Path) -> list[str]:
     """The files a verified checkpoint's manifest lists."""
     return sorted(json.loads((path / MANIFEST).read_text()))
+
+
+def copy_all_but_state(source: Path, directory: Path) -> None:
+    """Into ``directory``, the files of a verified checkpoint but its training state and optimizer tensors: the model's
+    (and trainer_state.json), which every form of a checkpoint holds as they are (checkpoint_convert)."""
+    for name in manifest_files(source):
+        if name != STATE_FILE and not name.startswith(OPTIMIZER_DIR + "/"):
+            (directory / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / name, directory / name)
 
 
 def _inside(name: str) -> bool:

@@ -1,5 +1,6 @@
-"""`horovod-train checkpoint SOURCE DESTINATION --to whole|sharded`: a checkpoint in the other form (torch's
-``dcp_to_torch_save`` and ``torch_save_to_dcp``, for this trainer's checkpoints).
+"""`horovod-train checkpoint SOURCE DESTINATION --to whole|sharded|trainer`: a checkpoint in the other form (torch's
+``dcp_to_torch_save`` and ``torch_save_to_dcp``, for this trainer's checkpoints), or as transformers' Trainer
+resumes one (checkpoint_trainer.py).
 
 Both forms hold the same ``model.safetensors``; they differ in the optimizer's tensors. The whole form (what
 horovod, ddp, dp and single write) keeps them in ``training_state.pt``; the sharded form (fsdp's and zero1's) in
@@ -12,25 +13,31 @@ converted checkpoint is written to a temporary directory and renamed to DESTINAT
 from __future__ import annotations
 
 import argparse
-import shutil
 from pathlib import Path
 
 import torch
 
 from horovod_train import checkpoint as ckpt
+from horovod_train.checkpoint_trainer import write_trainer_checkpoint
 from horovod_train.console import write_line
 from horovod_train.engines import state_io
 from horovod_train.errors import UsageError
 from horovod_train.files import atomic_directory
 
 FORMS = ("whole", "sharded")
+TRAINER = "trainer"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__.split("\n\n")[0]
     parser.add_argument("source", help="a checkpoint-<step> directory")
     parser.add_argument("destination", help="the converted checkpoint's directory (must not exist)")
-    parser.add_argument("--to", choices=FORMS, required=True, help="the form to write")
+    parser.add_argument(
+        "--to",
+        choices=(*FORMS, TRAINER),
+        required=True,
+        help="the form to write (trainer: for transformers' Trainer to resume)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -39,16 +46,17 @@ def main(args: argparse.Namespace) -> int:
     ckpt.verify_checkpoint(source)
     if destination.exists():
         raise UsageError(f"{destination} exists", "name a new directory: the conversion writes a checkpoint anew")
+    if args.to == TRAINER:
+        write_trainer_checkpoint(source, destination)
+        write_line(f"wrote {destination}: {source} for transformers' Trainer to resume")
+        return 0
     state = torch.load(source / ckpt.STATE_FILE, map_location="cpu", weights_only=True)
     optimizer = state["optimizer"]
     sharded = isinstance(optimizer, dict) and state_io.SHARDED in optimizer
     if sharded == (args.to == "sharded"):
         raise UsageError(f"checkpoint {source} is already {args.to}", f"copy it, or convert it with --to {other(args)}")
     with atomic_directory(destination) as tmp:
-        for name in ckpt.manifest_files(source):
-            if name != ckpt.STATE_FILE and not name.startswith(state_io.OPTIMIZER_DIR + "/"):
-                (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(source / name, tmp / name)
+        ckpt.copy_all_but_state(source, tmp)
         if sharded:
             state["optimizer"] = state_io.read_whole_optimizer(source / optimizer[state_io.SHARDED],
                                                                optimizer["param_groups"])  # fmt: skip

@@ -53,7 +53,7 @@ COMMANDS = {
     "compare": Command("run one job under every engine and tabulate them", "horovod_train.compare", debug=True),
     "doctor": Command("print the rank/host/device map and Horovod's build", "horovod_train.doctor"),
     "bench": Command("all-reduce, training and GPU benchmarks", "horovod_train.bench", nested=True),
-    "checkpoint": Command("turn a checkpoint into the whole or the sharded form", "horovod_train.checkpoint_convert"),
+    "checkpoint": Command("write a checkpoint's whole, sharded or Trainer form", "horovod_train.checkpoint_convert"),
     "build-horovod": Command("build Horovod for this environment's torch", "horovod_train.build_horovod.command"),
 }
 

@@ -200,12 +200,20 @@ def run_compatibility(
     )
 
 
-def build_optimizer(args: TrainingArguments, engine: Engine, model: torch.nn.Module) -> torch.optim.Optimizer:
+def decay_groups(model: torch.nn.Module) -> tuple[list[str], list[str]]:
+    """The names of the trainable parameters with weight decay and without, each in ``named_parameters`` order: the
+    optimizer's two groups, whose concatenation numbers its state (checkpoint_trainer re-keys it by these names)."""
     no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight")
-    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    return [n for n in names if not n.endswith(no_decay)], [n for n in names if n.endswith(no_decay)]
+
+
+def build_optimizer(args: TrainingArguments, engine: Engine, model: torch.nn.Module) -> torch.optim.Optimizer:
+    params = dict(model.named_parameters())
+    decay, no_decay = decay_groups(model)
     groups = [
-        {"params": [p for n, p in params if not n.endswith(no_decay)], "weight_decay": args.weight_decay},
-        {"params": [p for n, p in params if n.endswith(no_decay)], "weight_decay": 0.0},
+        {"params": [params[n] for n in decay], "weight_decay": args.weight_decay},
+        {"params": [params[n] for n in no_decay], "weight_decay": 0.0},
     ]
     lr = engine.effective_learning_rate(args.learning_rate)
     betas = (args.adam_beta1, args.adam_beta2)
