@@ -331,18 +331,25 @@ COMPARED_MODES = {"tensor": ("single", "single"), "model": ("async", "bucketed")
 
 @dataclass(frozen=True)
 class LatencyBandwidth:
-    """time = latency + bytes / bandwidth, through a framework's smallest and largest single tensors."""
+    """time = latency + bytes / bandwidth, a least-squares line through a framework's single-tensor times."""
 
     latency_us: float
     bandwidth_GBps: float  # noqa: N815 (GB/s, as the table's columns)
 
     @classmethod
     def fit(cls, rows: list[dict[str, Any]]) -> LatencyBandwidth | None:
-        small, large = min(rows, key=lambda r: r["bytes"]), max(rows, key=lambda r: r["bytes"])
-        if large["time_us"] <= small["time_us"] or large["bytes"] == small["bytes"]:
+        """None with fewer than two sizes. Times that do not grow with the size (small tensors on a loaded machine:
+        one slow call of the smallest was the first one's cycle) are all fixed cost: their mean, infinite bandwidth."""
+        sizes = [float(r["bytes"]) for r in rows]
+        times = [float(r["time_us"]) for r in rows]
+        if len(set(sizes)) < 2:
             return None
-        us_per_byte = (large["time_us"] - small["time_us"]) / (large["bytes"] - small["bytes"])
-        return cls(max(0.0, small["time_us"] - small["bytes"] * us_per_byte), 1e-3 / us_per_byte)
+        mean_size, mean_time = sum(sizes) / len(sizes), sum(times) / len(times)
+        spread = sum((x - mean_size) ** 2 for x in sizes)
+        us_per_byte = sum((x - mean_size) * (y - mean_time) for x, y in zip(sizes, times, strict=True)) / spread
+        if us_per_byte <= 0:
+            return cls(mean_time, math.inf)
+        return cls(max(0.0, mean_time - mean_size * us_per_byte), 1e-3 / us_per_byte)
 
     def bandwidth_us(self, nbytes: int) -> float:
         return nbytes / (self.bandwidth_GBps * 1e3)
@@ -402,8 +409,8 @@ def gap_reason(fits: dict[str, LatencyBandwidth], nbytes: int, slower: dict, fas
     transfer = slow.bandwidth_us(nbytes) - fast.bandwidth_us(nbytes)
     lines = (
         f"fixed cost per call {slow.latency_us:.0f} us vs {fast.latency_us:.0f} us, bandwidth "
-        f"{slow.bandwidth_GBps:.2f} vs {fast.bandwidth_GBps:.2f} GB/s (a line through the smallest and largest "
-        f"tensor's times)"
+        f"{slow.bandwidth_GBps:.2f} vs {fast.bandwidth_GBps:.2f} GB/s (a least-squares line through the single-tensor "
+        f"times)"
     )
     if fixed >= transfer:
         size = common.format_bytes(nbytes)

@@ -275,3 +275,20 @@ def test_bench_allreduce_ends_with_ratios_and_the_largest_gaps_reason():
     bandwidth = conclusion([*_allreduce_rows("horovod", 300.0, 0.25, cycle_time_ms=1.0), *torch_rows])
     assert bandwidth[1].startswith("==> largest gap: 16384KB (tensor), horovod 67409 us vs torch 17077 us")
     assert bandwidth[2].startswith("==> why: bandwidth-bound: fixed cost per call 300 us vs 300 us, bandwidth 0.25")
+
+
+def test_bench_allreduce_says_why_where_small_tensors_times_do_not_grow_with_their_size():
+    """CI's sweep on a loaded machine: Horovod's 4 KB call took 18.5 ms, its 16 KB one 1 ms (the smallest tensor's
+    time was mostly its wait for a cycle). A line through the smallest and largest sizes then fell with the size and
+    the reason line was left out; such times are all fixed cost, and the gap is said to be latency-bound."""
+    from horovod_train.bench.allreduce import conclusion
+
+    sizes = {"4KB": (4096, 18533.0, 418.0), "8KB": (8192, 5500.0, 415.0), "16KB": (16384, 1030.0, 419.0)}
+    rows = [
+        {"framework": framework, "kind": "tensor", "mode": "single", "case": case, "bytes": nbytes, "time_us": t}
+        for case, (nbytes, horovod_us, torch_us) in sizes.items()
+        for framework, t in (("horovod", horovod_us), ("torch", torch_us))
+    ]
+    lines = conclusion(rows)
+    assert lines[1] == "==> largest gap: 4KB (tensor), horovod 18533 us vs torch 418 us (44.34x)"
+    assert lines[2].startswith("==> why: latency-bound: fixed cost per call 8354 us vs "), lines
