@@ -98,8 +98,13 @@ def is_own(path: Path, name: str, ledger: set[str]) -> bool:
 
 
 def described(path: Path, name: str) -> str:
-    """A foreign name as a refusal shows it: in a checkpoint, what its manifest does not list."""
-    extra = unlisted(path / name) if NAME.fullmatch(name) else None
+    """A foreign name as a refusal shows it: in a checkpoint, what its manifest does not list, or that it has none
+    (a checkpoint is renamed into place with its manifest: one without was never complete, or not this project's)."""
+    if not NAME.fullmatch(name):
+        return name
+    extra = unlisted(path / name)
+    if extra is None:
+        return f"{name} (no readable {MANIFEST}: not a complete checkpoint of this project)"
     return ", ".join(f"{name}/{inside}" for inside in extra[:3]) if extra else name
 
 
