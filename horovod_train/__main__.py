@@ -1,5 +1,5 @@
 import sys
 
-from horovod_train.cli import main
+from horovod_train.cli.main import main
 
 sys.exit(main())

@@ -6,7 +6,7 @@
 # A rank is found by what it is, not by how it was started (`python -m horovod_train`, the `horovod-train` console
 # script, torchrun's workers, a container): a Python process that catches SIGUSR1. A rank installs its
 # --checkpoint_signals handlers (SIGUSR1 among them by default) when its run starts, and its forked children
-# (DataLoader and tokenizer workers) ignore those signals instead (horovod_train/stopping.py), so the checkpoint
+# (DataLoader and tokenizer workers) ignore those signals instead (horovod_train/training/stopping.py), so the checkpoint
 # signal goes to the process that handles it and never to one that would die of it (a launcher, a rank still
 # starting). Two more rules keep launchers out: torchrun's agent is never a rank (it catches SIGUSR1 too when
 # TORCHELASTIC_SIGNALS_TO_HANDLE names it, and then ends its workers), nor launch/error_last.py (it passes SIGUSR1

@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from horovod_train import synthetic
-from horovod_train.model import prepare_tiny_tokenizer, tiny_tokenizer_dir
+from horovod_train.data import synthetic
+from horovod_train.models.model import prepare_tiny_tokenizer, tiny_tokenizer_dir
 
 
 def write_csv(path: Path, rows: int) -> None:

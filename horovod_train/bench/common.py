@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from horovod_train.errors import UsageError
-from horovod_train.files import write_json_atomic
+from horovod_train.config.errors import UsageError
+from horovod_train.outputs.files import write_json_atomic
 
 UNITS = {
     "": 1,
@@ -96,7 +96,7 @@ def ddp_buckets(tensor_bytes: Sequence[int], bucket_cap_mb: float | None) -> lis
 def bert_config(name: str, num_labels: int = 3) -> Any:
     from transformers import BertConfig
 
-    from horovod_train.model import BERT_BASE_CASED, TINY_BERT_CONFIG, TINY_VOCAB_SIZE
+    from horovod_train.models.model import BERT_BASE_CASED, TINY_BERT_CONFIG, TINY_VOCAB_SIZE
 
     if name == "tiny-bert":
         return BertConfig(vocab_size=TINY_VOCAB_SIZE, num_labels=num_labels, **TINY_BERT_CONFIG)

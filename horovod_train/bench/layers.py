@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from horovod_train.errors import UsageError
+from horovod_train.config.errors import UsageError
 
 Conv = tuple[int, int, int, int]  # kernel height, kernel width, in channels, out channels
 
@@ -94,9 +94,9 @@ def transformer(name: str, lora_r: int | None = None) -> list[int]:
     import torch
     from transformers import AutoModelForSequenceClassification, BertConfig
 
-    from horovod_train import lora
     from horovod_train.bench import common
-    from horovod_train.model import BERT_BASE_CASED
+    from horovod_train.models import lora
+    from horovod_train.models.model import BERT_BASE_CASED
 
     large = {**BERT_BASE_CASED, **BERT_LARGE, "intermediate_size": 4096}
     if name == "decoder-0.5b":

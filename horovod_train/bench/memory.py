@@ -16,12 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from horovod_train import compare, domains
 from horovod_train.bench import common, fit
-from horovod_train.errors import UsageError
-from horovod_train.peak_memory import activation_bytes, memory_available, node_bytes
-from horovod_train.run_directory import claimed
-from horovod_train.tables import format_table
+from horovod_train.cli import compare
+from horovod_train.config import domains
+from horovod_train.config.errors import UsageError
+from horovod_train.outputs.run_directory import claimed
+from horovod_train.outputs.tables import format_table
+from horovod_train.training.peak_memory import activation_bytes, memory_available, node_bytes
 
 ARCHITECTURES: dict[str, Callable[[], Any]] = {
     "bert-base": lambda: common.bert_config("bert-base-cased"),
@@ -87,7 +88,7 @@ def build_on_meta(config: Any, mode: str, lora_r: int = 8) -> Any:
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from horovod_train import lora
+    from horovod_train.models import lora
 
     with torch.device("meta"):
         model = AutoModelForSequenceClassification.from_config(config)
@@ -127,7 +128,7 @@ def measure_activations(config: Any, seq: int, kind: str, lora_r: int = 8, batch
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from horovod_train import lora
+    from horovod_train.models import lora
 
     saved = {}
     for layers in (1, 2):

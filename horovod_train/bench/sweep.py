@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from horovod_train import compare, domains
 from horovod_train.bench import common
 from horovod_train.bench.allreduce import COLUMNS, HOROVOD_DEFAULTS
-from horovod_train.errors import UsageError
-from horovod_train.tables import format_table
+from horovod_train.cli import compare
+from horovod_train.config import domains
+from horovod_train.config.errors import UsageError
+from horovod_train.outputs.tables import format_table
 
 # controller variant -> (launcher, extra environment)
 VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
@@ -139,7 +140,7 @@ def merge_repeats(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def validate(args: argparse.Namespace) -> None:
     """Every argument against its domain, before the first launch; ``bench allreduce`` takes --bench_args."""
     from horovod_train.bench import allreduce
-    from horovod_train.cli import build_parser
+    from horovod_train.cli.main import build_parser
 
     domains.writable_dir("output_dir", args.output_dir)
     domains.count(1, example="1")("repeats", args.repeats)

@@ -1,6 +1,6 @@
 """A split's columns as run_glue.py and run_classification.py name them: its text columns (one or two, the
 tokenizer's inputs, in order) and ``label``; GLUE's distributed .tsv layouts read under those names
-(horovod_train/glue_files.py)."""
+(horovod_train/data/glue_files.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict
 
-from horovod_train import glue, glue_files
-from horovod_train.config import DataArguments
-from horovod_train.errors import UsageError
+from horovod_train.config.errors import UsageError
+from horovod_train.config.run_config import DataArguments
+from horovod_train.data import glue, glue_files
 
 AUTO_TEXT_COLUMNS = (("premise", "hypothesis"), ("sentence1", "sentence2"), ("sentence",), ("text",))
 LABEL_COLUMN = "label"

@@ -1,6 +1,6 @@
 """Where a run's examples come from, read as given (before any column or label is checked): local files
 (.csv, .tsv, .json, .jsonl, .parquet, through the ``datasets`` builders and an Arrow cache), synthetic-nli,
-and the hub or save_to_disk directories of GLUE and other datasets (horovod_train/glue.py)."""
+and the hub or save_to_disk directories of GLUE and other datasets (horovod_train/data/glue.py)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ import numpy as np
 import pyarrow as pa
 from datasets import ClassLabel, Dataset
 
-from horovod_train import domains, glue, glue_files, synthetic
-from horovod_train.config import DataArguments
+from horovod_train.config import domains
+from horovod_train.config.errors import UsageError
+from horovod_train.config.run_config import DataArguments
+from horovod_train.data import glue, glue_files, synthetic
 from horovod_train.data.columns import LABEL_COLUMN
-from horovod_train.errors import UsageError
 
 SYNTHETIC = "synthetic-nli"
 FILE_SEPARATORS = {".csv": ",", ".tsv": "\t"}

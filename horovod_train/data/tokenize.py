@@ -18,7 +18,7 @@ from transformers import PreTrainedTokenizerBase
 
 from horovod_train.data.columns import LABEL_COLUMN, text_columns
 from horovod_train.data.labels import label_names
-from horovod_train.files import atomic_directory
+from horovod_train.outputs.files import atomic_directory
 
 DIGEST_BATCH_ROWS = 10_000
 

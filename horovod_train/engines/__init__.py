@@ -9,11 +9,11 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
+from horovod_train.config.errors import UsageError
 from horovod_train.engines.table import ENGINE_CLASSES, ENGINE_NAMES, load
-from horovod_train.errors import UsageError
 
 if TYPE_CHECKING:
-    from horovod_train.config import RunConfig
+    from horovod_train.config.run_config import RunConfig
     from horovod_train.engines.base import Engine
 
 __all__ = ["ENGINES", "ENGINE_NAMES", "available_engines", "create_engine"]

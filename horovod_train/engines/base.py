@@ -19,14 +19,14 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from horovod_train import amp, peak_memory
-from horovod_train import checkpoint as ckpt
-from horovod_train.checksums import param_checksum
 from horovod_train.engines.payload import broadcast_from_root
 from horovod_train.engines.policy import RunPolicy
+from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.outputs.checksums import param_checksum
+from horovod_train.training import amp, peak_memory
 
 if TYPE_CHECKING:
-    from horovod_train.config import RunConfig
+    from horovod_train.config.run_config import RunConfig
 
 T = TypeVar("T")
 

@@ -36,15 +36,15 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.optim import Optimizer
 
-from horovod_train import checkpoint as ckpt
-from horovod_train.checksums import tensors_checksum
+from horovod_train.config.errors import UsageError
 from horovod_train.engines import state_io
 from horovod_train.engines.base import load_keeping_implementation
 from horovod_train.engines.ddp import DDPEngine
-from horovod_train.errors import UsageError
+from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.outputs.checksums import tensors_checksum
 
 if TYPE_CHECKING:
-    from horovod_train.config import RunConfig
+    from horovod_train.config.run_config import RunConfig
 
 
 class FSDPEngine(DDPEngine):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from horovod_train.domains import check_section
+from horovod_train.config.domains import check_section
 
 
 @dataclass

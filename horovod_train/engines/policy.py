@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from horovod_train.position import TrainingPosition
+from horovod_train.training.position import TrainingPosition
 
 T = TypeVar("T")
 

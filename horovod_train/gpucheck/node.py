@@ -175,7 +175,7 @@ def dtype_collectives(hvd: Any, torch: Any, dtype: Any, device: Any) -> dict[str
 def bert_config(folder: Path) -> int:
     from transformers import BertConfig
 
-    from horovod_train.model import BERT_BASE_CASED
+    from horovod_train.models.model import BERT_BASE_CASED
 
     BertConfig(**BERT_BASE_CASED).save_pretrained(folder)
     print(f"saved bert-base-cased's configuration to {folder} (train --config_name: random init)")

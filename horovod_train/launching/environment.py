@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from horovod_train.errors import UsageError
+from horovod_train.config.errors import UsageError
 from horovod_train.launching import LAUNCHERS, detect_launcher, launcher
 from horovod_train.launching.base import ALONE, ONE_PROCESS
 
@@ -63,7 +63,9 @@ def detect(env: Mapping[str, str] | None = None, resolve_master: bool = True) ->
 def check_launch(engine: str, env: Mapping[str, str] | None = None) -> None:
     """Before ``engine`` starts in this process: the environment's variables in their domains (domains.VARIABLES),
     then the world its launcher started one ``engine`` can join (``check_joins``)."""
-    from horovod_train.domains import check_environment  # the argument domains: not for the launch scripts' python
+    from horovod_train.config.domains import (
+        check_environment,  # the argument domains: not for the launch scripts' python
+    )
 
     env = os.environ if env is None else env
     check_environment(env)

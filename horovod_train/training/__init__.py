@@ -1,4 +1,7 @@
-"""The trainer's parts, each small and replaceable; ``horovod_train/trainer.py`` puts them together.
+"""Training: the Trainer (trainer.py) and its parts, each small and replaceable, and what the loop advances
+and reads (position.py, schedule.py, stopping.py, rng.py, metrics.py, amp.py, peak_memory.py).
+
+  trainer.py      Trainer: setup() builds the run's parts in order, train() runs the loop and the end
 
   parts.py        RunPlan (steps, epochs, global batch) and RunParts: what setup() builds
   build.py        the builders: data, model, optimizer, train loader, plan, start position
@@ -12,6 +15,13 @@
   evaluation.py   the sharded evaluation loop, shared by evaluate and predict
   saving.py       writing checkpoints, tracking and loading the best one
   finish.py       the end of a run: results gathered, and the files rank 0 writes
+  position.py     TrainingPosition: what the loop advances, a checkpoint saves and elastic Horovod commits
+  schedule.py     the learning rate as a function of the position
+  stopping.py     stop signals: the ranks agree at a step boundary
+  rng.py          the seed, and each rank's generator states for exact resume
+  metrics.py      exact accuracy over ranks, the training meter, the epoch sample audit
+  amp.py          bf16/fp16 autocast and the GradScaler
+  peak_memory.py  the process's peak memory and the activations' estimate (the memory check's inputs)
 
 None of them knows Horovod or DDP: every collective goes through the engine.
 """

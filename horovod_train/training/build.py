@@ -10,10 +10,9 @@ import torch
 from datasets import Dataset, DatasetDict
 from torch.utils.data import DataLoader
 
-from horovod_train import checkpoint as ckpt
-from horovod_train import lora, peak_memory
-from horovod_train import model as model_lib
-from horovod_train.config import DataArguments, RunConfig, TrainingArguments
+from horovod_train.config.domains import ADAMW_FUSED
+from horovod_train.config.errors import UsageError
+from horovod_train.config.run_config import DataArguments, RunConfig, TrainingArguments
 from horovod_train.data.columns import text_columns
 from horovod_train.data.labels import label_names, shape_of
 from horovod_train.data.loaders import BatchWidths, example_lengths, train_loader
@@ -25,12 +24,14 @@ from horovod_train.data.tokenize import (
     tokenized_cache_path,
     tokenizer_digest,
 )
-from horovod_train.domains import ADAMW_FUSED
 from horovod_train.engines.base import Engine
-from horovod_train.errors import UsageError
-from horovod_train.position import TrainingPosition
+from horovod_train.models import lora
+from horovod_train.models import model as model_lib
+from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.training import peak_memory
 from horovod_train.training.evaluation import eval_prefixes, task_shape
 from horovod_train.training.parts import RunPlan
+from horovod_train.training.position import TrainingPosition
 from horovod_train.training.rank_zero import RankZero
 
 

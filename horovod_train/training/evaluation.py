@@ -11,15 +11,15 @@ from datasets import DatasetDict
 from torch import nn
 from torch.utils.data import DataLoader
 
-from horovod_train.amp import Precision
-from horovod_train.config import TrainingArguments
+from horovod_train.config.run_config import TrainingArguments
 from horovod_train.data.labels import label_names, shape_of
 from horovod_train.data.loaders import eval_loader
 from horovod_train.data.splits import eval_split_names, test_split_names
 from horovod_train.engines.base import Engine
-from horovod_train.metrics import exact_metrics
 from horovod_train.tasks.base import TaskShape
 from horovod_train.tasks.single_label import SingleLabel
+from horovod_train.training.amp import Precision
+from horovod_train.training.metrics import exact_metrics
 
 CLASSIFICATION = SingleLabel()  # two classes: what gather_outputs scores unless told
 

@@ -7,17 +7,18 @@ from typing import Any
 
 import torch
 
-from horovod_train import lora, transformers_files
-from horovod_train.config import TrainingArguments
+from horovod_train.config.run_config import TrainingArguments
 from horovod_train.engines.base import Engine
-from horovod_train.files import follow_umask
-from horovod_train.peak_memory import peak_memory_mb
-from horovod_train.position import TrainingPosition
-from horovod_train.run_directory import RunDirectory
+from horovod_train.models import lora
+from horovod_train.outputs import transformers_files
+from horovod_train.outputs.files import follow_umask
+from horovod_train.outputs.run_directory import RunDirectory
+from horovod_train.outputs.trackers import plot_training_curves
 from horovod_train.tasks.base import TaskShape
 from horovod_train.tasks.registry import chance_accuracy
-from horovod_train.trackers import plot_training_curves
 from horovod_train.training.parts import RunPlan
+from horovod_train.training.peak_memory import peak_memory_mb
+from horovod_train.training.position import TrainingPosition
 
 
 def gather_results(

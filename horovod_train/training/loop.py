@@ -10,21 +10,21 @@ from typing import Any
 
 import torch
 
-from horovod_train import amp
-from horovod_train import checkpoint as ckpt
-from horovod_train.config import TrainingArguments
+from horovod_train.config.run_config import TrainingArguments
 from horovod_train.data.loaders import ahead_on_device
 from horovod_train.engines.base import Engine
-from horovod_train.metrics import Meter, audit_epoch
-from horovod_train.position import TrainingPosition
-from horovod_train.schedule import Schedule
-from horovod_train.stopping import StopSignals, TrainingStopped
+from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.training import amp
 from horovod_train.training.evaluation import Evaluator
+from horovod_train.training.metrics import Meter, audit_epoch
 from horovod_train.training.parts import RunParts
+from horovod_train.training.position import TrainingPosition
 from horovod_train.training.progress import Console
 from horovod_train.training.run_log import RunLog
 from horovod_train.training.saving import CheckpointSaver
+from horovod_train.training.schedule import Schedule
 from horovod_train.training.step import accumulate_and_step
+from horovod_train.training.stopping import StopSignals, TrainingStopped
 
 
 class TrainingLoop:

@@ -10,10 +10,10 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
-from horovod_train import checkpoint as ckpt
-from horovod_train.config import StepIntervals
+from horovod_train.config.run_config import StepIntervals
 from horovod_train.engines.policy import RunPolicy
-from horovod_train.position import TrainingPosition
+from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.training.position import TrainingPosition
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from horovod_train.config.errors import UsageError
 from horovod_train.engines.base import Engine
-from horovod_train.errors import UsageError
 
 
 class RankZero:

@@ -10,11 +10,11 @@ from typing import Any
 
 import torch
 
-from horovod_train import amp, rng
-from horovod_train import checkpoint as ckpt
+from horovod_train.config.errors import UsageError
 from horovod_train.engines.base import Engine
-from horovod_train.errors import UsageError
-from horovod_train.run_directory import FINISHED_MARKER, RunDirectory
+from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.outputs.run_directory import FINISHED_MARKER, RunDirectory
+from horovod_train.training import amp, rng
 from horovod_train.training.progress import Console
 from horovod_train.training.rank_zero import RankZero
 

@@ -10,11 +10,11 @@ from typing import Any
 from tqdm import tqdm
 
 from horovod_train.engines.base import Engine
-from horovod_train.position import TrainingPosition
-from horovod_train.run_directory import METRICS, RunDirectory
+from horovod_train.outputs.run_directory import METRICS, RunDirectory
+from horovod_train.outputs.trackers import Trackers
 from horovod_train.tasks.scores import METRIC_NAMES
-from horovod_train.trackers import Trackers
 from horovod_train.training.parts import RunPlan
+from horovod_train.training.position import TrainingPosition
 from horovod_train.training.progress import Console
 
 METRIC_ENDINGS = tuple(f"_{name}" for name in METRIC_NAMES)

@@ -8,17 +8,17 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from horovod_train import amp, rng
-from horovod_train import checkpoint as ckpt
-from horovod_train.config import RunConfig
+from horovod_train.config.run_config import RunConfig
 from horovod_train.engines.base import Engine
-from horovod_train.files import disk_full
-from horovod_train.position import TrainingPosition
-from horovod_train.run_directory import RunDirectory
-from horovod_train.schedule import Schedule
+from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.outputs.files import disk_full
+from horovod_train.outputs.run_directory import RunDirectory
+from horovod_train.training import amp, rng
 from horovod_train.training.parts import RunParts
+from horovod_train.training.position import TrainingPosition
 from horovod_train.training.progress import Console
 from horovod_train.training.rank_zero import RankZero
+from horovod_train.training.schedule import Schedule
 
 
 class CheckpointSaver:

@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
-from horovod_train.amp import Precision
-from horovod_train.config import TrainingArguments
+from horovod_train.config.errors import UsageError
+from horovod_train.config.run_config import TrainingArguments
 from horovod_train.engines.base import Engine, classification_loss
-from horovod_train.errors import UsageError
 from horovod_train.training import phases
+from horovod_train.training.amp import Precision
 
 Batch = dict[str, torch.Tensor]
 

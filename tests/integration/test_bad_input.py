@@ -16,7 +16,7 @@ from support.jobs import BIN, REPO, base_env, run, train_cmd, train_here
 
 from horovod_train.launching import LAUNCHERS
 from horovod_train.launching.base import free_port
-from horovod_train.run_directory import record
+from horovod_train.outputs.run_directory import record
 
 # A case of each kind, as a real program: refused while the arguments are read, while the data is read (after the
 # engine started), while the run directory is claimed, while the model is built. Every case runs in-process in
@@ -139,7 +139,7 @@ def test_help_and_a_refused_flag_start_without_torch_or_transformers_models(tmp_
     checkpoint to resume from. One fresh interpreter runs every command line in turn and lists what is loaded
     after each: none loads torch, so each list shows what that command line alone loaded."""
     probe = (
-        "import json, sys\nfrom horovod_train.cli import main\n"
+        "import json, sys\nfrom horovod_train.cli.main import main\n"
         "for argv in json.loads(sys.argv[1]):\n"
         "    print('--- next', flush=True)\n    print('--- next', file=sys.stderr, flush=True)\n"
         "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"

@@ -15,7 +15,7 @@ from support.metrics import recompute_metrics
 from support.trackers import offline_trackers
 from transformers import BertConfig
 
-from horovod_train.config import DataArguments
+from horovod_train.config.run_config import DataArguments
 
 
 def read(path: Path) -> dict:

@@ -16,9 +16,9 @@ from support.checkpoints import SAVED, resume
 from support.checks import max_abs_diff
 from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, torchrun, train_here
 
-from horovod_train import checkpoint as ckpt
-from horovod_train.digest import sha256
-from horovod_train.errors import UsageError
+from horovod_train.config.errors import UsageError
+from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.outputs.digest import sha256
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +95,7 @@ def resumed_two_ranks(request, tmp_path_factory, cache_dir) -> Iterator[tuple[st
     with `latest`. The engine, the uninterrupted and the resumed run directories, and the resume's output."""
     import pandas as pd
 
-    from horovod_train import synthetic
+    from horovod_train.data import synthetic
 
     engine, tmp_path = request.param, tmp_path_factory.mktemp(f"resumed-{request.param}")
     frame = pd.DataFrame(synthetic.generate(600, seed=42))  # premises of varying length: ranks pad differently
@@ -212,7 +212,7 @@ def test_incomplete_checkpoint_is_refused(tmp_path, cache_dir, trained):
 def test_checkpoint_of_another_label_count_is_refused(tmp_path, cache_dir, trained):
     import pandas as pd
 
-    from horovod_train import synthetic
+    from horovod_train.data import synthetic
 
     frame = pd.DataFrame(synthetic.generate(600, seed=42))
     frame["label"] = frame["label"].clip(upper=1)

@@ -11,8 +11,8 @@ import pytest
 from support.filesystems import fill, small_filesystem
 from support.jobs import SMALL_JOB, assert_ok, mpirun, run, train_here
 
-from horovod_train import checkpoint as ckpt
-from horovod_train.run_directory import record
+from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.outputs.run_directory import record
 
 
 def train(tmp_path: Path, cache_dir: Path, out: Path, *args: str):

@@ -7,7 +7,7 @@ import pytest
 from support.data_files import write_glue_mnli
 from support.jobs import SMALL_JOB, assert_ok, read_results, train_here
 
-from horovod_train import synthetic
+from horovod_train.data import synthetic
 
 
 @pytest.mark.slow

@@ -39,7 +39,7 @@ def check_report(stdout: str, launcher: str, world_size: int, engine: str) -> No
 def test_plain(capsys):
     """One process under no launcher runs in this one (no start-up to pay: torch is imported here); the module's
     entry point, `python -m horovod_train doctor`, is what every launcher below starts."""
-    from horovod_train.cli import main
+    from horovod_train.cli.main import main
 
     assert main(["doctor"]) == 0
     check_report(capsys.readouterr().out, "plain", 1, "single")

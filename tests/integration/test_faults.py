@@ -19,8 +19,8 @@ import pytest
 from support.jobs import REPO, SMALL_JOB, base_env, horovodrun, torchrun
 from support.processes import find_rank_process, wait_for
 
-from horovod_train import checkpoint as ckpt
 from horovod_train.launching import LAUNCHERS
+from horovod_train.outputs import checkpoint as ckpt
 
 pytestmark = pytest.mark.slow
 

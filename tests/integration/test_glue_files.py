@@ -10,7 +10,7 @@ import pytest
 from support.glue_layouts import write_glue_task
 from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, train_here
 
-from horovod_train import glue
+from horovod_train.data import glue
 
 
 # Every task trains in-process in tests/unit/test_glue_training.py; under horovodrun, the reference job's task on its

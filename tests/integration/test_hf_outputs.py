@@ -77,7 +77,7 @@ def test_eval_strategy_no_evaluates_once_at_the_end(tmp_path, cache_dir):
 
 def test_hf_argument_parser_habits_no_flags_and_a_lone_json_file(tmp_path, cache_dir):
     """`--no_<flag>` for a flag that defaults to true, and `train args.json` as `python run_glue.py args.json`."""
-    from horovod_train.cli import build_parser
+    from horovod_train.cli.main import build_parser
 
     args = build_parser().parse_args(["train", "--no_do_eval"])
     assert args.do_eval is False and build_parser().parse_args(["train"]).do_eval is None  # None: the default
@@ -115,7 +115,7 @@ def test_do_predict_writes_run_glues_predict_results(tmp_path, cache_dir):
     label name; the predictions are the saved model's."""
     import pandas as pd
 
-    from horovod_train import synthetic
+    from horovod_train.data import synthetic
 
     rows = synthetic.generate(9, seed=7)
     test_file = tmp_path / "test.jsonl"
@@ -149,7 +149,7 @@ def test_mnli_evaluates_matched_and_mismatched_from_a_saved_dataset(tmp_path, ca
     is the primary one (eval_accuracy), the mismatched one is prefixed with its split name."""
     from datasets import ClassLabel, Dataset, DatasetDict
 
-    from horovod_train import synthetic
+    from horovod_train.data import synthetic
 
     def split(n: int, seed: int) -> Dataset:
         dataset = Dataset.from_list(synthetic.generate(n, seed))
@@ -174,7 +174,7 @@ def test_mnli_evaluates_matched_and_mismatched_from_a_saved_dataset(tmp_path, ca
 
 
 def test_every_option_of_train_has_a_description_and_a_default_grouped_by_section():
-    from horovod_train.cli import build_parser
+    from horovod_train.cli.main import build_parser
 
     train = build_parser()._subparsers._group_actions[0].choices["train"]
     groups = {g.title: [a for a in g._group_actions if a.option_strings] for g in train._action_groups}

@@ -13,7 +13,7 @@ from support.jobs import REPO, SMALL_JOB, assert_ok, base_env, horovodrun, mpiru
 from support.metrics import recompute_metrics
 from transformers import pipeline
 
-from horovod_train.config import DataArguments
+from horovod_train.config.run_config import DataArguments
 
 pytestmark = pytest.mark.slow
 

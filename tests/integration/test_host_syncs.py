@@ -10,11 +10,11 @@ from support.host_syncs import NaNFromStep
 from support.jobs import SMALL_JOB
 from torch.profiler import ProfilerActivity, profile
 
-from horovod_train.config import parse_run_config
+from horovod_train.config.errors import UsageError
+from horovod_train.config.run_config import parse_run_config
 from horovod_train.data.loaders import ahead_on_device
 from horovod_train.engines.single import SingleEngine
-from horovod_train.errors import UsageError
-from horovod_train.trainer import Trainer
+from horovod_train.training.trainer import Trainer
 
 HOST_READS = ("aten::_local_scalar_dense", "aten::item")
 

@@ -25,7 +25,7 @@ import yaml
 from support.jobs import BIN, REPO, SMALL_JOB, base_env, train_here
 from support.launch import free_port
 
-from horovod_train import checkpoint as ckpt
+from horovod_train.outputs import checkpoint as ckpt
 
 K8S = REPO / "launch" / "k8s"
 CRDS = REPO / "tests" / "data" / "k8s_crds"

@@ -27,8 +27,8 @@ from support.launch import (
 )
 from support.processes import wait_for
 
-from horovod_train import checkpoint as ckpt
-from horovod_train.stopping import STOPPED_EXIT_CODE
+from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.training.stopping import STOPPED_EXIT_CODE
 
 SHELL_SCRIPTS = sorted(
     str(path.relative_to(REPO))

@@ -15,7 +15,7 @@ import transformers
 from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, torchrun, train_here
 from support.models import FAMILIES, JOB, model_dir
 
-from horovod_train import synthetic
+from horovod_train.data import synthetic
 
 assert SMALL_JOB[0] == "--model_name_or_path"
 

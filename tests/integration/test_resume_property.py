@@ -27,14 +27,14 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file
 from support.jobs import SMALL_JOB, assert_ok, read_results, run, torchrun
 
-from horovod_train import checkpoint as ckpt
-from horovod_train.cli import quiet_libraries
-from horovod_train.config import parse_run_config
+from horovod_train.cli.main import quiet_libraries
+from horovod_train.config.run_config import parse_run_config
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.engines.single import SingleEngine
-from horovod_train.position import TrainingPosition
-from horovod_train.stopping import TrainingStopped
-from horovod_train.trainer import Trainer
+from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.training.position import TrainingPosition
+from horovod_train.training.stopping import TrainingStopped
+from horovod_train.training.trainer import Trainer
 
 DRAWS = settings(
     max_examples=10,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from support.jobs import REPO, SMALL_JOB, assert_ok, base_env, horovodrun, train_cmd, train_here
 
-from horovod_train import run_directory as outdir
+from horovod_train.outputs import run_directory as outdir
 
 DATA = [*SMALL_JOB, "--synthetic_num_examples", "600"]
 

@@ -29,9 +29,9 @@ from support.jobs import (
 )
 from support.processes import find_rank_process, wait_for
 
-from horovod_train import checkpoint as ckpt
 from horovod_train.launching import launcher as launcher_row
-from horovod_train.stopping import STOPPED_EXIT_CODE
+from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.training.stopping import STOPPED_EXIT_CODE
 
 pytestmark = pytest.mark.slow
 
@@ -211,7 +211,7 @@ def after_close(received: bool) -> subprocess.CompletedProcess:
     """A process that watched SIGUSR1, stopped (or not), closed its watch, and then gets SIGUSR1."""
     code = (
         "import os, signal, sys\n"
-        "from horovod_train.stopping import StopSignals\n"
+        "from horovod_train.training.stopping import StopSignals\n"
         "watch = StopSignals([signal.SIGUSR1])\n"
         f"if {received}: os.kill(os.getpid(), signal.SIGUSR1)\n"
         "watch.close()\n"

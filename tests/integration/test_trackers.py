@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from support.trackers import CONFIG, log_all, offline_trackers
 
-from horovod_train.trackers import Trackers
+from horovod_train.outputs.trackers import Trackers
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,8 +21,8 @@ def test_missing_package_message_on_the_command_line(tmp_path, name):
     script = textwrap.dedent(f"""
         import sys
         sys.modules[{name!r}] = None
-        from horovod_train.errors import UsageError, exit_with
-        from horovod_train.trackers import Trackers
+        from horovod_train.config.errors import UsageError, exit_with
+        from horovod_train.outputs.trackers import Trackers
         try:
             Trackers.create({name!r}, output_dir={str(tmp_path)!r})
         except UsageError as error:

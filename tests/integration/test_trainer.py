@@ -9,11 +9,11 @@ import pytest
 import torch
 from support.jobs import SMALL_JOB
 
-from horovod_train.config import parse_run_config
+from horovod_train.config.run_config import parse_run_config
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.engines.single import SingleEngine
-from horovod_train.position import TrainingPosition
-from horovod_train.trainer import Trainer
+from horovod_train.training.position import TrainingPosition
+from horovod_train.training.trainer import Trainer
 
 
 def config(tmp_path, *args: str):

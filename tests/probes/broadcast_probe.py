@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from horovod_train.config import RunConfig, TrainingArguments
+from horovod_train.config.errors import UsageError
+from horovod_train.config.run_config import RunConfig, TrainingArguments
 from horovod_train.engines import create_engine
-from horovod_train.errors import UsageError
 
 
 def small_tensors() -> dict[str, torch.Tensor]:

@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-from horovod_train.config import RunConfig, TrainingArguments
+from horovod_train.config.run_config import RunConfig, TrainingArguments
 from horovod_train.engines import create_engine
 from horovod_train.engines.ddp_options import DDPArguments
 

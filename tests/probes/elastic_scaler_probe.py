@@ -18,7 +18,7 @@ import horovod.torch as hvd
 import torch
 
 from horovod_train.engines.horovod import elastic
-from horovod_train.position import TrainingPosition
+from horovod_train.training.position import TrainingPosition
 
 
 def scaler_state(scaler: torch.amp.GradScaler) -> dict[str, float]:

@@ -14,11 +14,11 @@ import torch
 import torch.distributed as dist
 from transformers import BertConfig, BertForSequenceClassification
 
-from horovod_train.amp import Precision
-from horovod_train.checksums import tensors_checksum
-from horovod_train.config import RunConfig, TrainingArguments
+from horovod_train.config.run_config import RunConfig, TrainingArguments
 from horovod_train.engines import create_engine
 from horovod_train.engines.policy import RunPolicy
+from horovod_train.outputs.checksums import tensors_checksum
+from horovod_train.training.amp import Precision
 from horovod_train.training.evaluation import fill_forwards, forwards_to_fill
 
 

@@ -14,9 +14,9 @@ import signal
 import sys
 from pathlib import Path
 
-from horovod_train.config import RunConfig, TrainingArguments
+from horovod_train.config.run_config import RunConfig, TrainingArguments
 from horovod_train.engines import create_engine
-from horovod_train.stopping import StopSignals
+from horovod_train.training.stopping import StopSignals
 
 
 def main(engine_name: str, out: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ddp_unused_probe import main  # noqa: E402 (the probes are scripts, not a package on the path)
 
-from horovod_train import cli  # noqa: E402
+from horovod_train.cli import main as cli  # noqa: E402
 
 if __name__ == "__main__":
     for engine in ("single", "horovod"):

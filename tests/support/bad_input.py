@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from horovod_train import synthetic
+from horovod_train.data import synthetic
 
 
 def snapshot(root: Path) -> dict[str, str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from horovod_train import checkpoint as ckpt
+from horovod_train.outputs import checkpoint as ckpt
 from support.jobs import SMALL_JOB, assert_ok, train_here
 
 # One process (--engine single), so run in the test's: the checks are the checkpoint's, not a launch's.

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from horovod_train import synthetic
+from horovod_train.data import synthetic
 
 GLUE_MNLI_COLUMNS = [
     "index",

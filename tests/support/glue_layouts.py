@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from horovod_train import glue, synthetic
+from horovod_train.data import glue, synthetic
 from support.data_files import write_glue_mnli
 
 TASKS = ("cola", "mnli", "mrpc", "qnli", "qqp", "rte", "sst2", "stsb", "wnli")

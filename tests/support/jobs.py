@@ -86,7 +86,7 @@ def cli_here(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> s
     status and what it printed returned as `run` returns a launch's. It pays no start-up (5 s of CPU: torch and
     transformers are imported); the processes it launches are real ones. The environment is its own (conftest's
     autouse fixtures give a test back its environment and the stop signals' handlers)."""
-    from horovod_train.cli import main
+    from horovod_train.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

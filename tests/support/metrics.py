@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from transformers.trainer_pt_utils import LabelSmoother
 
-from horovod_train.config import DataArguments
+from horovod_train.config.run_config import DataArguments
 from horovod_train.data.splits import load_raw_datasets
 
 

@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-from horovod_train import synthetic
-from horovod_train.model import train_wordpiece_tokenizer
+from horovod_train.data import synthetic
+from horovod_train.models.model import train_wordpiece_tokenizer
 
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

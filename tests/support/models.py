@@ -9,8 +9,8 @@ import transformers
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from horovod_train import model as model_lib
-from horovod_train import synthetic
+from horovod_train.data import synthetic
+from horovod_train.models import model as model_lib
 from support.jobs import SMALL_JOB
 
 EOS = "<|endoftext|>"

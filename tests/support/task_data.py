@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from horovod_train import synthetic
+from horovod_train.data import synthetic
 
 TOPICS = ("people", "places", "things")  # the multi-label names
 PLACES = ("harbor", "station", "garage", "kitchen", "office", "garden", "library", "market")

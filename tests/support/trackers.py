@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from horovod_train.trackers import Trackers
+from horovod_train.outputs.trackers import Trackers
 
 CONFIG = {"learning_rate": 5e-5, "seed": 42, "model_name_or_path": "tiny-bert", "dropout": None}
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from horovod_train.build_horovod.plan import cache_root
-from horovod_train.cli import COMMANDS
+from horovod_train.cli.main import COMMANDS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -142,14 +142,14 @@ def test_wheel_and_sdist_contents(built: dict[str, Path]) -> None:
     runtime = {name.lower() for name, rest in requires if "extra ==" not in rest}
     assert {"torch", "transformers", "datasets", "evaluate", "safetensors", "tokenizers"} <= runtime
     assert not any(name.lower() == "horovod" for name, _ in requires), "Horovod must be built, not pip-required"
-    assert "horovod-train = horovod_train.cli:main" in entry_points
+    assert "horovod-train = horovod_train.cli.main:main" in entry_points
     extras = set(re.findall(r"(?m)^Provides-Extra: (\S+)$", metadata))
     assert {"mpi", "tensorboard", "wandb", "mlflow", "trackers", "peft", "dev"} <= extras, extras
     if importlib.util.find_spec("build"):
         (sdist,) = built["dist"].glob(f"horovod_train-{version}.tar.gz")
         with tarfile.open(sdist) as tar:
             members = {m.split("/", 1)[1] for m in tar.getnames() if "/" in m}
-        assert {"LICENSE", "pyproject.toml", "README.md", "horovod_train/cli.py"} <= members
+        assert {"LICENSE", "pyproject.toml", "README.md", "horovod_train/cli/main.py"} <= members
 
 
 def user_env(venv: Path, **extra: str) -> dict[str, str]:

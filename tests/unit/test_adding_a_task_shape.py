@@ -15,9 +15,9 @@ from datasets import Value
 from sklearn.metrics import accuracy_score, f1_score
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
-from horovod_train import synthetic
-from horovod_train.cli import main
-from horovod_train.errors import UsageError
+from horovod_train.cli.main import main
+from horovod_train.config.errors import UsageError
+from horovod_train.data import synthetic
 from horovod_train.tasks import registry
 from horovod_train.tasks.base import LabelColumn, LabelFlags, LabelNames, TaskShape
 

@@ -10,13 +10,13 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
-from horovod_train import amp
-from horovod_train.checkpoint import Checkpoints, Compatibility, load_checkpoint
-from horovod_train.cli import main
-from horovod_train.config import RunConfig
+from horovod_train.cli.main import main
+from horovod_train.config.run_config import RunConfig
 from horovod_train.data.loaders import LengthGroupedSampler
 from horovod_train.engines.single import SingleEngine
-from horovod_train.position import TrainingPosition
+from horovod_train.outputs.checkpoint import Checkpoints, Compatibility, load_checkpoint
+from horovod_train.training import amp
+from horovod_train.training.position import TrainingPosition
 
 
 def shards(n: int, world: int, batch: int, epoch: int, grouped: bool = True, seed: int = 7) -> list[list[int]]:

@@ -10,12 +10,12 @@ from support.host_syncs import offline_cache  # noqa: F401 (a fixture)
 from support.jobs import SMALL_JOB
 from support.models import model_dir
 
-from horovod_train.amp import Precision
-from horovod_train.config import parse_run_config
+from horovod_train.config.errors import UsageError
+from horovod_train.config.run_config import parse_run_config
 from horovod_train.engines.single import SingleEngine
-from horovod_train.errors import UsageError
-from horovod_train.trainer import Trainer
+from horovod_train.training.amp import Precision
 from horovod_train.training.step import halve_until_fits, try_step
+from horovod_train.training.trainer import Trainer
 
 
 def step_that_fits(limit: int, tried: list[int]):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from support.bad_input import CASES, assert_one_line, snapshot
 
-from horovod_train.cli import main
+from horovod_train.cli.main import main
 
 
 @pytest.mark.parametrize("case", list(CASES))

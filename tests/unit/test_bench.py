@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from horovod_train.cli import main
+from horovod_train.cli.main import main
 from horovod_train.engines.horovod.options import HorovodArguments
 
 
@@ -39,7 +39,7 @@ def test_bench_gpu_times_the_training_loops_own_step(monkeypatch):
     import argparse
 
     from horovod_train.bench.gpu import Contender, setup_engine
-    from horovod_train.config import TrainingArguments
+    from horovod_train.config.run_config import TrainingArguments
     from horovod_train.training import phases
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the engine's setup leaves torch's threads as they are

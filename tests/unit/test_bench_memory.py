@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from horovod_train import compare
 from horovod_train.bench import common, fit, memory
-from horovod_train.cli import main
+from horovod_train.cli import compare
+from horovod_train.cli.main import main
 
 MODEL = fit.Model("toy", params=10**9, hidden=1000, layers=10, trainable_lora=10**6)
 ACT = fit.Activations(seq=100, hidden=1000, layer=4e6, rest=1e6)

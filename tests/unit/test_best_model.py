@@ -8,7 +8,7 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification
 from transformers.trainer_pt_utils import LabelSmoother
 
-from horovod_train.config import parse_run_config
+from horovod_train.config.run_config import parse_run_config
 from horovod_train.engines.base import classification_loss
 from horovod_train.engines.dp import LossPerReplica
 
@@ -55,7 +55,7 @@ def test_label_smoothing_is_transformers_label_smoother():
     (None, "checkpoint-4", ["checkpoint-2", "checkpoint-4", "checkpoint-6", "checkpoint-8"]),
 ])  # fmt: skip
 def test_rotation_spares_the_best_checkpoint_as_transformers_does(tmp_path, keep, best, left):
-    from horovod_train.checkpoint import Checkpoints
+    from horovod_train.outputs.checkpoint import Checkpoints
 
     names = [f"checkpoint-{step}" for step in (2, 4, 6, 8)]
     for name in names:

@@ -8,10 +8,10 @@ import torch
 from probes import broadcast_probe
 from support.checks import threads_broadcast
 
-from horovod_train.config import RunConfig, TrainingArguments
+from horovod_train.config.errors import UsageError
+from horovod_train.config.run_config import RunConfig, TrainingArguments
 from horovod_train.engines import create_engine
 from horovod_train.engines.payload import CHUNK_BYTES
-from horovod_train.errors import UsageError
 
 
 @pytest.mark.parametrize("chunk_bytes", [7, CHUNK_BYTES])  # chunks that split elements; one chunk per tensor

@@ -10,9 +10,9 @@ import pytest
 from support.checkpoints import SAVED
 from support.jobs import SMALL_JOB
 
-from horovod_train import checkpoint as ckpt
-from horovod_train import lora
-from horovod_train.errors import UsageError
+from horovod_train.config.errors import UsageError
+from horovod_train.models import lora
+from horovod_train.outputs import checkpoint as ckpt
 
 pytestmark = pytest.mark.slow
 
@@ -50,14 +50,14 @@ def test_a_tokenizer_digest_of_the_earlier_form_resumes_with_a_warning():
 def synthetic_csv(path: Path, seed: int) -> Path:
     import pandas as pd
 
-    from horovod_train import synthetic
+    from horovod_train.data import synthetic
 
     pd.DataFrame(synthetic.generate(600, seed=seed)).to_csv(path, index=False)
     return path
 
 
 def train_in_process(*args: str) -> int:
-    from horovod_train.cli import main
+    from horovod_train.cli.main import main
 
     return main(["train", "--engine", "single", *SMALL_JOB, "--max_steps", "4", "--save_steps", "2", *args])
 
@@ -90,8 +90,8 @@ def test_resume_on_other_texts_with_a_tiny_bert_tokenizer_of_the_same_size_is_re
 
 
 def test_resume_on_other_data_with_the_same_tokenizer_is_refused(tmp_path, in_process, capsys):
-    from horovod_train import model as model_lib
-    from horovod_train import synthetic
+    from horovod_train.data import synthetic
+    from horovod_train.models import model as model_lib
 
     tokenizer = tmp_path / "tokenizer"
     model_lib.prepare_tiny_tokenizer(tokenizer, [r["premise"] for r in synthetic.generate(600, seed=1)])

@@ -11,10 +11,10 @@ import pytest
 import torch
 from support.filesystems import small_filesystem
 
-from horovod_train import checkpoint as ckpt
-from horovod_train.checkpoint_layout import clean_stale
-from horovod_train.errors import UsageError
-from horovod_train.position import TrainingPosition
+from horovod_train.config.errors import UsageError
+from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.outputs.checkpoint_layout import clean_stale
+from horovod_train.training.position import TrainingPosition
 
 COMPATIBILITY = ckpt.Compatibility("tiny", 3, 10, "Linear", 16)
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 import transformers
 
-from horovod_train import checkpoint as ckpt
-from horovod_train.position import TrainingPosition
+from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.training.position import TrainingPosition
 
 SMALL = dict(vocab_size=96, num_labels=3)
 

@@ -14,8 +14,8 @@ from support.checkpoints import JOB, trained  # noqa: F401 (a fixture)
 from support.checks import max_abs_diff
 from support.jobs import assert_ok, cli_here, train_here
 
-from horovod_train import checkpoint as ckpt
 from horovod_train.engines import state_io
+from horovod_train.outputs import checkpoint as ckpt
 
 pytestmark = pytest.mark.slow
 

@@ -15,9 +15,9 @@ import transformers
 from support.jobs import SMALL_JOB, assert_ok, cli_here, train_here
 from support.models import model_dir
 
-from horovod_train import checkpoint as ckpt
-from horovod_train.schedule import Schedule
+from horovod_train.outputs import checkpoint as ckpt
 from horovod_train.training.build import decay_groups
+from horovod_train.training.schedule import Schedule
 
 SAVED_STEP, MAX_STEPS, BATCH, DECAY = 3, 5, 16, 0.01
 

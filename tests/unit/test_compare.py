@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from horovod_train.cli import main
-from horovod_train.run_directory import record
+from horovod_train.cli.main import main
+from horovod_train.outputs.run_directory import record
 
 
 @pytest.mark.parametrize(
@@ -39,7 +39,7 @@ def test_an_engines_variant_runs_when_named_and_its_arguments_come_last():
     """fsdp's "zero2" variant (Engine.run_variants) is a run of its own on this machine's table: left out of the
     default set (compare's table stays one run per engine), chosen by its name or by the engine's name, and its
     train arguments end its command line, after what compare passes through."""
-    from horovod_train import compare
+    from horovod_train.cli import compare
 
     runs = compare.supported_runs(2)
     names = [r.name for r in runs]

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from horovod_train.config import parse_run_config
+from horovod_train.config.errors import UsageError
+from horovod_train.config.run_config import parse_run_config
 from horovod_train.engines import available_engines, create_engine
-from horovod_train.errors import UsageError
 
 
 def test_defaults_are_the_embedded_job():

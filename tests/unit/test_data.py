@@ -12,14 +12,15 @@ import pytest
 from datasets import Dataset
 from support.data_files import write_glue_mnli
 
-from horovod_train import domains, synthetic
-from horovod_train.config import DataArguments
+from horovod_train.config import domains
+from horovod_train.config.errors import UsageError
+from horovod_train.config.run_config import DataArguments
+from horovod_train.data import synthetic
 from horovod_train.data.loaders import train_loader
 from horovod_train.data.sources import read_file
 from horovod_train.data.splits import load_raw_datasets
 from horovod_train.data.tokenize import dataset_digest, tokenize_to_disk, tokenized_cache_path, tokenizer_digest
-from horovod_train.errors import UsageError
-from horovod_train.model import load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
+from horovod_train.models.model import load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
 
 
 def test_synthetic_is_deterministic_with_the_multi_nli_schema():

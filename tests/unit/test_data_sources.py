@@ -16,13 +16,13 @@ from support import bad_input
 from support.data_files import DEFECTS, bad_data
 from support.data_sources import NEGATIVE, POSITIVE, sentiment_frame
 
-from horovod_train import glue
-from horovod_train.config import DataArguments, parse_run_config
+from horovod_train.config.errors import UsageError
+from horovod_train.config.run_config import DataArguments, parse_run_config
+from horovod_train.data import glue
 from horovod_train.data.columns import text_columns
 from horovod_train.data.labels import label_names
 from horovod_train.data.splits import eval_split_names, load_raw_datasets
 from horovod_train.data.splits import test_split_names as split_names_of_tests
-from horovod_train.errors import UsageError
 
 CLASSIFICATION_TASKS = [task for task in glue.TASK_TO_KEYS if task not in glue.REGRESSION_TASKS]
 

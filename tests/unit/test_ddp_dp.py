@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from horovod_train.cli import main
+from horovod_train.cli.main import main
 
 
 def test_ddp_bucket_cap_must_be_positive(tmp_path, capsys):
@@ -25,7 +25,7 @@ def test_dp_weights_unequal_replica_shares_by_example_count():
     import torch
     from transformers import BertConfig, BertForSequenceClassification
 
-    from horovod_train.config import RunConfig, TrainingArguments
+    from horovod_train.config.run_config import RunConfig, TrainingArguments
     from horovod_train.engines.dp import DataParallelEngine, LossPerReplica
 
     torch.manual_seed(0)
@@ -82,7 +82,7 @@ def test_dp_replicas_autocast_to_the_runs_dtype_in_their_own_threads(run_dtype):
 
 
 def test_dp_engine_passes_the_runs_autocast_dtype_to_its_replicas():
-    from horovod_train.config import RunConfig, TrainingArguments
+    from horovod_train.config.run_config import RunConfig, TrainingArguments
     from horovod_train.engines.dp import DataParallelEngine
 
     for flags, dtype in (({}, None), ({"bf16": True}, torch.bfloat16), ({"fp16": True}, torch.float16)):
@@ -116,8 +116,8 @@ def test_ddp_backend_is_chosen_apart_from_the_device(requested, cuda, backend):
 
 
 def test_ddp_backend_nccl_without_cuda_is_one_error():
+    from horovod_train.config.errors import UsageError
     from horovod_train.engines.ddp_options import DDPArguments
-    from horovod_train.errors import UsageError
 
     with pytest.raises(UsageError, match="--ddp_backend nccl needs CUDA GPUs"):
         DDPArguments(ddp_backend="nccl").backend_on(False)

@@ -10,8 +10,8 @@ from datetime import timedelta
 
 import pytest
 
+from horovod_train.config.errors import UsageError
 from horovod_train.engines.table import ENGINE_NAMES
-from horovod_train.errors import UsageError
 from horovod_train.launching import LAUNCHERS, environment
 from horovod_train.launching.base import free_port
 from horovod_train.launching.environment import check_joins, detect
@@ -219,7 +219,7 @@ def stale_torchrun_shell(monkeypatch, port: int) -> None:
 
 def test_a_rendezvous_whose_peer_never_comes_says_so_while_waiting_and_ends_in_one_line(monkeypatch, capsys):
     """It waited silently for --ddp_timeout (1800 s), then raised DistStoreError ... 1/2 clients joined."""
-    from horovod_train.config import RunConfig, TrainingArguments
+    from horovod_train.config.run_config import RunConfig, TrainingArguments
     from horovod_train.engines import create_engine, ddp
 
     port = free_port()

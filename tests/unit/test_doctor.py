@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from horovod_train import doctor
-from horovod_train.cli import main
+from horovod_train.cli import doctor
+from horovod_train.cli.main import main
 from horovod_train.launching import environment
 
 MPIRUN_RANK = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",

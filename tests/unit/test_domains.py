@@ -1,5 +1,5 @@
 """Every argument of `train` and of the `bench` commands against its domain, in-process: a table of out-of-domain
-values per argument (an argument added without an entry here, or without a domain in horovod_train/domains.py,
+values per argument (an argument added without an entry here, or without a domain in horovod_train/config/domains.py,
 fails), a corpus of malformed config and data files, and checkpoint manifests that are not ours. Each refusal is a
 UsageError (one line `error: ...; fix: ...`, exit 2, raised before anything is written:
 tests/integration/test_bad_input.py runs the CLI on a few of them and checks that nothing was written)."""
@@ -14,12 +14,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from horovod_train import checkpoint, domains
 from horovod_train.bench import BENCHMARKS, _module
-from horovod_train.cli import build_parser
-from horovod_train.config import SECTIONS, DataArguments, parse_run_config
+from horovod_train.cli.main import build_parser
+from horovod_train.config import domains
+from horovod_train.config.errors import UsageError
+from horovod_train.config.run_config import SECTIONS, DataArguments, parse_run_config
 from horovod_train.data.splits import load_raw_datasets
-from horovod_train.errors import UsageError
+from horovod_train.outputs import checkpoint
 
 FIELDS = [f.name for section in SECTIONS.values() for f in dataclasses.fields(section)]
 LONG = "x" * 300  # one path component over NAME_MAX
@@ -140,7 +141,9 @@ def places(tmp_path) -> dict[str, str]:
 
 
 def test_every_argument_has_a_domain_and_out_of_domain_values():
-    assert sorted(domains.DOMAINS) == sorted(FIELDS), "give each new argument a domain in horovod_train/domains.py"
+    assert sorted(domains.DOMAINS) == sorted(FIELDS), (
+        "give each new argument a domain in horovod_train/config/domains.py"
+    )
     assert sorted(BAD) == sorted(FIELDS), "add the new argument's out-of-domain values to BAD"
     assert all(BAD.values())
 
@@ -410,7 +413,8 @@ def test_a_rank_at_or_above_its_size_is_refused():
 
 def test_train_doctor_and_bench_allreduce_refuse_a_bad_knob_before_starting(monkeypatch, tmp_path, capsys):
     """`bench allreduce` ended in a ValueError traceback; `train` ran with a 64-byte fusion buffer."""
-    from horovod_train import cli, doctor
+    from horovod_train.cli import doctor
+    from horovod_train.cli import main as cli
 
     monkeypatch.setenv("HOROVOD_FUSION_THRESHOLD", "64MB")
     out = tmp_path / "out"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from horovod_train.data.loaders import train_loader
-from horovod_train.model import load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
+from horovod_train.models.model import load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
 
 
 @pytest.fixture(scope="module")

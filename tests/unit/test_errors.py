@@ -9,8 +9,9 @@ import threading
 
 import pytest
 
-from horovod_train import cli, errors
-from horovod_train.errors import UsageError, exit_with
+from horovod_train.cli import main as cli
+from horovod_train.config import errors
+from horovod_train.config.errors import UsageError, exit_with
 
 ERROR = UsageError("a problem", "a fix")
 

@@ -12,14 +12,14 @@ import pytest
 from datasets import DatasetDict
 from support.glue_layouts import TASKS, write_glue_task
 
-from horovod_train import glue, glue_files, synthetic
-from horovod_train.config import DataArguments
+from horovod_train.config.errors import UsageError
+from horovod_train.config.run_config import DataArguments
+from horovod_train.data import glue, glue_files, synthetic
 from horovod_train.data.columns import AUTO_TEXT_COLUMNS, from_glue_columns, text_columns
 from horovod_train.data.sources import read_file
 from horovod_train.data.splits import load_raw_datasets
 from horovod_train.data.tokenize import dataset_digest, load_tokenized, tokenize_to_disk
-from horovod_train.errors import UsageError
-from horovod_train.model import load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
+from horovod_train.models.model import load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
 
 CLASSIFICATION = [task for task in TASKS if task in glue.TASK_LABEL_NAMES]
 

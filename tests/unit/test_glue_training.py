@@ -10,8 +10,8 @@ import pytest
 from support.glue_layouts import TASKS, write_glue_task
 from support.jobs import SMALL_JOB
 
-from horovod_train import glue
-from horovod_train.cli import main
+from horovod_train.cli.main import main
+from horovod_train.data import glue
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,8 @@ import threading
 import pytest
 import torch
 
-from horovod_train.cli import main
-from horovod_train.config import RunConfig, TrainingArguments
+from horovod_train.cli.main import main
+from horovod_train.config.run_config import RunConfig, TrainingArguments
 from horovod_train.engines.dp import DataParallelEngine
 from horovod_train.engines.horovod import env as horovod_env
 from horovod_train.engines.horovod.engine import rank_dependent_state

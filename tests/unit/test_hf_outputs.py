@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from support.jobs import SMALL_JOB, run, train_cmd
 
-from horovod_train.config import parse_run_config
+from horovod_train.config.run_config import parse_run_config
 from horovod_train.tasks.scores import metric_module
 
 JOB = [*SMALL_JOB, "--engine", "single", "--synthetic_num_examples", "600", "--logging_steps", "3"]
@@ -65,10 +65,10 @@ def test_transformers_argument_names_are_accepted(flag, value, name, expected, t
 
 
 def test_pad_to_max_length_pads_every_example_and_overwrite_cache_tokenizes_again(tmp_path):
-    from horovod_train.config import DataArguments
+    from horovod_train.config.run_config import DataArguments
     from horovod_train.data.splits import load_raw_datasets
     from horovod_train.data.tokenize import load_tokenized, tokenize_to_disk, tokenized_cache_path
-    from horovod_train.model import load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
+    from horovod_train.models.model import load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
 
     raw = load_raw_datasets(DataArguments(synthetic_num_examples=200), seed=0)
     texts = list(raw["train"]["premise"]) + list(raw["train"]["hypothesis"])

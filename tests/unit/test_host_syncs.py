@@ -11,9 +11,9 @@ from support.host_syncs import NaNFromStep
 from support.jobs import SMALL_JOB
 
 from horovod_train import engines
-from horovod_train.cli import main
+from horovod_train.cli.main import main
 from horovod_train.engines.single import SingleEngine
-from horovod_train.metrics import Meter, NonFiniteLoss
+from horovod_train.training.metrics import Meter, NonFiniteLoss
 
 
 def test_meter_sums_stay_exact_and_name_the_first_non_finite_step():

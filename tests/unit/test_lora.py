@@ -9,11 +9,11 @@ import pytest
 import torch
 import transformers
 
-from horovod_train import checkpoint as ckpt
-from horovod_train import lora
-from horovod_train.config import parse_run_config
-from horovod_train.errors import UsageError
-from horovod_train.position import TrainingPosition
+from horovod_train.config.errors import UsageError
+from horovod_train.config.run_config import parse_run_config
+from horovod_train.models import lora
+from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.training.position import TrainingPosition
 
 ENCODER = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
 DECODER = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,

@@ -7,10 +7,10 @@ import pytest
 import torch
 from transformers import BertConfig, LlamaConfig
 
-from horovod_train import peak_memory
 from horovod_train.bench import common, memory
+from horovod_train.config.errors import UsageError
 from horovod_train.engines import available_engines
-from horovod_train.errors import UsageError
+from horovod_train.training import peak_memory
 
 SHAPES = {
     "bert": BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,

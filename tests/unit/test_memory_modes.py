@@ -9,9 +9,9 @@ import pytest
 import torch
 import transformers
 
-from horovod_train import lora
-from horovod_train.errors import UsageError
-from horovod_train.model import enable_gradient_checkpointing
+from horovod_train.config.errors import UsageError
+from horovod_train.models import lora
+from horovod_train.models.model import enable_gradient_checkpointing
 
 
 def tiny_bert() -> transformers.PreTrainedModel:

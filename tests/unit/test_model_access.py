@@ -11,9 +11,9 @@ import pytest
 import transformers
 from support.jobs import SMALL_JOB
 
-from horovod_train import model as model_lib
-from horovod_train.config import parse_run_config
-from horovod_train.errors import UsageError
+from horovod_train.config.errors import UsageError
+from horovod_train.config.run_config import parse_run_config
+from horovod_train.models import model as model_lib
 
 CONFIGURATION = """
 from transformers import BertConfig
@@ -66,7 +66,7 @@ def test_a_model_that_ships_code_needs_trust_remote_code(tmp_path):
 
 
 def test_trust_remote_code_trains_such_a_model_from_the_command_line(tmp_path, cache_dir, monkeypatch, capsys):
-    from horovod_train.cli import main
+    from horovod_train.cli.main import main
 
     monkeypatch.setenv("HOROVOD_TRAIN_CACHE", str(cache_dir))
     monkeypatch.setattr(sys, "path", list(sys.path))  # transformers adds its module cache to the path
@@ -94,7 +94,7 @@ def hub_not_answering(monkeypatch):
     import datasets
     from huggingface_hub import constants
 
-    from horovod_train import glue
+    from horovod_train.data import glue
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
@@ -119,7 +119,7 @@ def hf_cache_entry(cache: Path, repo_id: str, source: Path) -> None:
 def test_a_hub_name_is_not_waited_for_where_the_hub_does_not_answer(hub_not_answering, tmp_path):
     """A cached name loads from the HF cache; one that is not cached fails at once (huggingface_hub's retries took
     ~100 s), in one line that names HF_HUB_OFFLINE and a local directory instead. --dataset_name alike."""
-    from horovod_train import glue
+    from horovod_train.data import glue
 
     cache = tmp_path / "hf-cache"
     hf_cache_entry(cache, "acme/tiny-clf", remote_code_model(tmp_path))

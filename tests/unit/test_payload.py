@@ -11,8 +11,8 @@ import pytest
 import torch
 from support.checks import threads_broadcast
 
-from horovod_train import rng
 from horovod_train.engines.payload import CHUNK_BYTES, _SkeletonUnpickler
+from horovod_train.training import rng
 
 
 class RunsCode:

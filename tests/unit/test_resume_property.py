@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from horovod_train.data.loaders import ResumableDistributedSampler, train_loader
-from horovod_train.position import TrainingPosition
+from horovod_train.training.position import TrainingPosition
 
 
 def rank_steps(sampler: ResumableDistributedSampler, batch: int, accumulation: int) -> list[list[int]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from horovod_train import rng
+from horovod_train.training import rng
 
 
 class FakeCuda:

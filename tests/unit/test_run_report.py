@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from support.jobs import SMALL_JOB
 
-from horovod_train import run_directory
-from horovod_train.cli import main, result_line
-from horovod_train.config import RunConfig, StepIntervals
+from horovod_train.cli.main import main, result_line
+from horovod_train.config.run_config import RunConfig, StepIntervals
 from horovod_train.engines.single import SingleEngine
-from horovod_train.position import TrainingPosition
-from horovod_train.trackers import Trackers, curves
+from horovod_train.outputs import run_directory
+from horovod_train.outputs.trackers import Trackers, curves
 from horovod_train.training import run_log
 from horovod_train.training.parts import RunPlan
+from horovod_train.training.position import TrainingPosition
 from horovod_train.training.progress import Console
 
 # 6 steps, a checkpoint every 2 of which rotation keeps the newest, a LoRA adapter, TensorBoard's directory.

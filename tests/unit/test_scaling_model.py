@@ -12,7 +12,7 @@ import pytest
 
 from horovod_train.bench import layers, project
 from horovod_train.bench.project import MB, Cluster, Link, Setting, Workload
-from horovod_train.cli import main
+from horovod_train.cli.main import main
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

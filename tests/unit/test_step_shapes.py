@@ -14,13 +14,13 @@ from support.jobs import SMALL_JOB
 from support.models import model_dir, texts
 from transformers import DataCollatorWithPadding
 
-from horovod_train.config import parse_run_config
+from horovod_train.config.errors import UsageError
+from horovod_train.config.run_config import parse_run_config
 from horovod_train.data.loaders import BatchWidths, FlattenedBatches, WidenedBatches
 from horovod_train.engines.single import SingleEngine
-from horovod_train.errors import UsageError
-from horovod_train.model import enable_padding_free
-from horovod_train.trainer import Trainer
+from horovod_train.models.model import enable_padding_free
 from horovod_train.training.build import set_attention
+from horovod_train.training.trainer import Trainer
 
 
 def test_buckets_are_quantiles_of_the_lengths_rounded_up_and_the_last_holds_the_longest():

@@ -16,18 +16,24 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef, mean_squared_error
 from support.task_data import TOPICS, write_multi_label_jsonl, write_regression_csv
 
-from horovod_train.config import DataArguments, parse_run_config
+from horovod_train.config.errors import UsageError
+from horovod_train.config.run_config import DataArguments, parse_run_config
 from horovod_train.data.labels import label_names, shape_of, task_line
 from horovod_train.data.loaders import collator
 from horovod_train.data.splits import load_raw_datasets
-from horovod_train.errors import UsageError
-from horovod_train.metrics import exact_metrics
-from horovod_train.model import TINY_BERT, build_model, load_tokenizer, prepare_tiny_tokenizer, tiny_tokenizer_dir
+from horovod_train.models.model import (
+    TINY_BERT,
+    build_model,
+    load_tokenizer,
+    prepare_tiny_tokenizer,
+    tiny_tokenizer_dir,
+)
 from horovod_train.tasks.base import TaskShape
 from horovod_train.tasks.multi_label import MultiLabel
 from horovod_train.tasks.regression import Regression
 from horovod_train.tasks.single_label import SingleLabel
 from horovod_train.training.build import check_task_shape
+from horovod_train.training.metrics import exact_metrics
 
 N = 101  # odd: the two "ranks" below hold shards of different sizes
 
@@ -386,8 +392,8 @@ class Fixed(torch.nn.Module):
 
 
 def run_gather(logits: torch.Tensor, labels: list, shape: TaskShape) -> tuple[torch.Tensor, torch.Tensor]:
-    from horovod_train.amp import Precision
     from horovod_train.engines.single import SingleEngine
+    from horovod_train.training.amp import Precision
     from horovod_train.training.evaluation import gather_outputs
 
     engine = SingleEngine.__new__(SingleEngine)

@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 from transformers import BertTokenizer
 
-from horovod_train import synthetic
-from horovod_train.config import parse_run_config
+from horovod_train.config.run_config import parse_run_config
+from horovod_train.data import synthetic
 from horovod_train.data.columns import text_columns
 from horovod_train.data.splits import load_raw_datasets
 from horovod_train.data.tokenize import encoder, tokenized_cache_path, tokenizer_digest
 from horovod_train.engines.single import SingleEngine
-from horovod_train.model import load_tokenizer, prepare_tiny_tokenizer
+from horovod_train.models.model import load_tokenizer, prepare_tiny_tokenizer
 from horovod_train.training.build import prepare_data
 from horovod_train.training.rank_zero import RankZero
 

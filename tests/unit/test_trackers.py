@@ -7,8 +7,8 @@ import sys
 import pytest
 from support.trackers import CONFIG, EVAL, TRAIN, log_all, offline_trackers
 
-from horovod_train.errors import UsageError
-from horovod_train.trackers import Trackers, check_report_to, plot_training_curves
+from horovod_train.config.errors import UsageError
+from horovod_train.outputs.trackers import Trackers, check_report_to, plot_training_curves
 
 
 def test_tensorboard_writes_hf_style_tags(tmp_path):
@@ -87,7 +87,7 @@ def test_plot_without_points_writes_nothing(tmp_path, history):
 def test_the_curves_name_the_run_and_show_accuracy_from_0_to_1_against_chance():
     """Issue 58: a title naming the run, engine and world size; the accuracy axis fixed at 0..1 (it auto-zoomed)
     with the chance line."""
-    from horovod_train.trackers import curves_figure
+    from horovod_train.outputs.trackers import curves_figure
 
     history = [{**record, "step": step} for step, record in [*TRAIN, EVAL]]
     history.append({"eval_accuracy": 0.41, "eval_f1": 0.4, "eval_loss": 1.05, "step": 40})

@@ -8,15 +8,14 @@ import torch
 from support.jobs import SMALL_JOB
 from transformers import get_scheduler
 
-from horovod_train import amp
-from horovod_train.config import parse_run_config
-from horovod_train.domains import ADAMW_FUSED
+from horovod_train.config.domains import ADAMW_FUSED
+from horovod_train.config.run_config import parse_run_config
 from horovod_train.engines.horovod.elastic import ElasticPolicy
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.engines.single import SingleEngine
-from horovod_train.position import TrainingPosition
-from horovod_train.schedule import SCHEDULES, Schedule
-from horovod_train.training import build, resume
+from horovod_train.training import amp, build, resume
+from horovod_train.training.position import TrainingPosition
+from horovod_train.training.schedule import SCHEDULES, Schedule
 
 
 def elastic_policy(train_examples: int, epochs: float, by_epochs: bool = True) -> ElasticPolicy:

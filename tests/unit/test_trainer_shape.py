@@ -13,7 +13,7 @@ from support.imports import imported_modules
 from support.jobs import REPO
 
 PACKAGE = REPO / "horovod_train"
-TRAINING = [PACKAGE / "trainer.py", *sorted((PACKAGE / "training").glob("*.py"))]
+TRAINING = sorted((PACKAGE / "training").glob("*.py"))
 
 
 def parse(path: Path) -> ast.Module:
@@ -32,7 +32,7 @@ def assigned_attributes(function: ast.FunctionDef) -> set[str]:
 
 def test_the_trainer_sets_its_attributes_in_init_and_setup_only():
     trainer = next(
-        node for node in ast.walk(parse(PACKAGE / "trainer.py")) if isinstance(node, ast.ClassDef)
+        node for node in ast.walk(parse(PACKAGE / "training" / "trainer.py")) if isinstance(node, ast.ClassDef)
         and node.name == "Trainer"
     )  # fmt: skip
     methods = {node.name: node for node in trainer.body if isinstance(node, ast.FunctionDef)}
@@ -76,8 +76,8 @@ class Echo(torch.nn.Module):
 
 
 def test_evaluation_and_prediction_run_one_sharded_loop_with_the_same_predictions():
-    from horovod_train.amp import Precision
     from horovod_train.engines.single import SingleEngine
+    from horovod_train.training.amp import Precision
     from horovod_train.training.evaluation import gather_outputs
 
     engine = SingleEngine.__new__(SingleEngine)

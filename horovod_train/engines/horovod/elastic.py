@@ -21,7 +21,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from horovod_train.engines.policy import RunPolicy
-from horovod_train.position import TrainingPosition
+from horovod_train.training.position import TrainingPosition
 
 T = TypeVar("T")
 

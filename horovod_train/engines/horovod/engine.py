@@ -15,16 +15,15 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from horovod_train import amp
-from horovod_train.config import RunConfig
-from horovod_train.console import write_line
+from horovod_train.config.errors import UsageError
+from horovod_train.config.run_config import RunConfig
 from horovod_train.engines.base import Engine
 from horovod_train.engines.horovod import elastic, env
 from horovod_train.engines.policy import RunPolicy
-from horovod_train.errors import UsageError
 from horovod_train.launching import environment
 from horovod_train.launching.mpirun import Mpirun, check_mpi_world
-from horovod_train.training import phases
+from horovod_train.outputs.console import write_line
+from horovod_train.training import amp, phases
 
 
 class HorovodEngine(Engine):

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from horovod_train.config.errors import UsageError
 from horovod_train.engines.horovod.options import HorovodArguments
-from horovod_train.errors import UsageError
 
 if TYPE_CHECKING:
     import torch

@@ -7,11 +7,11 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from horovod_train.domains import Compression, ReduceOp, check_section
-from horovod_train.errors import UsageError
+from horovod_train.config.domains import Compression, ReduceOp, check_section
+from horovod_train.config.errors import UsageError
 
 if TYPE_CHECKING:
-    from horovod_train.config import TrainingArguments
+    from horovod_train.config.run_config import TrainingArguments
 
 
 @dataclass

@@ -10,27 +10,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-from horovod_train import amp, rng
-from horovod_train import checkpoint as ckpt
-from horovod_train.config import RunConfig
+from horovod_train.config.run_config import RunConfig
 from horovod_train.data.labels import task_line
 from horovod_train.data.sources import default_cache_dir
 from horovod_train.data.splits import eval_split_names
 from horovod_train.engines.base import Engine
-from horovod_train.files import write_json_atomic
-from horovod_train.position import TrainingPosition
-from horovod_train.run_directory import FINISHED_MARKER, RUN_CONFIG, RunDirectory
-from horovod_train.stopping import StopSignals, parse_signals
-from horovod_train.trackers import Trackers
-from horovod_train.training import build, finish, resume
+from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.outputs.files import write_json_atomic
+from horovod_train.outputs.run_directory import FINISHED_MARKER, RUN_CONFIG, RunDirectory
+from horovod_train.outputs.trackers import Trackers
+from horovod_train.training import amp, build, finish, resume, rng
 from horovod_train.training.evaluation import Evaluator
 from horovod_train.training.loop import TrainingLoop
 from horovod_train.training.parts import RunParts
+from horovod_train.training.position import TrainingPosition
 from horovod_train.training.progress import Console
 from horovod_train.training.rank_zero import RankZero
 from horovod_train.training.run_log import RunLog
 from horovod_train.training.saving import CheckpointSaver, load_best_weights
 from horovod_train.training.step import fit_batch_size
+from horovod_train.training.stopping import StopSignals, parse_signals
 
 
 class Trainer:

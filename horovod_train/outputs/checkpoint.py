@@ -39,9 +39,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from horovod_train import lora
-from horovod_train.checkpoint_layout import AUTO, LATEST, MANIFEST, NAME, PREFIX, named_checkpoint, unlisted
-from horovod_train.digest import sha256
+from horovod_train.config.errors import UsageError
 from horovod_train.engines.state_io import (
     OPTIMIZER_DIR,
     SHARDED,
@@ -50,9 +48,17 @@ from horovod_train.engines.state_io import (
     param_groups,
     read_whole_optimizer,
 )
-from horovod_train.errors import UsageError
-from horovod_train.files import atomic_directory, disk_full, fsync_directory, full_disk_problem, temporary_sibling
-from horovod_train.position import TrainingPosition
+from horovod_train.models import lora
+from horovod_train.outputs.checkpoint_layout import AUTO, LATEST, MANIFEST, NAME, PREFIX, named_checkpoint, unlisted
+from horovod_train.outputs.digest import sha256
+from horovod_train.outputs.files import (
+    atomic_directory,
+    disk_full,
+    fsync_directory,
+    full_disk_problem,
+    temporary_sibling,
+)
+from horovod_train.training.position import TrainingPosition
 
 MODEL_FILE = "model.safetensors"
 LORA_FILE = "lora_state.safetensors"  # a LoRA run's: what its merged MODEL_FILE does not hold as it trained it

@@ -21,12 +21,12 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from horovod_train.config.errors import UsageError
+from horovod_train.data.glue import check_task
 from horovod_train.engines.table import ENGINE_CLASSES, ENGINE_NAMES
-from horovod_train.errors import UsageError
-from horovod_train.glue import check_task
-from horovod_train.schedule import SCHEDULES
-from horovod_train.stopping import parse_signals
-from horovod_train.trackers import check_report_to
+from horovod_train.outputs.trackers import check_report_to
+from horovod_train.training.schedule import SCHEDULES
+from horovod_train.training.stopping import parse_signals
 
 NAME_MAX = 255  # bytes of one path component (Linux file systems)
 PATH_MAX = 4096  # bytes of a whole path, its terminating NUL included
@@ -283,7 +283,7 @@ def report_to(name: str, value: Any) -> None:
 def use_peft(name: str, value: Any) -> None:
     boolean(name, value)
     if value:
-        from horovod_train.lora import check_installed  # lora.py imports torch, which --help does not need
+        from horovod_train.models.lora import check_installed  # lora.py imports torch, which --help does not need
 
         check_installed()
 

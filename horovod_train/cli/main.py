@@ -10,14 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from horovod_train.arguments import FALSE_VALUES, TRUE_VALUES, ArgumentParser, add_dataclass_arguments
-from horovod_train.config import CONFIG_HELP, SECTIONS, RunConfig, TrainingArguments, parse_run_config
-from horovod_train.console import write_line
-from horovod_train.errors import UsageError, exit_with
+from horovod_train.config.arguments import FALSE_VALUES, TRUE_VALUES, ArgumentParser, add_dataclass_arguments
+from horovod_train.config.errors import UsageError, exit_with
+from horovod_train.config.run_config import CONFIG_HELP, SECTIONS, RunConfig, TrainingArguments, parse_run_config
 from horovod_train.launching import environment
-from horovod_train.run_directory import RunDirectory
-from horovod_train.stopping import STOPPED_EXIT_CODE, TrainingStopped
+from horovod_train.outputs.console import write_line
+from horovod_train.outputs.run_directory import RunDirectory
 from horovod_train.tasks.scores import METRIC_NAMES
+from horovod_train.training.stopping import STOPPED_EXIT_CODE, TrainingStopped
 
 if TYPE_CHECKING:
     from horovod_train.engines.base import Engine
@@ -48,12 +48,14 @@ class Command:
 # bench train) do without.
 COMMANDS = {
     "train": Command(
-        "fine-tune a sequence-classification model", "horovod_train.cli", "add_train_arguments", "cmd_train", True
+        "fine-tune a sequence-classification model", "horovod_train.cli.main", "add_train_arguments", "cmd_train", True
     ),
-    "compare": Command("run one job under every engine and tabulate them", "horovod_train.compare", debug=True),
-    "doctor": Command("print the rank/host/device map and Horovod's build", "horovod_train.doctor"),
+    "compare": Command("run one job under every engine and tabulate them", "horovod_train.cli.compare", debug=True),
+    "doctor": Command("print the rank/host/device map and Horovod's build", "horovod_train.cli.doctor"),
     "bench": Command("all-reduce, training and GPU benchmarks", "horovod_train.bench", nested=True),
-    "checkpoint": Command("write a checkpoint's whole, sharded or Trainer form", "horovod_train.checkpoint_convert"),
+    "checkpoint": Command(
+        "write a checkpoint's whole, sharded or Trainer form", "horovod_train.outputs.checkpoint_convert"
+    ),
     "build-horovod": Command("build Horovod for this environment's torch", "horovod_train.build_horovod.command"),
 }
 
@@ -120,7 +122,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     refuse_output_dir_early(config)
 
     from horovod_train.engines import create_engine
-    from horovod_train.model import fit_max_seq_length
+    from horovod_train.models.model import fit_max_seq_length
 
     hide_gpus_for_use_cpu(config.training)
     quiet_libraries(config.training.log_level)
@@ -183,7 +185,7 @@ def launch_rank() -> int:
 
 def train_once(config: RunConfig, engine: Engine) -> tuple[dict, list[str]]:
     """The run's results, and the top-level names it wrote in --output_dir (none for a finished run resumed)."""
-    from horovod_train.trainer import Trainer
+    from horovod_train.training.trainer import Trainer
 
     trainer = Trainer(config, engine)
     results = trainer.train()

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from transformers.hf_argparser import string_to_bool
 
-from horovod_train.arguments import (
+from horovod_train.config.arguments import (
     ArgumentParser,
     FieldType,
     add_dataclass_arguments,
@@ -30,7 +30,7 @@ from horovod_train.arguments import (
     given,
     unknown_names_fix,
 )
-from horovod_train.domains import (
+from horovod_train.config.domains import (
     AttnImplementation,
     CompileBackend,
     CompileMode,
@@ -42,8 +42,8 @@ from horovod_train.domains import (
     check_section,
     path_problem,
 )
+from horovod_train.config.errors import UsageError
 from horovod_train.engines.table import ENGINE_SECTIONS, load
-from horovod_train.errors import UsageError
 
 PACKAGED_CONFIGS = "configs"  # horovod_train/configs/<name>.yaml, found by name after any install
 # --logging_steps's default: every 50 steps, or more often where that would leave a short run's curve with a few
