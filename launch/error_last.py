@@ -1,6 +1,6 @@
 """Run a launcher so that a rank's one-line usage error is the last thing it prints (the launch/ scripts' hvt_run).
 
-A rank that meets bad input prints `error: PROBLEM; fix: FIX` and exits 2 (horovod_train/config/errors.py); then the
+A rank that meets bad input prints `error: PROBLEM; fix: FIX` and exits 2 (horovod_train/common/errors.py); then the
 launcher reports the failed rank in its own words, after that line: horovodrun a Python traceback, mpirun a box,
 srun a line. Neither can be turned off (mpirun's -q would hide its reports of crashes too). So the launcher's
 stderr passes through here: such an error line is held back and printed last, without the launcher's rank tag, and

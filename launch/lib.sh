@@ -5,7 +5,7 @@
 HVT_LAUNCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 HVT_REPO=${HVT_REPO:-$(cd "$HVT_LAUNCH_DIR/.." && pwd)}
 
-# hvt_die PROBLEM FIX: the project's error format (horovod_train/config/errors.py), exit 2.
+# hvt_die PROBLEM FIX: the project's error format (horovod_train/common/errors.py), exit 2.
 hvt_die() {
     echo "error: $1; fix: $2" >&2
     exit 2

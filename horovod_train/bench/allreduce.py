@@ -30,11 +30,11 @@ from typing import Any
 import torch
 
 from horovod_train.bench import common
+from horovod_train.common.tables import format_table
 from horovod_train.config import domains
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.engines.ddp_options import DDPArguments
 from horovod_train.launching.base import free_port, hostname
-from horovod_train.outputs.tables import format_table
 
 COLUMNS = [
     "label",

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from horovod_train.config.errors import UsageError
-from horovod_train.outputs.files import write_json_atomic
+from horovod_train.common.files import write_json_atomic
+from horovod_train.common.errors import UsageError
 
 UNITS = {
     "": 1,

@@ -29,13 +29,13 @@ import torch
 from torch._dynamo.utils import counters
 
 from horovod_train.bench import common
+from horovod_train.common.tables import format_table
 from horovod_train.config import domains
 from horovod_train.config.arguments import add_dataclass_arguments, field_default, given
-from horovod_train.config.errors import UsageError
 from horovod_train.config.run_config import DataArguments, RunConfig, TrainingArguments
+from horovod_train.common.errors import UsageError
 from horovod_train.data.loaders import BatchWidths
 from horovod_train.engines.base import Engine
-from horovod_train.outputs.tables import format_table
 from horovod_train.training.amp import Precision, enable_tf32
 from horovod_train.training.step import accumulate_and_step
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 
 Conv = tuple[int, int, int, int]  # kernel height, kernel width, in channels, out channels
 

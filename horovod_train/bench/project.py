@@ -39,10 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from horovod_train.bench import common
+from horovod_train.common.tables import format_table
 from horovod_train.config import domains
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.engines.ddp_options import DDPArguments
-from horovod_train.outputs.tables import format_table
 
 SETTING_NAMES = ("horovod", "ddp", "zero1", "fsdp", "fsdp-zero2")
 GBPS = 1e9  # bandwidths in GB/s (10^9 bytes), as bench allreduce reports them

@@ -22,9 +22,9 @@ from typing import Any
 from horovod_train.bench import common
 from horovod_train.bench.allreduce import COLUMNS, HOROVOD_DEFAULTS
 from horovod_train.cli import compare
+from horovod_train.common.tables import format_table
 from horovod_train.config import domains
-from horovod_train.config.errors import UsageError
-from horovod_train.outputs.tables import format_table
+from horovod_train.common.errors import UsageError
 
 # controller variant -> (launcher, extra environment)
 VARIANTS: dict[str, tuple[str, dict[str, str]]] = {

@@ -28,10 +28,10 @@ from typing import Any
 from horovod_train.bench import common, train
 from horovod_train.bench.traced import PARTS, union_ms
 from horovod_train.cli import compare
-from horovod_train.config.errors import UsageError
+from horovod_train.common.tables import format_table
 from horovod_train.config.run_config import RunConfig
+from horovod_train.common.errors import UsageError
 from horovod_train.outputs.run_directory import claimed
-from horovod_train.outputs.tables import format_table
 
 MAIN_PARTS = ("step", *PARTS, "other")
 TIMELINE_PARTS = {

@@ -17,10 +17,10 @@ from typing import Any
 
 from horovod_train.bench import common
 from horovod_train.cli import compare
-from horovod_train.config.errors import UsageError
+from horovod_train.common.tables import format_table
 from horovod_train.config.run_config import RunConfig, parse_run_config
+from horovod_train.common.errors import UsageError
 from horovod_train.outputs.run_directory import claimed
-from horovod_train.outputs.tables import format_table
 
 DEFAULT_CONFIG = "demo"  # horovod_train/configs/demo.yaml, shipped in the package
 DEFAULT_MAX_STEPS = 300

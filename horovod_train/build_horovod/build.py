@@ -14,8 +14,8 @@ from pathlib import Path
 
 from horovod_train.build_horovod.plan import Options, Plan
 from horovod_train.build_horovod.progress import stage
-from horovod_train.outputs.console import write_line
-from horovod_train.outputs.digest import sha256
+from horovod_train.common.console import write_line
+from horovod_train.common.digest import sha256
 
 # Horovod 0.28.1 asks CMake for C++14; torch >= 2.1 needs C++17 (horovod/horovod #3996, #4014, never released).
 CXX_PATCH = ("set(CMAKE_CXX_STANDARD 14)", "set(CMAKE_CXX_STANDARD 17)")

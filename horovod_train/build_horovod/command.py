@@ -7,8 +7,8 @@ import argparse
 from horovod_train.build_horovod import build, install
 from horovod_train.build_horovod.plan import Options, Plan, make_plan, missing_error, with_build_tools
 from horovod_train.build_horovod.target import running_target
-from horovod_train.config.errors import UsageError, exit_with
-from horovod_train.outputs.console import write_line
+from horovod_train.common.console import write_line
+from horovod_train.common.errors import UsageError, exit_with
 
 DESCRIPTION = (
     "Build Horovod 0.28.1 from its sdist against this environment's torch (CPU or CUDA; NCCL when torch is a "

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from horovod_train.build_horovod.nccl import nccl_dirs
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 
 # Horovod compiles its kernels for every sm_XX `nvcc --help` lists, twice (two C++ ABIs): on CUDA 13.0 that is 12
 # architectures, minutes on 2 cores. On CUDA >= 13 the default is the GPUs of data centres and workstations

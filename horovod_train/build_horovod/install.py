@@ -9,9 +9,9 @@ from pathlib import Path
 from horovod_train.build_horovod.build import MARK, SUMS
 from horovod_train.build_horovod.plan import Plan
 from horovod_train.build_horovod.progress import stage
-from horovod_train.config.errors import UsageError
-from horovod_train.outputs.console import write_line
-from horovod_train.outputs.digest import sha256
+from horovod_train.common.console import write_line
+from horovod_train.common.digest import sha256
+from horovod_train.common.errors import UsageError
 
 # Run in the target's interpreter (a fresh process: this one must not hold the Horovod it may replace).
 INSTALLED_PROBE = """

@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from horovod_train.build_horovod import gpu, toolchain
 from horovod_train.build_horovod.target import Target
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 
 T = TypeVar("T")
 HOROVOD_VERSION = "0.28.1"  # the last release; it needs the C++17 patch for torch >= 2.1 (build.py)

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from horovod_train.outputs.console import write_line
+from horovod_train.common.console import write_line
 
 HEARTBEAT_S = 60.0
 

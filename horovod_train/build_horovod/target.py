@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 
 
 @dataclass(frozen=True)

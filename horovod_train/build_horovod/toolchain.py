@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 
 COMPILERS = ("c++", "g++", "clang++")
 

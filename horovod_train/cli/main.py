@@ -10,11 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from horovod_train.common.console import write_line
 from horovod_train.config.arguments import FALSE_VALUES, TRUE_VALUES, ArgumentParser, add_dataclass_arguments
-from horovod_train.config.errors import UsageError, exit_with
 from horovod_train.config.run_config import CONFIG_HELP, SECTIONS, RunConfig, TrainingArguments, parse_run_config
+from horovod_train.common.errors import UsageError, exit_with
 from horovod_train.launching import environment
-from horovod_train.outputs.console import write_line
 from horovod_train.outputs.run_directory import RunDirectory
 from horovod_train.tasks.scores import METRIC_NAMES
 from horovod_train.training.stopping import STOPPED_EXIT_CODE, TrainingStopped

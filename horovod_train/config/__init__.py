@@ -1,5 +1,4 @@
 """A run's configuration, before anything heavy loads: run_config.py (the argument dataclasses, RunConfig,
 --config files; defaults < config file < command line), arguments.py (dataclasses -> command-line arguments),
-domains.py (every argument's and environment variable's domain, values only, no I/O), errors.py (UsageError:
-the one-line refusal, exit 2). Standard library and the registries' names only: torch and transformers are not
-imported here (tests/unit/test_layout.py)."""
+domains.py (every argument's and environment variable's domain, values only, no I/O). Standard library and the
+registries' names only: torch and transformers are not imported here (tests/unit/test_layout.py)."""

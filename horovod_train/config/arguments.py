@@ -27,7 +27,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from transformers import HfArgumentParser
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 
 TRUE_VALUES, FALSE_VALUES = ("yes", "true", "t", "y", "1"), ("no", "false", "f", "n", "0")  # string_to_bool's
 

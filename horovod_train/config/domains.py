@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.data.glue import check_task
 from horovod_train.engines.table import ENGINE_CLASSES, ENGINE_NAMES
 from horovod_train.outputs.trackers import check_report_to

@@ -42,7 +42,7 @@ from horovod_train.config.domains import (
     check_section,
     path_problem,
 )
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.engines.table import ENGINE_SECTIONS, load
 
 PACKAGED_CONFIGS = "configs"  # horovod_train/configs/<name>.yaml, found by name after any install

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 
 if TYPE_CHECKING:  # datasets is imported when data is loaded, not when the config is checked
     from datasets import Dataset, DatasetDict

@@ -16,9 +16,9 @@ import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict, load_from_disk
 from transformers import PreTrainedTokenizerBase
 
+from horovod_train.common.files import atomic_directory
 from horovod_train.data.columns import LABEL_COLUMN, text_columns
 from horovod_train.data.labels import label_names
-from horovod_train.outputs.files import atomic_directory
 
 DIGEST_BATCH_ROWS = 10_000
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.engines.table import ENGINE_CLASSES, ENGINE_NAMES, load
 
 if TYPE_CHECKING:

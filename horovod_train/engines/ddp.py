@@ -24,11 +24,11 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from horovod_train import launching
-from horovod_train.config.errors import UsageError
+from horovod_train.common.console import write_line
+from horovod_train.common.errors import UsageError
 from horovod_train.engines.base import Engine
 from horovod_train.launching import environment
 from horovod_train.launching.environment import DistEnv
-from horovod_train.outputs.console import write_line
 
 if TYPE_CHECKING:
     from horovod_train.config.run_config import RunConfig

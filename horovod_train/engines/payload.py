@@ -46,7 +46,7 @@ ALLOWED = {
     *((module, name) for module in ("numpy.core.multiarray", "numpy._core.multiarray") for name in ("_reconstruct",
                                                                                                     "scalar")),
     ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
-    ("horovod_train.config.errors", "UsageError"),
+    ("horovod_train.common.errors", "UsageError"),
 }  # fmt: skip
 
 

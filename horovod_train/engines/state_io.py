@@ -37,8 +37,8 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-from horovod_train.outputs.digest import sha256
-from horovod_train.outputs.files import disk_full
+from horovod_train.common.digest import sha256
+from horovod_train.common.files import disk_full
 
 T = TypeVar("T")
 OPTIMIZER_DIR = "optimizer"

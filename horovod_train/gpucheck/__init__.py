@@ -6,7 +6,7 @@ group, log and timeout; ``checks``: what each step must show; ``report``: the fi
 ``builds`` and ``wheels``: the two Horovod builds and the wheels kept for a later run; ``bundle``: what
 `make gpu-bundle` carries; ``nccl``: NCCL from torch's pip wheel and this GPU's architecture (also imported by
 scripts/build_horovod.sh and scripts/build_horovod_nccl.sh before anything else of the package is installed).
-Only the standard library and the package's stdlib-only helpers (files, tables, errors) are imported: the
+Only the standard library and the package's stdlib-only helpers (common/: files, tables, errors) are imported: the
 check starts before the dependencies are installed, from a checkout or a wheel. ``node`` is the exception: the
 programs its steps run in their own processes (torch, Horovod, transformers), which the check never imports.
 """

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from horovod_train.config.errors import UsageError, exit_with
+from horovod_train.common.errors import UsageError, exit_with
 from horovod_train.gpucheck import report, steps, wheels
 from horovod_train.gpucheck.checks import build_entries
 from horovod_train.gpucheck.runner import Context, Interrupted, Step, raise_on_signals, run_step

@@ -10,9 +10,9 @@ import math
 import tarfile
 from typing import Any
 
+from horovod_train.common.files import write_json_atomic
+from horovod_train.common.tables import format_table
 from horovod_train.gpucheck.runner import Context, Step
-from horovod_train.outputs.files import write_json_atomic
-from horovod_train.outputs.tables import format_table
 
 TARGETS = {"samples_per_second": 6000.0, "mfu": 0.35, "horovod_vs_plain": 0.97}
 # What each path of the GPU code needs to have run, and the steps that run it on one GPU.

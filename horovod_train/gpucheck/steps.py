@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.gpucheck import checks, wheels
 from horovod_train.gpucheck.nccl import cuda_arch, nccl_dirs
 from horovod_train.gpucheck.runner import Context, Step

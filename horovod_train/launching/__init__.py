@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.launching.base import Launcher
 from horovod_train.launching.horovodrun import Horovodrun
 from horovod_train.launching.mpirun import Mpirun

@@ -9,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from horovod_train.config.errors import UsageError, exit_with
+from horovod_train.common.errors import UsageError, exit_with
 from horovod_train.launching import LAUNCHERS, signalled_rank_variables
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 
 # A launcher installed beside this python (a virtual environment's horovodrun or torchrun) comes before PATH's.
 BIN = Path(sys.executable).parent

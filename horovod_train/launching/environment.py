@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.launching import LAUNCHERS, detect_launcher, launcher
 from horovod_train.launching.base import ALONE, ONE_PROCESS
 

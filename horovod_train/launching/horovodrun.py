@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping, Sequence
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.launching.base import HOROVOD_RENDEZVOUS, Launcher, RankVariables, positive
 from horovod_train.launching.open_mpi import BTL_WITHOUT_OFI
 

@@ -8,7 +8,7 @@ import importlib.util
 import os
 from collections.abc import Mapping, Sequence
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.launching.base import (
     ENV_RENDEZVOUS,
     HOROVOD_RENDEZVOUS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.launching.base import (
     ENV_RENDEZVOUS,
     HOROVOD_RENDEZVOUS,

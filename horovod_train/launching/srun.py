@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.launching.base import (
     ENV_RENDEZVOUS,
     HOROVOD_RENDEZVOUS,

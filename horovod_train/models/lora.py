@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 
 # The classification heads of transformers' *ForSequenceClassification, trained in full beside the adapters:
 # peft's SEQ_CLS task adds classifier/score; DeBERTa's pooler and ModernBERT's head sit on top of the encoder

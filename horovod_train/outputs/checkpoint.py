@@ -39,7 +39,15 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.digest import sha256
+from horovod_train.common.files import (
+    atomic_directory,
+    disk_full,
+    fsync_directory,
+    full_disk_problem,
+    temporary_sibling,
+)
+from horovod_train.common.errors import UsageError
 from horovod_train.engines.state_io import (
     OPTIMIZER_DIR,
     SHARDED,
@@ -50,14 +58,6 @@ from horovod_train.engines.state_io import (
 )
 from horovod_train.models import lora
 from horovod_train.outputs.checkpoint_layout import AUTO, LATEST, MANIFEST, NAME, PREFIX, named_checkpoint, unlisted
-from horovod_train.outputs.digest import sha256
-from horovod_train.outputs.files import (
-    atomic_directory,
-    disk_full,
-    fsync_directory,
-    full_disk_problem,
-    temporary_sibling,
-)
 from horovod_train.training.position import TrainingPosition
 
 MODEL_FILE = "model.safetensors"

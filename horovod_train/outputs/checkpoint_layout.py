@@ -10,7 +10,7 @@ import re
 import shutil
 from pathlib import Path, PurePosixPath
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 
 PREFIX = "checkpoint-"
 MANIFEST = "manifest.json"

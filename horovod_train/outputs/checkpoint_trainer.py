@@ -21,9 +21,9 @@ import numpy as np
 import torch
 from transformers import AutoConfig, AutoModelForSequenceClassification, Trainer, TrainerState
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.files import atomic_directory
+from horovod_train.common.errors import UsageError
 from horovod_train.outputs import checkpoint as ckpt
-from horovod_train.outputs.files import atomic_directory
 from horovod_train.training.build import decay_groups
 
 # The Trainer's file names (transformers.trainer's OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME).

@@ -34,8 +34,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from horovod_train.common.files import write_json_atomic
 from horovod_train.config.domains import writable_below
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.outputs.checkpoint_layout import (
     AUTO,
     LATEST,
@@ -47,7 +48,6 @@ from horovod_train.outputs.checkpoint_layout import (
     named_checkpoint,
     unlisted,
 )
-from horovod_train.outputs.files import write_json_atomic
 
 LOCK_FILE = ".horovod-train.lock"
 LEDGER_FILE = ".horovod-train-outputs.json"

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from horovod_train.common.files import atomic_file, write_json_atomic
 from horovod_train.models.model import TINY_BERT
-from horovod_train.outputs.files import atomic_file, write_json_atomic
 from horovod_train.tasks.base import TaskShape
 
 

@@ -7,7 +7,7 @@ import json
 import math
 from collections import Counter
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.tasks.base import LabelNames
 
 # What labels written as text hold (a CSV reads a column as text where one cell is not a number), for messages

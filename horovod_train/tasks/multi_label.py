@@ -10,7 +10,7 @@ from datasets import ClassLabel, LargeList, List
 from torch import nn
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.tasks.base import LabelColumn, LabelFlags, LabelNames, TaskShape
 from horovod_train.tasks.label_values import class_ids, is_string
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from datasets import Value
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.data import glue
 from horovod_train.tasks.base import LabelColumn, LabelFlags, LabelNames, TaskShape
 from horovod_train.tasks.label_values import is_float, is_string, label_text_kind

@@ -9,7 +9,7 @@ import torch
 from datasets import ClassLabel
 from torch import nn
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.data import glue, synthetic
 from horovod_train.tasks.base import LabelColumn, LabelFlags, LabelNames, TaskShape
 from horovod_train.tasks.label_values import class_ids, is_string

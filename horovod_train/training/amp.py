@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 SCALER_KEY = "grad_scaler"  # in a checkpoint's training state

@@ -11,8 +11,8 @@ from datasets import Dataset, DatasetDict
 from torch.utils.data import DataLoader
 
 from horovod_train.config.domains import ADAMW_FUSED
-from horovod_train.config.errors import UsageError
 from horovod_train.config.run_config import DataArguments, RunConfig, TrainingArguments
+from horovod_train.common.errors import UsageError
 from horovod_train.data.columns import text_columns
 from horovod_train.data.labels import label_names, shape_of
 from horovod_train.data.loaders import BatchWidths, example_lengths, train_loader

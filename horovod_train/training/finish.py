@@ -7,11 +7,11 @@ from typing import Any
 
 import torch
 
+from horovod_train.common.files import follow_umask
 from horovod_train.config.run_config import TrainingArguments
 from horovod_train.engines.base import Engine
 from horovod_train.models import lora
 from horovod_train.outputs import transformers_files
-from horovod_train.outputs.files import follow_umask
 from horovod_train.outputs.run_directory import RunDirectory
 from horovod_train.outputs.trackers import plot_training_curves
 from horovod_train.tasks.base import TaskShape

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 
 GIB = 2**30
 

@@ -7,8 +7,8 @@ from typing import TextIO
 
 from tqdm.auto import tqdm
 
+from horovod_train.common.console import write_line
 from horovod_train.engines.base import Engine
-from horovod_train.outputs.console import write_line
 
 
 class Console:

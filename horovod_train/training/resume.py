@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.engines.base import Engine
 from horovod_train.outputs import checkpoint as ckpt
 from horovod_train.outputs.run_directory import FINISHED_MARKER, RunDirectory

@@ -8,10 +8,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from horovod_train.common.files import disk_full
 from horovod_train.config.run_config import RunConfig
 from horovod_train.engines.base import Engine
 from horovod_train.outputs import checkpoint as ckpt
-from horovod_train.outputs.files import disk_full
 from horovod_train.outputs.run_directory import RunDirectory
 from horovod_train.training import amp, rng
 from horovod_train.training.parts import RunParts

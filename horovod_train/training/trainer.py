@@ -10,13 +10,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from horovod_train.common.files import write_json_atomic
 from horovod_train.config.run_config import RunConfig
 from horovod_train.data.labels import task_line
 from horovod_train.data.sources import default_cache_dir
 from horovod_train.data.splits import eval_split_names
 from horovod_train.engines.base import Engine
 from horovod_train.outputs import checkpoint as ckpt
-from horovod_train.outputs.files import write_json_atomic
 from horovod_train.outputs.run_directory import FINISHED_MARKER, RUN_CONFIG, RunDirectory
 from horovod_train.outputs.trackers import Trackers
 from horovod_train.training import amp, build, finish, resume, rng

@@ -16,9 +16,9 @@ from support.checkpoints import SAVED, resume
 from support.checks import max_abs_diff
 from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, torchrun, train_here
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.digest import sha256
+from horovod_train.common.errors import UsageError
 from horovod_train.outputs import checkpoint as ckpt
-from horovod_train.outputs.digest import sha256
 
 pytestmark = pytest.mark.slow
 

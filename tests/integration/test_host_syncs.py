@@ -10,7 +10,7 @@ from support.host_syncs import NaNFromStep
 from support.jobs import SMALL_JOB
 from torch.profiler import ProfilerActivity, profile
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.config.run_config import parse_run_config
 from horovod_train.data.loaders import ahead_on_device
 from horovod_train.engines.single import SingleEngine

@@ -21,7 +21,7 @@ def test_missing_package_message_on_the_command_line(tmp_path, name):
     script = textwrap.dedent(f"""
         import sys
         sys.modules[{name!r}] = None
-        from horovod_train.config.errors import UsageError, exit_with
+        from horovod_train.common.errors import UsageError, exit_with
         from horovod_train.outputs.trackers import Trackers
         try:
             Trackers.create({name!r}, output_dir={str(tmp_path)!r})

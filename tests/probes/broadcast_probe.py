@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.config.run_config import RunConfig, TrainingArguments
 from horovod_train.engines import create_engine
 

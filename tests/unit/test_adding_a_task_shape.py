@@ -16,7 +16,7 @@ from sklearn.metrics import accuracy_score, f1_score
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
 from horovod_train.cli.main import main
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.data import synthetic
 from horovod_train.tasks import registry
 from horovod_train.tasks.base import LabelColumn, LabelFlags, LabelNames, TaskShape

@@ -12,8 +12,8 @@ import pytest
 
 from horovod_train.bench import gpu
 from horovod_train.cli.main import build_parser, hide_gpus_for_use_cpu, main, quiet_libraries
+from horovod_train.common.errors import UsageError
 from horovod_train.config.arguments import FOREIGN_NAMES, FieldType, field_types, option_names, unknown_name_hint
-from horovod_train.config.errors import UsageError
 from horovod_train.config.run_config import SECTIONS, RunConfig, StepIntervals, TrainingArguments, parse_run_config
 from horovod_train.engines.horovod.options import HorovodArguments
 

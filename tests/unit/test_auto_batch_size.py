@@ -10,7 +10,7 @@ from support.host_syncs import offline_cache  # noqa: F401 (a fixture)
 from support.jobs import SMALL_JOB
 from support.models import model_dir
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.config.run_config import parse_run_config
 from horovod_train.engines.single import SingleEngine
 from horovod_train.training.amp import Precision

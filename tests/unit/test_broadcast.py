@@ -8,7 +8,7 @@ import torch
 from probes import broadcast_probe
 from support.checks import threads_broadcast
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.config.run_config import RunConfig, TrainingArguments
 from horovod_train.engines import create_engine
 from horovod_train.engines.payload import CHUNK_BYTES

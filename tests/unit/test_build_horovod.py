@@ -16,7 +16,7 @@ from horovod_train.build_horovod import build, install, progress, toolchain
 from horovod_train.build_horovod.plan import Options, Plan, cache_root, make_plan, with_build_tools
 from horovod_train.build_horovod.target import Target, running_target
 from horovod_train.cli import main as cli
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 
 
 def tool_dir(path: Path, *names: str) -> Path:

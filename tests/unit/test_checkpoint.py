@@ -10,7 +10,7 @@ import pytest
 from support.checkpoints import SAVED
 from support.jobs import SMALL_JOB
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.models import lora
 from horovod_train.outputs import checkpoint as ckpt
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from support.filesystems import small_filesystem
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.outputs import checkpoint as ckpt
 from horovod_train.outputs.checkpoint_layout import clean_stale
 from horovod_train.training.position import TrainingPosition

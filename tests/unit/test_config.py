@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.config.run_config import parse_run_config
 from horovod_train.engines import available_engines, create_engine
 

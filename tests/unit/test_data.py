@@ -12,8 +12,8 @@ import pytest
 from datasets import Dataset
 from support.data_files import write_glue_mnli
 
+from horovod_train.common.errors import UsageError
 from horovod_train.config import domains
-from horovod_train.config.errors import UsageError
 from horovod_train.config.run_config import DataArguments
 from horovod_train.data import synthetic
 from horovod_train.data.loaders import train_loader

@@ -116,7 +116,7 @@ def test_ddp_backend_is_chosen_apart_from_the_device(requested, cuda, backend):
 
 
 def test_ddp_backend_nccl_without_cuda_is_one_error():
-    from horovod_train.config.errors import UsageError
+    from horovod_train.common.errors import UsageError
     from horovod_train.engines.ddp_options import DDPArguments
 
     with pytest.raises(UsageError, match="--ddp_backend nccl needs CUDA GPUs"):

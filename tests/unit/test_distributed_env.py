@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.engines.table import ENGINE_NAMES
 from horovod_train.launching import LAUNCHERS, environment
 from horovod_train.launching.base import free_port

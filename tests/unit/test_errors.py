@@ -10,8 +10,8 @@ import threading
 import pytest
 
 from horovod_train.cli import main as cli
-from horovod_train.config import errors
-from horovod_train.config.errors import UsageError, exit_with
+from horovod_train.common import errors
+from horovod_train.common.errors import UsageError, exit_with
 
 ERROR = UsageError("a problem", "a fix")
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from horovod_train.outputs.files import atomic_directory, current_umask, write_json_atomic
+from horovod_train.common.files import atomic_directory, current_umask, write_json_atomic
 
 
 def mode(path: Path) -> int:

@@ -12,7 +12,7 @@ import pytest
 from datasets import DatasetDict
 from support.glue_layouts import TASKS, write_glue_task
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.config.run_config import DataArguments
 from horovod_train.data import glue, glue_files, synthetic
 from horovod_train.data.columns import AUTO_TEXT_COLUMNS, from_glue_columns, text_columns

@@ -131,7 +131,7 @@ def test_kept_wheels_come_back_in_parts_and_build_horovod_installs_them_instead_
 
 def test_a_damaged_kept_wheel_is_refused_by_build_horovods_digest(tmp_path):
     from horovod_train.build_horovod import install
-    from horovod_train.config.errors import UsageError
+    from horovod_train.common.errors import UsageError
 
     since = time.time() - 1
     store(tmp_path / "cache", "horovod-key", b"a wheel" * 1000, tmp_path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.launching import LAUNCHERS, open_mpi, signalled_rank_variables
 
 mpirun_command = LAUNCHERS["mpirun"].command

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from horovod_train.cli import compare, doctor
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.launching import LAUNCHERS, launcher
 from horovod_train.launching.__main__ import main as print_command
 from horovod_train.launching.base import Launcher, Master, RankVariables, positive

@@ -9,7 +9,7 @@ import pytest
 import torch
 import transformers
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.config.run_config import parse_run_config
 from horovod_train.models import lora
 from horovod_train.outputs import checkpoint as ckpt

@@ -8,7 +8,7 @@ import torch
 from transformers import BertConfig, LlamaConfig
 
 from horovod_train.bench import common, memory
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.engines import available_engines
 from horovod_train.training import peak_memory
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 import transformers
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.models import lora
 from horovod_train.models.model import enable_gradient_checkpointing
 

@@ -11,7 +11,7 @@ import pytest
 import transformers
 from support.jobs import SMALL_JOB
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.config.run_config import parse_run_config
 from horovod_train.models import model as model_lib
 

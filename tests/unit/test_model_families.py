@@ -11,7 +11,7 @@ from support.jobs import SMALL_JOB
 from support.models import DECODER, EOS, FAMILIES, JOB, decoder_tokenizer, model_dir
 from transformers import DataCollatorWithPadding
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.models import model as model_lib
 
 assert SMALL_JOB[0] == "--model_name_or_path"

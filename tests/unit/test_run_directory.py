@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from support.jobs import SMALL_JOB
 
 from horovod_train.cli.main import main
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
+from horovod_train.common.files import current_umask
 from horovod_train.outputs import checkpoint as ckpt
 from horovod_train.outputs import checkpoint_layout as ckpt_layout
 from horovod_train.outputs import run_directory as outdir
-from horovod_train.outputs.files import current_umask
 
 pytestmark = pytest.mark.slow
 

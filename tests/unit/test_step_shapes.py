@@ -14,7 +14,7 @@ from support.jobs import SMALL_JOB
 from support.models import model_dir, texts
 from transformers import DataCollatorWithPadding
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.config.run_config import parse_run_config
 from horovod_train.data.loaders import BatchWidths, FlattenedBatches, WidenedBatches
 from horovod_train.engines.single import SingleEngine

@@ -7,7 +7,7 @@ import sys
 import pytest
 from support.trackers import CONFIG, EVAL, TRAIN, log_all, offline_trackers
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.errors import UsageError
 from horovod_train.outputs.trackers import Trackers, check_report_to, plot_training_curves
 
 

@@ -15,14 +15,14 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from horovod_train.config.errors import UsageError
+from horovod_train.common.console import write_line
 from horovod_train.config.run_config import RunConfig
+from horovod_train.common.errors import UsageError
 from horovod_train.engines.base import Engine
 from horovod_train.engines.horovod import elastic, env
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.launching import environment
 from horovod_train.launching.mpirun import Mpirun, check_mpi_world
-from horovod_train.outputs.console import write_line
 from horovod_train.training import amp, phases
 
 

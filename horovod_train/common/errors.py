@@ -8,7 +8,7 @@ import sys
 import time
 from typing import NoReturn
 
-from horovod_train.outputs.console import write_line
+from horovod_train.common.console import write_line
 
 USAGE_EXIT_CODE = 2
 # How long a rank other than 0 keeps its error to itself. Every rank of a job meets the same bad input (the same
