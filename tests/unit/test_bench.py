@@ -19,8 +19,8 @@ def test_mfu_counts_bert_base_without_its_embeddings():
     (no memory, no weights)."""
     from transformers import BertForSequenceClassification
 
-    from horovod_train.bench.common import bert_config
-    from horovod_train.bench.gpu import flop_parameters
+    from horovod_train.bench.architectures import bert_config
+    from horovod_train.bench.gpu.benchmark import flop_parameters
 
     with torch.device("meta"):
         model = BertForSequenceClassification(bert_config("bert-base-cased"))
@@ -38,7 +38,7 @@ def test_bench_gpu_times_the_training_loops_own_step(monkeypatch):
     step, and its parameters move."""
     import argparse
 
-    from horovod_train.bench.gpu import Contender, setup_engine
+    from horovod_train.bench.gpu.benchmark import Contender, setup_engine
     from horovod_train.config import TrainingArguments
     from horovod_train.training import phases
 
@@ -72,7 +72,7 @@ def test_bench_gpu_times_the_training_loops_own_step(monkeypatch):
     ],
 )
 def test_the_peak_for_mfu_comes_from_the_devices_name(name, peak):
-    from horovod_train.bench.gpu import peak_bf16_tflops
+    from horovod_train.bench.gpu.benchmark import peak_bf16_tflops
 
     assert peak_bf16_tflops(name) == peak
 
@@ -138,7 +138,7 @@ def test_cpu_default_groups_are_buckets_of_the_models_gradients():
     group (one fused all-reduce per step), bert-base's 329 MiB several, each sent once its gradients exist."""
     from transformers import BertForSequenceClassification
 
-    from horovod_train.bench.common import bert_config
+    from horovod_train.bench.architectures import bert_config
     from horovod_train.engines.horovod import env as horovod_env
 
     for name in ("tiny-bert", "bert-base-cased"):
@@ -170,7 +170,7 @@ def test_bench_train_model_size_fills_only_what_the_command_line_leaves_out():
     world size only; a value given on the command line wins."""
     import argparse
 
-    from horovod_train.bench import train as bench_train
+    from horovod_train.bench.runs import train as bench_train
 
     parser = argparse.ArgumentParser()
     bench_train.add_arguments(parser)
@@ -185,7 +185,7 @@ def test_bench_train_model_size_fills_only_what_the_command_line_leaves_out():
 def bench_train_report(samples: dict[tuple[str, int], list[float]]) -> tuple[list[list[str]], list[str]]:
     """bench train's table rows and the lines below it for runs that measured ``samples`` (samples/s per repeat
     of each (name, world size)), as `bench train` aggregates its launches."""
-    from horovod_train.bench import train as bench_train
+    from horovod_train.bench.runs import train as bench_train
 
     raw = [
         {"key": f"{name}-np{world}", "name": name, "engine": name.split("-")[0], "launcher": "x", "world_size": world,
@@ -262,7 +262,7 @@ def _allreduce_rows(framework: str, latency_us: float, gbps: float, **settings) 
 def test_bench_allreduce_ends_with_ratios_and_the_largest_gaps_reason():
     """The table had no conclusion (issue 58): ratios per size, then whether the largest gap is the fixed cost of a
     call or the bandwidth, read off a latency + bytes/bandwidth line through each framework's times."""
-    from horovod_train.bench.allreduce import conclusion
+    from horovod_train.bench.communication.allreduce import conclusion
 
     torch_rows = _allreduce_rows("torch", 300.0, 1.0)
     latency = conclusion([*_allreduce_rows("horovod", 4300.0, 1.0, cycle_time_ms=1.0), *torch_rows])
@@ -281,7 +281,7 @@ def test_bench_allreduce_says_why_where_small_tensors_times_do_not_grow_with_the
     """CI's sweep on a loaded machine: Horovod's 4 KB call took 18.5 ms, its 16 KB one 1 ms (the smallest tensor's
     time was mostly its wait for a cycle). A line through the smallest and largest sizes then fell with the size and
     the reason line was left out; such times are all fixed cost, and the gap is said to be latency-bound."""
-    from horovod_train.bench.allreduce import conclusion
+    from horovod_train.bench.communication.allreduce import conclusion
 
     sizes = {"4KB": (4096, 18533.0, 418.0), "8KB": (8192, 5500.0, 415.0), "16KB": (16384, 1030.0, 419.0)}
     rows = [

@@ -31,7 +31,8 @@ from torch._dynamo.utils import counters
 from horovod_train import domains
 from horovod_train.amp import Precision, enable_tf32
 from horovod_train.arguments import add_dataclass_arguments, field_default, given
-from horovod_train.bench import common
+from horovod_train.bench import architectures, outputs
+from horovod_train.bench.engine_names import engine_names
 from horovod_train.config import DataArguments, RunConfig, TrainingArguments
 from horovod_train.data.loaders import BatchWidths
 from horovod_train.engines.base import Engine
@@ -39,7 +40,7 @@ from horovod_train.errors import UsageError
 from horovod_train.tables import format_table
 from horovod_train.training.step import accumulate_and_step
 
-ENGINES = ("single", "horovod")
+ENGINES = engine_names("single", "horovod")  # those that run in this one process, at world size 1
 # The single engine's step in the forms issue 59 compares (--variants), each on the same examples: padded per
 # batch (eager, as the engines' rows), padded to --length_buckets lengths, compiled (Inductor, a graph per
 # bucket), compiled with CUDA graphs (reduce-overhead), padding-free (a decoder's: BERT has no such form).
@@ -108,7 +109,7 @@ class GpuBenchArguments:
     _argument_group_name = "bench gpu arguments"
 
     model: str = field(default="bert-base-cased", metadata={"help": "The architecture (random init).",
-                                                              "choices": common.MODELS})  # fmt: skip
+                                                              "choices": architectures.MODELS})  # fmt: skip
     tiny: bool = field(default=False, metadata={"help": "tiny-bert, few small steps (automatic without CUDA)."})
     steps: int | None = field(default=None, metadata={"help": "Timed steps per window."})
     warmup: int | None = field(default=None, metadata={"help": "Untimed steps first."})
@@ -165,7 +166,7 @@ def resolve(args: argparse.Namespace) -> None:
             f"bad benchmark sizes ({', '.join(bad) or 'lengths'})",
             "use positive sizes and --min_length <= --mean_length <= --max_seq_length",
         )
-    positions = common.bert_config(args.model).max_position_embeddings
+    positions = architectures.bert_config(args.model).max_position_embeddings
     if args.max_seq_length > positions:
         raise UsageError(
             f"--max_seq_length {args.max_seq_length} is more than {args.model}'s {positions} positions",
@@ -248,7 +249,7 @@ class Contender:
 
         self.engine, self.variant = engine, variant
         torch.manual_seed(args.seed)
-        model = BertForSequenceClassification(common.bert_config(args.model))
+        model = BertForSequenceClassification(architectures.bert_config(args.model))
         self.params = flop_parameters(model)
         if variant in COMPILE_MODES:  # one graph per bucket, each specialised to its length
             model.compile(mode=COMPILE_MODES[variant], dynamic=False)
@@ -329,7 +330,7 @@ def main(args: argparse.Namespace) -> int:
                 contenders[f"single/{variant}"] = Contender(
                     engines["single"], args, args.precision, training.max_grad_norm, variant
                 )
-        pools = make_batches(args, common.bert_config(args.model).vocab_size, pin=cuda)
+        pools = make_batches(args, architectures.bert_config(args.model).vocab_size, pin=cuda)
         for c in contenders.values():
             window(c, pools, args.warmup, 0)
         raw = [
@@ -343,7 +344,7 @@ def main(args: argparse.Namespace) -> int:
             engine.shutdown()
     out = Path(args.output_dir)
     device = torch.cuda.get_device_name(0) if cuda else "cpu"
-    common.write_rows(out, "gpu", COLUMNS, rows, raw=raw, tiny=args.tiny, device=device, args=vars(args))
+    outputs.write_rows(out, "gpu", COLUMNS, rows, raw=raw, tiny=args.tiny, device=device, args=vars(args))
     plot(rows, out / "gpu.png")
     print("\n".join(format_table(*table(rows))))
     if args.tiny:
@@ -430,7 +431,7 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    plt = common.pyplot()
+    plt = outputs.pyplot()
     fig, ax = plt.subplots(figsize=(7, 0.6 * len(rows) + 1.6))
     bars = ax.barh(
         [f"{r['engine']} {r['variant']}" for r in rows], [r["samples_per_second"] for r in rows], color="tab:blue"
