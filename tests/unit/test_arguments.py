@@ -11,7 +11,7 @@ import re
 import pytest
 
 from horovod_train.arguments import FOREIGN_NAMES, FieldType, field_types, option_names, unknown_name_hint
-from horovod_train.bench.gpu import benchmark as gpu
+from horovod_train.bench.gpu import arguments as gpu
 from horovod_train.cli import build_parser, hide_gpus_for_use_cpu, main, quiet_libraries
 from horovod_train.config import SECTIONS, RunConfig, StepIntervals, TrainingArguments, parse_run_config
 from horovod_train.engines.horovod.options import HorovodArguments

@@ -20,7 +20,7 @@ def test_mfu_counts_bert_base_without_its_embeddings():
     from transformers import BertForSequenceClassification
 
     from horovod_train.bench.architectures import bert_config
-    from horovod_train.bench.gpu.benchmark import flop_parameters
+    from horovod_train.bench.gpu.contender import flop_parameters
 
     with torch.device("meta"):
         model = BertForSequenceClassification(bert_config("bert-base-cased"))
@@ -38,7 +38,7 @@ def test_bench_gpu_times_the_training_loops_own_step(monkeypatch):
     step, and its parameters move."""
     import argparse
 
-    from horovod_train.bench.gpu.benchmark import Contender, setup_engine
+    from horovod_train.bench.gpu.contender import Contender, setup_engine
     from horovod_train.config import TrainingArguments
     from horovod_train.training import phases
 
@@ -46,7 +46,8 @@ def test_bench_gpu_times_the_training_loops_own_step(monkeypatch):
     monkeypatch.setattr(phases, "_spans", None)  # restored after: spans are recorded for this test only
     training = TrainingArguments(max_grad_norm=1.0)
     engine = setup_engine("single", training)
-    contender = Contender(engine, argparse.Namespace(seed=0, model="tiny-bert", torch_compile=False), "fp32", 1.0)
+    args = argparse.Namespace(seed=0, model="tiny-bert", torch_compile=False, max_seq_length=64, length_buckets=4)
+    contender = Contender(engine, args, training)
     before = [p.detach().clone() for p in contender.model.parameters()]
     mask = torch.ones(4, 8, dtype=torch.long)
     batch = {"input_ids": torch.randint(5, 100, (4, 8)), "attention_mask": mask, "labels": torch.tensor([0, 1, 2, 0])}
@@ -56,6 +57,29 @@ def test_bench_gpu_times_the_training_loops_own_step(monkeypatch):
     names = [name for name, _, _ in spans]
     assert sorted(names) == sorted([phases.FORWARD, phases.BACKWARD, phases.OPTIMIZER, phases.STEP] * 2), names
     assert any(not torch.equal(a, b) for a, b in zip(before, contender.model.parameters(), strict=True))
+
+
+def test_bench_gpu_builds_the_trainers_optimizer(monkeypatch):
+    """bench gpu's optimizer is the one `train` builds (training/build.py build_optimizer, through the engine's
+    prepare): AdamW over the trainer's two groups, weight decay on all but biases and LayerNorm weights, at the
+    run's learning rate."""
+    import argparse
+
+    from horovod_train.bench.gpu.contender import Contender, setup_engine
+    from horovod_train.config import TrainingArguments
+    from horovod_train.training.build import decay_groups
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    training = TrainingArguments(weight_decay=0.01, learning_rate=3e-5)
+    engine = setup_engine("single", training)
+    args = argparse.Namespace(seed=0, model="tiny-bert", torch_compile=False, max_seq_length=64, length_buckets=4)
+    contender = Contender(engine, args, training)
+    names = {id(p): n for n, p in contender.model.named_parameters()}
+    groups = [
+        ([names[id(p)] for p in g["params"]], g["weight_decay"], g["lr"]) for g in contender.optimizer.param_groups
+    ]
+    decay, no_decay = decay_groups(contender.model)
+    assert groups == [(decay, 0.01, 3e-5), (no_decay, 0.0, 3e-5)] and decay and no_decay
 
 
 @pytest.mark.parametrize(

@@ -49,7 +49,7 @@ def test_the_step_shapes_bench_is_planned_past_the_budget_and_bench_gpu_takes_it
     """Issue 59's measurement: `--steps bench_shapes_b256` on the node; its command is bench gpu's."""
     import argparse
 
-    from horovod_train.bench.gpu import benchmark as gpu
+    from horovod_train.bench.gpu import arguments as gpu
 
     monkeypatch.delenv("HVT_WHEELS", raising=False)
     ctx = node_context(tmp_path)
