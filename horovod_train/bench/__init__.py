@@ -1,4 +1,7 @@
-"""`horovod-train bench ...`: all-reduce, training-throughput and GPU benchmarks (see docs/performance.md)."""
+"""`horovod-train bench ...`: all-reduce, training-throughput and GPU benchmarks (see docs/performance.md). One idea
+per room: communication/ (the collective alone), runs/ (real `train` launches, measured), gpu/ (one GPU's step, in
+process), models/ (analytic, nothing launched); beside them what several share: units, bandwidth, buckets,
+architectures, outputs and engine_names (the engines bench names, from the engine table)."""
 
 from __future__ import annotations
 

@@ -316,3 +316,16 @@ def test_bench_allreduce_says_why_where_small_tensors_times_do_not_grow_with_the
     lines = conclusion(rows)
     assert lines[1] == "==> largest gap: 4KB (tensor), horovod 18533 us vs torch 418 us (44.34x)"
     assert lines[2].startswith("==> why: latency-bound: fixed cost per call 8354 us vs "), lines
+
+
+def test_bench_names_engines_through_the_engine_table():
+    """The engines bench names (fit's rows, bench gpu's contenders, project's settings) are rows of the engine
+    table, read through bench/engine_names.py: the whole table in its order, or those named in the order given,
+    and a name the table does not hold is refused where bench names it."""
+    from horovod_train.bench.engine_names import engine_names
+    from horovod_train.engines.table import ENGINE_NAMES
+
+    assert engine_names() == ENGINE_NAMES
+    assert engine_names("single", "horovod") == ("single", "horovod")
+    with pytest.raises(LookupError, match="'deepspeed'"):
+        engine_names("ddp", "deepspeed")
