@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from horovod_train.common.errors import UsageError
 from horovod_train.common.files import write_json_atomic
 from horovod_train.common.tables import format_table
 from horovod_train.config.run_config import SECTIONS, RunConfig, add_run_arguments, parse_run_config
-from horovod_train.common.errors import UsageError
 from horovod_train.launching import Launcher, launcher
 from horovod_train.outputs.run_directory import claimed
 

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from horovod_train import __version__
+from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
 from horovod_train.config.run_config import RunConfig, TrainingArguments
-from horovod_train.common.errors import UsageError
 from horovod_train.engines.table import ENGINE_NEEDS, can_run
 from horovod_train.launching import LAUNCHERS, environment
 from horovod_train.launching.base import hostname

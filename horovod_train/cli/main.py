@@ -8,12 +8,14 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from horovod_train.bench.runs import TRACE_DIR_VARIABLE
 from horovod_train.common.console import write_line
+from horovod_train.common.errors import UsageError, exit_with
 from horovod_train.config.arguments import FALSE_VALUES, TRUE_VALUES, ArgumentParser, add_dataclass_arguments
 from horovod_train.config.run_config import CONFIG_HELP, SECTIONS, RunConfig, TrainingArguments, parse_run_config
-from horovod_train.common.errors import UsageError, exit_with
 from horovod_train.launching import environment
 from horovod_train.outputs.run_directory import RunDirectory
 from horovod_train.tasks.scores import METRIC_NAMES
@@ -224,7 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser(argv).parse_args(argv)
         command = COMMANDS[args.command]
-        return command.function(command.main)(args)
+        run = command.function(command.main)
+        if os.environ.get(TRACE_DIR_VARIABLE):  # a rank `bench trace` launched: it records its steps' parts
+            from horovod_train.bench.runs.traced import recording
+
+            with recording(Path(os.environ[TRACE_DIR_VARIABLE])):
+                return run(args)
+        return run(args)
     except UsageError as error:
         if debug:
             raise

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 from transformers.hf_argparser import string_to_bool
 
+from horovod_train.common.errors import UsageError
 from horovod_train.config.arguments import (
     ArgumentParser,
     FieldType,
@@ -42,7 +43,6 @@ from horovod_train.config.domains import (
     check_section,
     path_problem,
 )
-from horovod_train.common.errors import UsageError
 from horovod_train.engines.table import ENGINE_SECTIONS, load
 
 PACKAGED_CONFIGS = "configs"  # horovod_train/configs/<name>.yaml, found by name after any install

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict
 
-from horovod_train.config.run_config import DataArguments
 from horovod_train.common.errors import UsageError
+from horovod_train.config.run_config import DataArguments
 from horovod_train.data import glue, glue_files
 
 AUTO_TEXT_COLUMNS = (("premise", "hypothesis"), ("sentence1", "sentence2"), ("sentence",), ("text",))

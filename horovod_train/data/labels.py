@@ -8,8 +8,8 @@ import json
 
 from datasets import Dataset, DatasetDict, List, Value
 
-from horovod_train.config.run_config import DataArguments
 from horovod_train.common.errors import UsageError
+from horovod_train.config.run_config import DataArguments
 from horovod_train.data.columns import LABEL_COLUMN
 from horovod_train.tasks import registry
 from horovod_train.tasks.base import LabelColumn, LabelNames, TaskShape

@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 from datasets import ClassLabel, Dataset
 
+from horovod_train.common.errors import UsageError
 from horovod_train.config import domains
 from horovod_train.config.run_config import DataArguments
-from horovod_train.common.errors import UsageError
 from horovod_train.data import glue, glue_files, synthetic
 from horovod_train.data.columns import LABEL_COLUMN
 

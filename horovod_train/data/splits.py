@@ -8,8 +8,8 @@ import math
 import numpy as np
 from datasets import Dataset, DatasetDict
 
-from horovod_train.config.run_config import DataArguments
 from horovod_train.common.errors import UsageError
+from horovod_train.config.run_config import DataArguments
 from horovod_train.data.columns import check_texts, from_glue_columns, origin, resolve_text_columns, select_columns
 from horovod_train.data.labels import encode_labels, labels_as_written, resolve_label_names
 from horovod_train.data.sources import Splits, read_sources

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from horovod_train.config.domains import DDPBackend, check_section
 from horovod_train.common.errors import UsageError
+from horovod_train.config.domains import DDPBackend, check_section
 
 
 @dataclass

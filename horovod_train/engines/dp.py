@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from horovod_train.common.console import write_line
-from horovod_train.config.run_config import RunConfig
 from horovod_train.common.errors import UsageError
+from horovod_train.config.run_config import RunConfig
 from horovod_train.engines.base import classification_loss
 from horovod_train.engines.single import SingleEngine, refuse_a_launcher
 from horovod_train.training import amp

@@ -46,7 +46,7 @@ NOTES = [
     "Horovod np=1 (the bench's 'Horovod vs plain'): Horovod 0.28.1 registers its gradient hooks only when size() > 1, "
     "so that ratio measures the DistributedOptimizer wrapper alone, not an all-reduce.",
     "MFU = 6 x non-embedding parameters x non-padding tokens/s / the GPU's peak dense bf16 FLOP/s (table by "
-    "device name in horovod_train/bench/gpu.py): forward 2 + backward 4 FLOPs per parameter per token; "
+    "device name in horovod_train/bench/gpu/benchmark.py): forward 2 + backward 4 FLOPs per parameter per token; "
     "embeddings (lookups), attention's quadratic term and the padding not counted.",
     "Each step's estimate_s is its time on one H200 with 16 cores (measured 2026-11-26, rounded up; a few steps "
     "still estimates: docs/performance.md); a step starts only if its estimate fits in what is left of --budget_s.",

@@ -24,8 +24,8 @@ from transformers import (
 )
 from transformers.modeling_outputs import SequenceClassifierOutputWithPast
 
-from horovod_train.common.files import atomic_directory
 from horovod_train.common.errors import UsageError
+from horovod_train.common.files import atomic_directory
 from horovod_train.data.glue import offline_error, offline_unless_reachable
 from horovod_train.tasks.base import TaskShape
 from horovod_train.tasks.single_label import SingleLabel

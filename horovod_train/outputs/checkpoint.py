@@ -40,6 +40,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from horovod_train.common.digest import sha256
+from horovod_train.common.errors import UsageError
 from horovod_train.common.files import (
     atomic_directory,
     disk_full,
@@ -47,7 +48,6 @@ from horovod_train.common.files import (
     full_disk_problem,
     temporary_sibling,
 )
-from horovod_train.common.errors import UsageError
 from horovod_train.engines.state_io import (
     OPTIMIZER_DIR,
     SHARDED,

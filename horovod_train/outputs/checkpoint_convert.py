@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from horovod_train.common.console import write_line
-from horovod_train.common.files import atomic_directory
 from horovod_train.common.errors import UsageError
+from horovod_train.common.files import atomic_directory
 from horovod_train.engines import state_io
 from horovod_train.outputs import checkpoint as ckpt
 from horovod_train.outputs.checkpoint_trainer import write_trainer_checkpoint

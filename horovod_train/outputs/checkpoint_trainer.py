@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from transformers import AutoConfig, AutoModelForSequenceClassification, Trainer, TrainerState
 
-from horovod_train.common.files import atomic_directory
 from horovod_train.common.errors import UsageError
+from horovod_train.common.files import atomic_directory
 from horovod_train.outputs import checkpoint as ckpt
 from horovod_train.training.build import decay_groups
 

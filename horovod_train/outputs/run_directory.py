@@ -34,9 +34,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from horovod_train.common.errors import UsageError
 from horovod_train.common.files import write_json_atomic
 from horovod_train.config.domains import writable_below
-from horovod_train.common.errors import UsageError
 from horovod_train.outputs.checkpoint_layout import (
     AUTO,
     LATEST,

@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from horovod_train.common.files import atomic_file
 from horovod_train.common.errors import UsageError
+from horovod_train.common.files import atomic_file
 
 TRACKERS = ("tensorboard", "wandb", "mlflow")  # each is also the name of the package it needs
 MLFLOW_PARAM_LIMIT = 500  # characters per value; older mlflow servers reject longer ones

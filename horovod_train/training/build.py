@@ -10,9 +10,9 @@ import torch
 from datasets import Dataset, DatasetDict
 from torch.utils.data import DataLoader
 
+from horovod_train.common.errors import UsageError
 from horovod_train.config.domains import ADAMW_FUSED
 from horovod_train.config.run_config import DataArguments, RunConfig, TrainingArguments
-from horovod_train.common.errors import UsageError
 from horovod_train.data.columns import text_columns
 from horovod_train.data.labels import label_names, shape_of
 from horovod_train.data.loaders import BatchWidths, example_lengths, train_loader
@@ -127,6 +127,13 @@ def build_model(config: RunConfig, tokenizer: Any, tokenized: DatasetDict, on_me
         shape=shape_of(tokenized),
         on_meta=on_meta,
     )
+    return finish_model(model, config)
+
+
+def finish_model(model: torch.nn.Module, config: RunConfig) -> torch.nn.Module:
+    """The built model as the run trains it: its attention, padding-free batches, gradient checkpointing, LoRA and
+    torch.compile as the arguments ask (`bench gpu` finishes its models here too, so that it times train's)."""
+    c, args = config, config.training
     if c.model.attn_implementation:
         set_attention(model, c.model.attn_implementation)
     if args.padding_free:

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
-from horovod_train.config.run_config import TrainingArguments
 from horovod_train.common.errors import UsageError
+from horovod_train.config.run_config import TrainingArguments
 from horovod_train.engines.base import Engine, classification_loss
 from horovod_train.training import phases
 from horovod_train.training.amp import Precision

@@ -15,10 +15,10 @@ import pytest
 from support.jobs import BIN, REPO, assert_ok, base_env, cli_here, run
 from transformers import AutoConfig
 
-from horovod_train.bench.allreduce import COLUMNS as ALLREDUCE_COLUMNS
-from horovod_train.bench.gpu import COLUMNS as GPU_COLUMNS
-from horovod_train.bench.trace import COLUMNS as TRACE_COLUMNS
-from horovod_train.bench.train import COLUMNS as TRAIN_COLUMNS
+from horovod_train.bench.communication.allreduce import COLUMNS as ALLREDUCE_COLUMNS
+from horovod_train.bench.gpu.benchmark import COLUMNS as GPU_COLUMNS
+from horovod_train.bench.runs.trace import COLUMNS as TRACE_COLUMNS
+from horovod_train.bench.runs.train import COLUMNS as TRAIN_COLUMNS
 from horovod_train.gpucheck.checks import check_bench
 from horovod_train.gpucheck.runner import Step
 

@@ -1,5 +1,5 @@
-"""The one model of DDP's gradient buckets (bench/common.py: bench allreduce reduces them, bench project
-times them) against the buckets torch's own DistributedDataParallel forms, for real (Gloo, one rank)."""
+"""DDP's gradient buckets as bench forms them (bench/buckets.py, with DDP's own assignment: bench allreduce reduces
+them, bench project times them) against the buckets a real DistributedDataParallel rebuilds (Gloo, one rank)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from support.jobs import BIN, REPO, base_env
 
-from horovod_train.bench import common
+from horovod_train.bench import buckets
 
 # One rank is enough: DDP forms its buckets the same way at any world size. After the first backward
 # it rebuilds them in the order the gradients became ready; that is what every later step reduces.
@@ -43,7 +43,7 @@ def torch_buckets(tmp_path_factory, cache_dir) -> dict:
 
 @pytest.mark.parametrize("cap_mb", [None, 25, 2, 0.5])
 def test_the_bucket_model_is_ddps_own(torch_buckets, cap_mb):
-    modelled = [nbytes for _, nbytes in common.ddp_buckets(torch_buckets["tensor_bytes"], cap_mb)]
+    modelled = [nbytes for _, nbytes in buckets.ddp_buckets(torch_buckets["tensor_bytes"], cap_mb)]
     assert modelled == torch_buckets["buckets"][json.dumps(cap_mb)]
 
 

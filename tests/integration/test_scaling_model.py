@@ -1,4 +1,4 @@
-"""The scaling model of `bench project` (horovod_train/bench/project.py): its formulas on hand-computed cases,
+"""The scaling model of `bench project` (horovod_train/bench/models/project.py): its formulas on hand-computed cases,
 the properties a step-time model must have, the published layer sizes, and the CLI's outputs. No launches."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from horovod_train.bench import common, layers, project
-from horovod_train.bench.project import MB, Setting, Workload
+from horovod_train.bench.buckets import ddp_buckets
+from horovod_train.bench.models import layers, project
+from horovod_train.bench.models.project import MB, Setting, Workload
 
 SETTINGS = [Setting("horovod", "horovod", 128 * MB, cycle_time=1e-3), Setting("ddp", "ddp", 25 * MB)]
 
@@ -21,7 +22,7 @@ def test_ddp_buckets_launch_as_their_last_gradient_is_ready_and_horovod_fuses_pe
     work = workload("bert-base-cased")
     modelled = project.ddp_buckets(work, SETTINGS[1])
     ready = project.ready_times(work)
-    buckets = common.ddp_buckets(work.tensor_bytes, 25)  # DDP's own: tests/integration/test_ddp_buckets.py
+    buckets = ddp_buckets(work.tensor_bytes, 25)  # DDP's own: tests/integration/test_ddp_buckets.py
     assert modelled == [(ready[last], nbytes) for last, nbytes in buckets] and len(modelled) > 1
     assert sum(nbytes for _, nbytes in modelled) == sum(work.tensor_bytes)
     fused = project.horovod_buckets(work, SETTINGS[0])

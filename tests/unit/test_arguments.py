@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from horovod_train.bench import gpu
+from horovod_train.bench.gpu import arguments as gpu
 from horovod_train.cli.main import build_parser, hide_gpus_for_use_cpu, main, quiet_libraries
 from horovod_train.common.errors import UsageError
 from horovod_train.config.arguments import FOREIGN_NAMES, FieldType, field_types, option_names, unknown_name_hint

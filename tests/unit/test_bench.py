@@ -19,8 +19,8 @@ def test_mfu_counts_bert_base_without_its_embeddings():
     (no memory, no weights)."""
     from transformers import BertForSequenceClassification
 
-    from horovod_train.bench.common import bert_config
-    from horovod_train.bench.gpu import flop_parameters
+    from horovod_train.bench.architectures import bert_config
+    from horovod_train.bench.gpu.contender import flop_parameters
 
     with torch.device("meta"):
         model = BertForSequenceClassification(bert_config("bert-base-cased"))
@@ -38,7 +38,7 @@ def test_bench_gpu_times_the_training_loops_own_step(monkeypatch):
     step, and its parameters move."""
     import argparse
 
-    from horovod_train.bench.gpu import Contender, setup_engine
+    from horovod_train.bench.gpu.contender import Contender, setup_engine
     from horovod_train.config.run_config import TrainingArguments
     from horovod_train.training import phases
 
@@ -46,7 +46,8 @@ def test_bench_gpu_times_the_training_loops_own_step(monkeypatch):
     monkeypatch.setattr(phases, "_spans", None)  # restored after: spans are recorded for this test only
     training = TrainingArguments(max_grad_norm=1.0)
     engine = setup_engine("single", training)
-    contender = Contender(engine, argparse.Namespace(seed=0, model="tiny-bert", torch_compile=False), "fp32", 1.0)
+    args = argparse.Namespace(seed=0, model="tiny-bert", torch_compile=False, max_seq_length=64, length_buckets=4)
+    contender = Contender(engine, args, training)
     before = [p.detach().clone() for p in contender.model.parameters()]
     mask = torch.ones(4, 8, dtype=torch.long)
     batch = {"input_ids": torch.randint(5, 100, (4, 8)), "attention_mask": mask, "labels": torch.tensor([0, 1, 2, 0])}
@@ -56,6 +57,29 @@ def test_bench_gpu_times_the_training_loops_own_step(monkeypatch):
     names = [name for name, _, _ in spans]
     assert sorted(names) == sorted([phases.FORWARD, phases.BACKWARD, phases.OPTIMIZER, phases.STEP] * 2), names
     assert any(not torch.equal(a, b) for a, b in zip(before, contender.model.parameters(), strict=True))
+
+
+def test_bench_gpu_builds_the_trainers_optimizer(monkeypatch):
+    """bench gpu's optimizer is the one `train` builds (training/build.py build_optimizer, through the engine's
+    prepare): AdamW over the trainer's two groups, weight decay on all but biases and LayerNorm weights, at the
+    run's learning rate."""
+    import argparse
+
+    from horovod_train.bench.gpu.contender import Contender, setup_engine
+    from horovod_train.config.run_config import TrainingArguments
+    from horovod_train.training.build import decay_groups
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    training = TrainingArguments(weight_decay=0.01, learning_rate=3e-5)
+    engine = setup_engine("single", training)
+    args = argparse.Namespace(seed=0, model="tiny-bert", torch_compile=False, max_seq_length=64, length_buckets=4)
+    contender = Contender(engine, args, training)
+    names = {id(p): n for n, p in contender.model.named_parameters()}
+    groups = [
+        ([names[id(p)] for p in g["params"]], g["weight_decay"], g["lr"]) for g in contender.optimizer.param_groups
+    ]
+    decay, no_decay = decay_groups(contender.model)
+    assert groups == [(decay, 0.01, 3e-5), (no_decay, 0.0, 3e-5)] and decay and no_decay
 
 
 @pytest.mark.parametrize(
@@ -72,7 +96,7 @@ def test_bench_gpu_times_the_training_loops_own_step(monkeypatch):
     ],
 )
 def test_the_peak_for_mfu_comes_from_the_devices_name(name, peak):
-    from horovod_train.bench.gpu import peak_bf16_tflops
+    from horovod_train.bench.gpu.benchmark import peak_bf16_tflops
 
     assert peak_bf16_tflops(name) == peak
 
@@ -138,7 +162,7 @@ def test_cpu_default_groups_are_buckets_of_the_models_gradients():
     group (one fused all-reduce per step), bert-base's 329 MiB several, each sent once its gradients exist."""
     from transformers import BertForSequenceClassification
 
-    from horovod_train.bench.common import bert_config
+    from horovod_train.bench.architectures import bert_config
     from horovod_train.engines.horovod import env as horovod_env
 
     for name in ("tiny-bert", "bert-base-cased"):
@@ -170,7 +194,7 @@ def test_bench_train_model_size_fills_only_what_the_command_line_leaves_out():
     world size only; a value given on the command line wins."""
     import argparse
 
-    from horovod_train.bench import train as bench_train
+    from horovod_train.bench.runs import train as bench_train
 
     parser = argparse.ArgumentParser()
     bench_train.add_arguments(parser)
@@ -185,7 +209,7 @@ def test_bench_train_model_size_fills_only_what_the_command_line_leaves_out():
 def bench_train_report(samples: dict[tuple[str, int], list[float]]) -> tuple[list[list[str]], list[str]]:
     """bench train's table rows and the lines below it for runs that measured ``samples`` (samples/s per repeat
     of each (name, world size)), as `bench train` aggregates its launches."""
-    from horovod_train.bench import train as bench_train
+    from horovod_train.bench.runs import train as bench_train
 
     raw = [
         {"key": f"{name}-np{world}", "name": name, "engine": name.split("-")[0], "launcher": "x", "world_size": world,
@@ -262,7 +286,7 @@ def _allreduce_rows(framework: str, latency_us: float, gbps: float, **settings) 
 def test_bench_allreduce_ends_with_ratios_and_the_largest_gaps_reason():
     """The table had no conclusion (issue 58): ratios per size, then whether the largest gap is the fixed cost of a
     call or the bandwidth, read off a latency + bytes/bandwidth line through each framework's times."""
-    from horovod_train.bench.allreduce import conclusion
+    from horovod_train.bench.communication.allreduce import conclusion
 
     torch_rows = _allreduce_rows("torch", 300.0, 1.0)
     latency = conclusion([*_allreduce_rows("horovod", 4300.0, 1.0, cycle_time_ms=1.0), *torch_rows])
@@ -281,7 +305,7 @@ def test_bench_allreduce_says_why_where_small_tensors_times_do_not_grow_with_the
     """CI's sweep on a loaded machine: Horovod's 4 KB call took 18.5 ms, its 16 KB one 1 ms (the smallest tensor's
     time was mostly its wait for a cycle). A line through the smallest and largest sizes then fell with the size and
     the reason line was left out; such times are all fixed cost, and the gap is said to be latency-bound."""
-    from horovod_train.bench.allreduce import conclusion
+    from horovod_train.bench.communication.allreduce import conclusion
 
     sizes = {"4KB": (4096, 18533.0, 418.0), "8KB": (8192, 5500.0, 415.0), "16KB": (16384, 1030.0, 419.0)}
     rows = [
@@ -292,3 +316,16 @@ def test_bench_allreduce_says_why_where_small_tensors_times_do_not_grow_with_the
     lines = conclusion(rows)
     assert lines[1] == "==> largest gap: 4KB (tensor), horovod 18533 us vs torch 418 us (44.34x)"
     assert lines[2].startswith("==> why: latency-bound: fixed cost per call 8354 us vs "), lines
+
+
+def test_bench_names_engines_through_the_engine_table():
+    """The engines bench names (fit's rows, bench gpu's contenders, project's settings) are rows of the engine
+    table, read through bench/engine_names.py: the whole table in its order, or those named in the order given,
+    and a name the table does not hold is refused where bench names it."""
+    from horovod_train.bench.engine_names import engine_names
+    from horovod_train.engines.table import ENGINE_NAMES
+
+    assert engine_names() == ENGINE_NAMES
+    assert engine_names("single", "horovod") == ("single", "horovod")
+    with pytest.raises(LookupError, match="'deepspeed'"):
+        engine_names("ddp", "deepspeed")

@@ -9,7 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from horovod_train.bench import common, fit, memory
+from horovod_train.bench import architectures
+from horovod_train.bench.models import fit
+from horovod_train.bench.runs import memory
 from horovod_train.cli import compare
 from horovod_train.cli.main import main
 
@@ -56,7 +58,7 @@ def test_saved_bytes_counts_activations_once_and_weights_never():
 def test_lora_all_reduces_the_adapters_and_the_head_alone():
     """tiny-bert (width 128, 2 layers, 3 labels), r=8 on query and value: 2 layers x 2 modules x (8x128 + 128x8)
     adapter weights + the classifier's 128x3 + 3 = 8579 float32 gradients; full fine-tuning all of them."""
-    config = common.bert_config("tiny-bert")
+    config = architectures.bert_config("tiny-bert")
     params, grads = memory.count(config, "lora", lora_r=8)
     assert sum(grads) == 8579 * 4
     full_params, full_grads = memory.count(config, "full")
@@ -89,7 +91,7 @@ def test_each_engine_decides_what_a_rank_holds_and_so_what_runs(monkeypatch):
 
 def test_measured_activations_are_per_sequence_and_exceed_a_layers_input():
     """A layer saves more than its input (what checkpointing keeps), and the same bytes per sequence at any batch."""
-    config = common.bert_config("tiny-bert")
+    config = architectures.bert_config("tiny-bert")
     for kind in ("full", "lora"):
         one, three = (memory.measure_activations(config, 32, kind, lora_r=4, batch=b) for b in (1, 3))
         assert one.layer > 32 * 128 * 4 and one.layer == pytest.approx(three.layer, rel=1e-3)

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from horovod_train.bench.trace import MAIN_PARTS, middle_half_mean, read_timeline, timeline_steps
-from horovod_train.bench.traced import PARTS, step_breakdown, union_ms
+from horovod_train.bench.runs.trace import MAIN_PARTS, middle_half_mean, read_timeline, timeline_steps
+from horovod_train.bench.runs.traced import PARTS, step_breakdown, union_ms
 from horovod_train.training import phases
 
 intervals = st.lists(st.tuples(st.integers(0, 200), st.integers(1, 50)).map(lambda t: (t[0], t[0] + t[1])), max_size=12)

@@ -49,7 +49,7 @@ def test_the_step_shapes_bench_is_planned_past_the_budget_and_bench_gpu_takes_it
     """Issue 59's measurement: `--steps bench_shapes_b256` on the node; its command is bench gpu's."""
     import argparse
 
-    from horovod_train.bench import gpu
+    from horovod_train.bench.gpu import arguments as gpu
 
     monkeypatch.delenv("HVT_WHEELS", raising=False)
     ctx = node_context(tmp_path)
@@ -213,7 +213,7 @@ def test_bert_config_is_the_benchmarks_bert_base(tmp_path):
     """The check trains the architecture `bench gpu` measures (one definition, in the core)."""
     from transformers import BertConfig
 
-    from horovod_train.bench.common import bert_config
+    from horovod_train.bench.architectures import bert_config
 
     assert node.main(["bert-config", str(tmp_path / "config")]) == 0
     saved, benched = BertConfig.from_pretrained(tmp_path / "config"), bert_config("bert-base-cased")

@@ -7,7 +7,8 @@ import pytest
 import torch
 from transformers import BertConfig, LlamaConfig
 
-from horovod_train.bench import common, memory
+from horovod_train.bench import architectures
+from horovod_train.bench.runs import memory
 from horovod_train.common.errors import UsageError
 from horovod_train.engines import available_engines
 from horovod_train.training import peak_memory
@@ -36,7 +37,7 @@ def test_the_activation_estimate_bounds_bench_memorys_measurement(name, seq):
 
 def decoder_0_8b_parts(engine: str, ranks: int) -> tuple[int, dict[str, float]]:
     """Rank 0's peak for the 0.80 B decoder (decoder-0.5b's shape with 38 layers), batch 2 x 128, as measured."""
-    config = LlamaConfig(num_labels=3, pad_token_id=0, **{**common.DECODER_0_5B, "num_hidden_layers": 38})
+    config = LlamaConfig(num_labels=3, pad_token_id=0, **{**architectures.DECODER_0_5B, "num_hidden_layers": 38})
     params, _ = memory.count(config, "full")
     activations = peak_memory.activation_bytes(config, 2, 128, gradient_checkpointing=False)
     return params, available_engines()[engine].peak_bytes_per_rank(params, params, ranks, activations)

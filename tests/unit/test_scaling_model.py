@@ -1,4 +1,4 @@
-"""The scaling model of `bench project` (horovod_train/bench/project.py): its formulas on hand-computed cases,
+"""The scaling model of `bench project` (horovod_train/bench/models/project.py): its formulas on hand-computed cases,
 the properties a step-time model must have, the published layer sizes, and the CLI's outputs. No launches."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from horovod_train.bench import layers, project
-from horovod_train.bench.project import MB, Cluster, Link, Setting, Workload
+from horovod_train.bench.models import layers, project
+from horovod_train.bench.models.project import MB, Cluster, Link, Setting, Workload
 from horovod_train.cli.main import main
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -16,8 +16,8 @@ from torch import nn
 from torch.optim import Optimizer
 
 from horovod_train.common.console import write_line
-from horovod_train.config.run_config import RunConfig
 from horovod_train.common.errors import UsageError
+from horovod_train.config.run_config import RunConfig
 from horovod_train.engines.base import Engine
 from horovod_train.engines.horovod import elastic, env
 from horovod_train.engines.policy import RunPolicy

@@ -7,8 +7,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from horovod_train.config.domains import Compression, ReduceOp, check_section
 from horovod_train.common.errors import UsageError
+from horovod_train.config.domains import Compression, ReduceOp, check_section
 
 if TYPE_CHECKING:
     from horovod_train.config.run_config import TrainingArguments

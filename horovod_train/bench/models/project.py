@@ -6,7 +6,7 @@ gradients are all-reduced in buckets while the backward pass still runs. The mod
 - gradients: one tensor per trainable parameter (a BERT config built on the meta device, as
   ``bench allreduce`` does, or a CNN's published layer sizes), float32 unless told otherwise;
   backward produces them in reverse order, each tensor after an equal share of the backward time;
-- buckets: DDP's fixed buckets (``--ddp_bucket_cap_mb``, as the ddp engine passes it: ``common.ddp_buckets``)
+- buckets: DDP's fixed buckets (``--ddp_bucket_cap_mb``, as the ddp engine passes it: ``buckets.ddp_buckets``)
   launched when their last gradient is ready; Horovod's background thread wakes every ``--cycle_time_ms``
   and fuses what is ready, up to ``--fusion_threshold_mb`` per operation;
 - one communication stream: bucket k starts when it is ready and bucket k-1 is done;
@@ -38,14 +38,16 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from horovod_train.bench import common
+from horovod_train.bench import buckets, outputs
+from horovod_train.bench.bandwidth import GB as GBPS  # GB/s, as bench allreduce reports them
+from horovod_train.bench.engine_names import engine_names
+from horovod_train.bench.units import format_bytes
+from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
 from horovod_train.config import domains
-from horovod_train.common.errors import UsageError
 from horovod_train.engines.ddp_options import DDPArguments
 
-SETTING_NAMES = ("horovod", "ddp", "zero1", "fsdp", "fsdp-zero2")
-GBPS = 1e9  # bandwidths in GB/s (10^9 bytes), as bench allreduce reports them
+SETTING_NAMES = (*engine_names("horovod", "ddp", "zero1", "fsdp"), "fsdp-zero2")  # the last: fsdp resharding less
 MB = 2**20
 COLUMNS = [
     "setting",
@@ -152,9 +154,9 @@ def ready_times(workload: Workload) -> list[float]:
 
 
 def ddp_buckets(workload: Workload, setting: Setting) -> list[tuple[float, int]]:
-    """(launch time, bytes): DDP's buckets (common.ddp_buckets), launched when their last gradient is ready."""
+    """(launch time, bytes): DDP's buckets (buckets.ddp_buckets), launched when their last gradient is ready."""
     ready = ready_times(workload)
-    return [(ready[last], nbytes) for last, nbytes in common.ddp_buckets(workload.tensor_bytes, setting.bucket_mb)]
+    return [(ready[last], nbytes) for last, nbytes in buckets.ddp_buckets(workload.tensor_bytes, setting.bucket_mb)]
 
 
 def horovod_buckets(workload: Workload, setting: Setting) -> list[tuple[float, int]]:
@@ -290,7 +292,7 @@ def settings(args: argparse.Namespace) -> list[Setting]:
 def lora_workload(args: argparse.Namespace, full: Workload) -> Workload:
     """LoRA's step: its trainable tensors' gradients, and no weight gradients for the frozen layers, so
     backward does about half its full-fine-tuning work (the input gradients): compute x (1 - backward/2)."""
-    from horovod_train.bench import layers
+    from horovod_train.bench.models import layers
 
     sizes = tuple(args.bytes_per_param * n for n in layers.parameter_counts(args.model, args.lora_r))
     compute = full.compute * (1 - full.backward_fraction / 2)
@@ -303,8 +305,8 @@ def side_by_side(full: list[dict[str, Any]], lora: list[dict[str, Any]]) -> tupl
     header = ["setting", "GPUs", "gradients full", "gradients LoRA", "exposed ms full", "exposed ms LoRA",
               "eff. full", "eff. LoRA"]  # fmt: skip
     body = [
-        [f["setting"], str(f["world_size"]), common.format_bytes(f["gradient_bytes"]),
-         common.format_bytes(g["gradient_bytes"]), f"{f['exposed_comm_ms']:.1f}", f"{g['exposed_comm_ms']:.1f}",
+        [f["setting"], str(f["world_size"]), format_bytes(f["gradient_bytes"]),
+         format_bytes(g["gradient_bytes"]), f"{f['exposed_comm_ms']:.1f}", f"{g['exposed_comm_ms']:.1f}",
          f"{f['scaling_efficiency']:.3f}", f"{g['scaling_efficiency']:.3f}"]
         for f, g in zip(full, lora, strict=True)
     ]  # fmt: skip
@@ -322,7 +324,7 @@ def fit_link(path: Path) -> tuple[Link, int]:
         )
     if len(best) < 2:
         raise UsageError(
-            f"--link_from {path} times one message size ({common.format_bytes(next(iter(best)))}): a latency and "
+            f"--link_from {path} times one message size ({format_bytes(next(iter(best)))}): a latency and "
             "a bandwidth need two",
             "run bench allreduce over several sizes (its default: --min_bytes 4KB to --max_bytes 64MB)",
         )
@@ -376,7 +378,7 @@ def compute_from(path: Path) -> tuple[float, int]:
 
 
 def workload_from(args: argparse.Namespace) -> Workload:
-    from horovod_train.bench import layers
+    from horovod_train.bench.models import layers
 
     if args.compute_from:
         compute, batch = compute_from(Path(args.compute_from))
@@ -426,7 +428,7 @@ PUBLISHED = (
 
 
 def check_published(bytes_per_param: int = 4) -> list[dict[str, Any]]:
-    from horovod_train.bench import layers
+    from horovod_train.bench.models import layers
 
     rows = []
     for run in PUBLISHED:
@@ -467,7 +469,7 @@ def published_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from horovod_train.bench.layers import MODELS
+    from horovod_train.bench.models.layers import MODELS
 
     parser.add_argument("--output_dir", default="runs/bench/project")
     parser.add_argument("--model", default="bert-base-cased", choices=MODELS, help="whose gradients are reduced")
@@ -548,7 +550,7 @@ def main(args: argparse.Namespace) -> int:
                             cluster, world_sizes(args.max_gpus, args.gpus_per_node))  # fmt: skip
     out = Path(args.output_dir)
     meta = {"workload": {**asdict(workload), "tensor_bytes": len(workload.tensor_bytes)}, "cluster": asdict(cluster)}
-    common.write_rows(out, "project", COLUMNS, rows + lora_rows, **meta, published=published)
+    outputs.write_rows(out, "project", COLUMNS, rows + lora_rows, **meta, published=published)
     plot(rows, out / "project.png", title=f"{workload.model}, {workload.batch}/GPU, {cluster.gpus_per_node} GPUs/node")
     print("\n".join(format_table(*table(rows))))
     if lora_rows:
@@ -593,7 +595,7 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
 
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    plt = common.pyplot()
+    plt = outputs.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for name in dict.fromkeys(r["setting"] for r in rows):
         points = [r for r in rows if r["setting"] == name]

@@ -16,17 +16,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from horovod_train.bench import common, fit
+from horovod_train.bench import architectures, outputs, units
+from horovod_train.bench.models import fit
 from horovod_train.cli import compare
+from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
 from horovod_train.config import domains
-from horovod_train.common.errors import UsageError
 from horovod_train.outputs.run_directory import claimed
 from horovod_train.training.peak_memory import activation_bytes, memory_available, node_bytes
 
 ARCHITECTURES: dict[str, Callable[[], Any]] = {
-    "bert-base": lambda: common.bert_config("bert-base-cased"),
-    "decoder-0.5b": common.decoder_config,
+    "bert-base": lambda: architectures.bert_config("bert-base-cased"),
+    "decoder-0.5b": architectures.decoder_config,
 }
 DEFAULT_BATCH = {"bert-base": 8, "decoder-0.5b": 2}
 MODE_FLAGS = {"lora": ["--use_peft"], "gc": ["--gradient_checkpointing"], "full": []}  # the order they run in
@@ -230,14 +231,14 @@ def run_all(args: argparse.Namespace, runs: list[compare.Run], batches: dict[str
     acts = activations(configs, sorted({*args.activation_seqs, args.max_seq_length}), args.lora_r)
     rows = [] if args.no_runs else train_runs(args, runs, batches, configs, acts, out)
     if "decoder-0.5b" not in configs:  # the fit table scales the decoder's activations
-        acts.update(activations({"decoder-0.5b": common.decoder_config()}, args.activation_seqs, args.lora_r))
+        acts.update(activations({"decoder-0.5b": architectures.decoder_config()}, args.activation_seqs, args.lora_r))
     family = {(k, s): a for (arch, k, s), a in acts.items() if arch == "decoder-0.5b" and s in args.activation_seqs}
     fitted = fit.fit_rows(qwen25_models(args.lora_r), family, args.fit_batch)
     act_rows = [{"architecture": a, "kind": k, "seq": s, "layer_mib": v.layer / 2**20, "rest_mib": v.rest / 2**20,
                  "gc_kept_mib": s * v.hidden * fit.FP32 / 2**20} for (a, k, s), v in acts.items()]  # fmt: skip
-    common.write_rows(out, "memory", RUN_COLUMNS, rows)
-    common.write_rows(out, "activations", list(act_rows[0]), act_rows)
-    common.write_rows(out, "fit", list(fitted[0]), fitted, reserve_gb=fit.DEFAULT_RESERVE / fit.GB)
+    outputs.write_rows(out, "memory", RUN_COLUMNS, rows)
+    outputs.write_rows(out, "activations", list(act_rows[0]), act_rows)
+    outputs.write_rows(out, "fit", list(fitted[0]), fitted, reserve_gb=fit.DEFAULT_RESERVE / fit.GB)
     for lines in (run_table(rows), activation_table(act_rows), fit_table(fitted)):
         print("\n".join(lines) + "\n")
     print(f"wrote {out}/: memory, activations and fit (.csv, .json), one directory and log per run")
@@ -288,7 +289,7 @@ def run_table(rows: list[dict[str, Any]]) -> list[str]:
               "peak RSS MiB per rank", "status"]  # fmt: skip
     body = [
         [r["architecture"], r["mode"], r["run"], f"{r['batch']}x{r['seq']}", f"{r.get('params', 0) / 1e6:.1f}M",
-         f"{r.get('trainable', 0) / 1e6:.3f}M", common.format_bytes(r.get("allreduce_bytes", 0)),
+         f"{r.get('trainable', 0) / 1e6:.3f}M", units.format_bytes(r.get("allreduce_bytes", 0)),
          f"{r.get('samples_per_second', float('nan')):.2f}",
          "/".join(str(m) for m in r.get("peak_rss_mib_per_rank", [])), r["status"]]
         for r in rows

@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from horovod_train.bench import common
-from horovod_train.bench.allreduce import COLUMNS, HOROVOD_DEFAULTS
+from horovod_train.bench import architectures, outputs
+from horovod_train.bench.communication.allreduce import COLUMNS, HOROVOD_DEFAULTS
 from horovod_train.cli import compare
+from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
 from horovod_train.config import domains
-from horovod_train.common.errors import UsageError
+from horovod_train.config.arguments import ArgumentParser
 
 # controller variant -> (launcher, extra environment)
 VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
@@ -72,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[0.2, 0.5, 2, 5, 10],
         help="points besides the baseline (Horovod 0.28: 1 ms)",
     )
-    parser.add_argument("--models", nargs="+", default=list(common.MODELS))
+    parser.add_argument("--models", nargs="+", default=list(architectures.MODELS))
     parser.add_argument("--max_bytes", default=None, help="largest single tensor of the baselines")
     parser.add_argument("--repeats", type=int, default=1, help="passes over the grid (interleaved, medians kept)")
     parser.add_argument("--bench_args", default="", help="more arguments for each `bench allreduce`, one string")
@@ -139,8 +140,7 @@ def merge_repeats(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def validate(args: argparse.Namespace) -> None:
     """Every argument against its domain, before the first launch; ``bench allreduce`` takes --bench_args."""
-    from horovod_train.bench import allreduce
-    from horovod_train.cli.main import build_parser
+    from horovod_train.bench.communication import allreduce
 
     domains.writable_dir("output_dir", args.output_dir)
     domains.count(1, example="1")("repeats", args.repeats)
@@ -156,7 +156,9 @@ def validate(args: argparse.Namespace) -> None:
             f"--bench_args {args.bench_args!r} cannot be split ({exc})", "quote it as a shell would"
         ) from None
     extra = [*(["--max_bytes", args.max_bytes] if args.max_bytes else []), *args.bench_arg_list]
-    allreduce.validate(build_parser().parse_args(["bench", "allreduce", "--models", *args.models, *extra]))
+    parser = ArgumentParser(prog="horovod-train bench allreduce")  # as the command line names it
+    allreduce.add_arguments(parser)
+    allreduce.validate(parser.parse_args(["--models", *args.models, *extra]))
 
 
 def main(args: argparse.Namespace) -> int:
@@ -173,7 +175,7 @@ def main(args: argparse.Namespace) -> int:
             tag = f"-r{rep}" if args.repeats > 1 else ""
             rows += run_point(point, np, out, args.bench_arg_list, tag)
     rows = merge_repeats(rows)
-    common.write_rows(
+    outputs.write_rows(
         out,
         "sweep",
         SWEEP_COLUMNS,
@@ -210,7 +212,7 @@ def summary(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    plt = common.pyplot()
+    plt = outputs.pyplot()
     defaults = {
         "fusion_threshold_mb": int(HOROVOD_DEFAULTS["HOROVOD_FUSION_THRESHOLD"]) / 2**20,
         "cycle_time_ms": float(HOROVOD_DEFAULTS["HOROVOD_CYCLE_TIME"]),

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from horovod_train.bench import common
+from horovod_train.bench import architectures, outputs
 from horovod_train.cli import compare
+from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
 from horovod_train.config.run_config import RunConfig, parse_run_config
-from horovod_train.common.errors import UsageError
 from horovod_train.outputs.run_directory import claimed
 
 DEFAULT_CONFIG = "demo"  # horovod_train/configs/demo.yaml, shipped in the package
@@ -120,12 +121,12 @@ def aggregate(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
             {
                 **row,
                 "repeats": len(samples),
-                "samples_per_second": common.median(samples),
+                "samples_per_second": outputs.median(samples),
                 "samples_per_second_min": min(samples, default=float("nan")),
                 "samples_per_second_max": max(samples, default=float("nan")),
-                "tokens_per_second": common.median(row.pop("tokens")),
-                "wall_time_s": common.median(row.pop("wall")),
-                "validation_accuracy": common.median(row.pop("acc")),
+                "tokens_per_second": outputs.median(row.pop("tokens")),
+                "wall_time_s": outputs.median(row.pop("wall")),
+                "validation_accuracy": outputs.median(row.pop("acc")),
             }
         )
     base = baseline(out)
@@ -160,8 +161,8 @@ def single_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def compared(top: dict[str, Any], bottom: dict[str, Any], ideal: float | None = None) -> dict[str, Any]:
     """``top``'s samples/s over ``bottom``'s (medians), the range their repeats allow, and why it is no result."""
     ratio = top["samples_per_second"] / bottom["samples_per_second"]
-    low, high = common.ratio_range(top, bottom, "samples_per_second")
-    return {"ratio": ratio, "range": [low, high], "unresolved": common.unresolved(ratio, low, high, ideal)}
+    low, high = ratio_range(top, bottom, "samples_per_second")
+    return {"ratio": ratio, "range": [low, high], "unresolved": unresolved(ratio, low, high, ideal)}
 
 
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -222,7 +223,7 @@ def job_args(namespace: argparse.Namespace, out: Path) -> list[str]:
     args = compare.passthrough_args(namespace)
     if namespace.model_size == "bert-base" and namespace.config_name is None:
         config_dir = out / "configs" / "bert-base"
-        common.bert_config("bert-base-cased").save_pretrained(config_dir)
+        architectures.bert_config("bert-base-cased").save_pretrained(config_dir)
         args += ["--config_name", str(config_dir)]
     return args
 
@@ -245,7 +246,7 @@ def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[compare
             print(f"{rate} ({time.perf_counter() - started:.0f}s)", flush=True)
     rows = aggregate(raw)
     found, versus_single = ratios(rows), single_ratios(rows)
-    common.write_rows(
+    outputs.write_rows(
         out,
         "bench_train",
         COLUMNS,
@@ -314,7 +315,7 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    plt = common.pyplot()
+    plt = outputs.pyplot()
     ok = [r for r in rows if r["repeats"]]
     names = [f"{r['name']} np={r['world_size']}" for r in ok]
     fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * len(ok) + 1.8), sharey=True)
@@ -330,3 +331,28 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+# How far above what its runs could ideally reach a ratio may measure and still pass for noise, not for a run
+# that was slowed.
+IDEAL_SLACK = 0.10
+
+
+def ratio_range(top: Mapping[str, Any], bottom: Mapping[str, Any], key: str) -> tuple[float, float]:
+    """Where ``top[key] / bottom[key]`` may lie given each run's spread over its repeats (``key``_min, _max)."""
+    return top[f"{key}_min"] / bottom[f"{key}_max"], top[f"{key}_max"] / bottom[f"{key}_min"]
+
+
+def unresolved(ratio: float, low: float, high: float, ideal: float | None = None) -> str | None:
+    """Why a ratio of medians is no result, or None. Either its runs' min and max put it on both sides of 1: their
+    noise is larger than the difference it is there to resolve (which of the two is faster). Or it beats what the
+    runs could ideally reach (``ideal``): the run it divides by was slowed, as by a load spike, which one run per
+    configuration cannot show as a spread."""
+    if low < 1 < high:
+        return (
+            f"its runs' min..max put it anywhere in {low:.3f}..{high:.3f}x, on both sides of 1: their noise is "
+            "larger than the difference it measures"
+        )
+    if ideal is not None and ratio > ideal * (1 + IDEAL_SLACK):
+        return f"it is above the ideal {ideal:g}x, so the run it is measured against was slowed (a load spike?)"
+    return None

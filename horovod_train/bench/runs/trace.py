@@ -1,7 +1,7 @@
 """`horovod-train bench trace`: where one optimizer step's time goes, per engine, measured rather than estimated.
 
 Each run of `bench train` (the same job, launchers and world size) is run once more with every rank
-recording its step's parts (horovod_train/bench/traced.py: wall-clock spans, a few per step) and, for
+recording its step's parts (horovod_train/bench/runs/traced.py: wall-clock spans, a few per step) and, for
 Horovod, with its timeline. Per step, over the steps after the first --skip_steps and over the ranks (the main
 thread's parts: means over the middle half of the steps by length, so that they add up to the step; the timeline's:
 medians):
@@ -20,17 +20,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
-from horovod_train.bench import common, train
-from horovod_train.bench.traced import PARTS, union_ms
+from horovod_train.bench import outputs
+from horovod_train.bench.runs import TRACE_DIR_VARIABLE, train
+from horovod_train.bench.runs.traced import PARTS, union_ms
 from horovod_train.cli import compare
+from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
 from horovod_train.config.run_config import RunConfig
-from horovod_train.common.errors import UsageError
 from horovod_train.outputs.run_directory import claimed
 
 MAIN_PARTS = ("step", *PARTS, "other")
@@ -117,7 +119,7 @@ def timeline_parts(trace_dir: Path, skip: int) -> dict[str, float]:
     """Medians over the measured steps of rank 0's timeline activities."""
     steps = len(json.loads((trace_dir / "rank0.steps.json").read_text())["steps"])
     found = timeline_steps(read_timeline(trace_dir / "timeline.json"), steps)[skip:]
-    return {part: common.median([s[part] for s in found]) for part in TIMELINE_PARTS}
+    return {part: outputs.median([s[part] for s in found]) for part in TIMELINE_PARTS}
 
 
 def validate(namespace: argparse.Namespace) -> tuple[RunConfig, list[int]]:
@@ -171,7 +173,7 @@ def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[compare
                     **timeline_parts(trace_dir, skip),
                     "timeline_samples_per_second": outcome["samples_per_second"],
                 }
-    common.write_rows(out, "bench_trace", COLUMNS, rows, train_args=common_args, skip_steps=skip)
+    outputs.write_rows(out, "bench_trace", COLUMNS, rows, train_args=common_args, skip_steps=skip)
     print("\n".join(format_table(*table(rows))))
     print(f"wrote {out}/: bench_trace.csv, bench_trace.json; per run <run>-trace/ (rank*.steps.json, timeline.json)")
     return 1 if failed else 0
@@ -182,8 +184,9 @@ def launch_recorded(
 ) -> dict[str, Any]:
     """``train`` (writing ``run_dir``) under ``run``'s launcher, each rank recording its steps into ``trace_dir``;
     bench train's row."""
-    program = [sys.executable, "-m", "horovod_train.bench.traced", str(trace_dir), "train", "--engine", run.engine]
-    return compare.summarize(run, run_dir, compare.execute(run.launch([*program, *train_args]), log), log)
+    program = [sys.executable, "-m", "horovod_train", "train", "--engine", run.engine, *train_args]
+    env = {**os.environ, TRACE_DIR_VARIABLE: str(trace_dir)}  # each rank's command line records (runs/traced.py)
+    return compare.summarize(run, run_dir, compare.execute(run.launch(program, env), log, env), log)
 
 
 def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:

@@ -11,7 +11,7 @@ Cases: single float32 tensors from --min_bytes to --max_bytes, and the gradient 
 (every trainable parameter's shape). Horovod's modes: ``async`` submits every tensor and then waits for
 all, as ``hvd.DistributedOptimizer`` does, so tensor fusion applies; ``one_by_one`` waits for each call.
 torch's: ``async`` (one ``all_reduce`` per tensor, all in flight) and ``bucketed`` (DDP's layout as the ddp
-engine makes it, ``common.ddp_buckets``: 25 MiB flat buckets in reverse parameter order, reduced in place
+engine makes it, ``buckets.ddp_buckets``: 25 MiB flat buckets in reverse parameter order, reduced in place
 as with ``gradient_as_bucket_view``). Time is the median over iterations of the slowest rank; algbw = bytes /
 time and busbw = algbw x 2(n-1)/n, as nccl-tests defines them for all-reduce.
 """
@@ -29,10 +29,11 @@ from typing import Any
 
 import torch
 
-from horovod_train.bench import common
+from horovod_train.bench import architectures, bandwidth, outputs, units
+from horovod_train.bench.buckets import ddp_buckets
+from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
 from horovod_train.config import domains
-from horovod_train.common.errors import UsageError
 from horovod_train.engines.ddp_options import DDPArguments
 from horovod_train.launching.base import free_port, hostname
 
@@ -76,7 +77,7 @@ Mode = Callable[[Case, list[torch.Tensor]], tuple[Callable[[], None], list[torch
 def tensor_cases(min_bytes: int, max_bytes: int, factor: int) -> list[Case]:
     cases, size = [], min_bytes
     while size <= max_bytes:
-        cases.append(Case(common.format_bytes(size), "tensor", (max(1, size // 4),)))
+        cases.append(Case(units.format_bytes(size), "tensor", (max(1, size // 4),)))
         size *= factor
     return cases
 
@@ -86,7 +87,7 @@ def model_case(name: str) -> Case:
     from transformers import BertForSequenceClassification
 
     with torch.device("meta"):
-        model = BertForSequenceClassification(common.bert_config(name))
+        model = BertForSequenceClassification(architectures.bert_config(name))
     return Case(name, "model", tuple(p.numel() for p in model.parameters() if p.requires_grad))
 
 
@@ -169,7 +170,7 @@ def torch_modes(dist: Any) -> dict[str, Mode]:
 
     def bucketed(case: Case, tensors: list[torch.Tensor]):
         # DDP with gradient_as_bucket_view: the gradients are views of flat buckets, reduced in place.
-        sizes = common.ddp_buckets([4 * n for n in case.numels], DDPArguments.ddp_bucket_cap_mb)  # float32
+        sizes = ddp_buckets([4 * n for n in case.numels], DDPArguments.ddp_bucket_cap_mb)  # float32
         numels = [nbytes // 4 for _, nbytes in sizes]
         buckets = list(torch.zeros(sum(case.numels), device=tensors[0].device).split(numels))
         return in_flight(case, buckets)
@@ -197,8 +198,8 @@ def rows_from(times_per_rank: list[dict], cases: list[Case], settings: dict, wor
     for key in times_per_rank[0]:
         case = by_name[key[0]]
         slowest = [max(per_iter) for per_iter in zip(*(t[key] for t in times_per_rank), strict=True)]
-        seconds = common.median(slowest)
-        alg = common.algbw(case.nbytes, seconds)
+        seconds = outputs.median(slowest)
+        alg = bandwidth.algbw(case.nbytes, seconds)
         rows.append(
             {
                 "label": label,
@@ -212,7 +213,7 @@ def rows_from(times_per_rank: list[dict], cases: list[Case], settings: dict, wor
                 "iters": len(slowest),
                 "time_us": round(seconds * 1e6, 3),
                 "algbw_GBps": round(alg, 6),
-                "busbw_GBps": round(common.busbw(alg, world), 6),
+                "busbw_GBps": round(bandwidth.busbw(alg, world), 6),
             }
         )
     return rows
@@ -226,7 +227,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--models",
         nargs="*",
-        default=list(common.MODELS),
+        default=list(architectures.MODELS),
         help="gradient sets to all-reduce: tiny-bert, bert-base-cased (none: skip)",
     )
     parser.add_argument("--no_tensors", action="store_true", help="skip the single-tensor sizes")
@@ -247,8 +248,8 @@ def validate(args: argparse.Namespace, cuda: bool | None = None) -> list[Case]:
     domains.writable_dir("output_dir", args.output_dir)
     domains.text("label", args.label or None)
     args.max_bytes = args.max_bytes or ("256MB" if cuda else "64MB")
-    args.budget_bytes = common.parse_bytes(args.budget or ("16GB" if cuda else "512MB"))
-    lo, hi = common.parse_bytes(args.min_bytes), common.parse_bytes(args.max_bytes)
+    args.budget_bytes = units.parse_bytes(args.budget or ("16GB" if cuda else "512MB"))
+    lo, hi = units.parse_bytes(args.min_bytes), units.parse_bytes(args.max_bytes)
     if lo < 4 or hi < lo or args.step_factor < 2:
         raise UsageError(
             f"sizes {args.min_bytes}..{args.max_bytes} x{args.step_factor} are empty",
@@ -258,9 +259,9 @@ def validate(args: argparse.Namespace, cuda: bool | None = None) -> list[Case]:
         raise UsageError(f"--budget {args.budget} is no bytes", "pass e.g. --budget 512MB")
     if args.iters < 1 or args.min_iters < 1 or args.warmup < 0:
         raise UsageError("--iters and --min_iters must be >= 1 and --warmup >= 0", "pass e.g. --iters 20")
-    unknown = [name for name in args.models if name not in common.MODELS]
+    unknown = [name for name in args.models if name not in architectures.MODELS]
     if unknown:
-        raise UsageError(f"--models: unknown model(s) {', '.join(unknown)}", f"use {' or '.join(common.MODELS)}")
+        raise UsageError(f"--models: unknown model(s) {', '.join(unknown)}", f"use {' or '.join(architectures.MODELS)}")
     cases = [] if args.no_tensors else tensor_cases(lo, hi, args.step_factor)
     cases += [model_case(name) for name in args.models]
     if not cases:
@@ -316,7 +317,7 @@ def main(args: argparse.Namespace) -> int:
         rows += run_torch(cases, ctx, args, address)
     if rank == 0:
         out = Path(args.output_dir)
-        common.write_rows(out, "allreduce", COLUMNS, rows, world_size=world, device=str(device))
+        outputs.write_rows(out, "allreduce", COLUMNS, rows, world_size=world, device=str(device))
         plot(rows, out / "allreduce.png")
         print("\n".join(format_table(TABLE[0], [table_row(r) for r in rows])))
         print(f"wrote {out}/: allreduce.csv, allreduce.json, allreduce.png")
@@ -413,7 +414,7 @@ def gap_reason(fits: dict[str, LatencyBandwidth], nbytes: int, slower: dict, fas
         f"times)"
     )
     if fixed >= transfer:
-        size = common.format_bytes(nbytes)
+        size = units.format_bytes(nbytes)
         why = f"==> why: latency-bound: {lines}; at {size} {fixed:.0f} us of the gap is the fixed cost"
         cycle_ms = slower.get("cycle_time_ms") if slower["framework"] == "horovod" else None
         if cycle_ms:  # what Horovod adds to every call: a tensor waits for its background thread's next cycle
@@ -423,7 +424,7 @@ def gap_reason(fits: dict[str, LatencyBandwidth], nbytes: int, slower: dict, fas
             )
         return why
     return (
-        f"==> why: bandwidth-bound: {lines}; at {common.format_bytes(nbytes)} {transfer:.0f} us of the gap is "
+        f"==> why: bandwidth-bound: {lines}; at {units.format_bytes(nbytes)} {transfer:.0f} us of the gap is "
         f"moving the bytes"
     )
 
@@ -438,7 +439,7 @@ def table_row(r: dict[str, Any]) -> list[str]:
         r["case"],
         r["mode"],
         str(r["tensors"]),
-        common.format_bytes(r["bytes"]),
+        units.format_bytes(r["bytes"]),
         f"{r['time_us']:.1f}",
         f"{r['algbw_GBps']:.3f}",
         f"{r['busbw_GBps']:.3f}",
@@ -450,7 +451,7 @@ def series_name(r: dict[str, Any]) -> str:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    plt = common.pyplot()
+    plt = outputs.pyplot()
     tensors = [r for r in rows if r["kind"] == "tensor"]
     models = [r for r in rows if r["kind"] == "model"]
     panels = [p for p in (tensors, models) if p]

@@ -1,6 +1,7 @@
-"""One rank of `bench trace`: ``python -m horovod_train.bench.traced TRACE_DIR train ARGS...`` runs
-`horovod-train train ARGS...` with the step's parts recorded (horovod_train/training/phases.py: wall-clock
-spans on the main thread, a few per step) and writes this rank's per-step breakdown, in milliseconds, to
+"""One rank of `bench trace`: `bench trace` launches `horovod-train train ARGS...` with TRACE_DIR_VARIABLE
+(bench/runs/__init__.py) naming its trace directory, and the command line, seeing it, runs the command inside
+``recording``: the step's parts are recorded (horovod_train/training/phases.py: wall-clock spans on the main
+thread, a few per step) and this rank's per-step breakdown, in milliseconds, is written to
 ``TRACE_DIR/rank<R>.steps.json``:
   forward        the forward pass and the loss;
   backward       the backward pass, with its gradient hooks and DDP's wait for its last buckets;
@@ -12,7 +13,8 @@ spans on the main thread, a few per step) and writes this rank's per-step breakd
 from __future__ import annotations
 
 import json
-import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -60,18 +62,13 @@ def step_breakdown(spans: list[tuple[str, float, float]]) -> list[dict[str, floa
     return rows
 
 
-def main(argv: list[str]) -> int:
-    from horovod_train.cli import main as cli_main
-
-    trace_dir, train_argv = Path(argv[0]), argv[1:]
+@contextmanager
+def recording(trace_dir: Path) -> Iterator[None]:
+    """The steps of what runs inside recorded; once it returns (not when it raises: a refused command wrote no
+    steps), their parts written to ``trace_dir``/rank<R>.steps.json."""
     rank = environment.detect(resolve_master=False).rank
     spans = phases.record()
-    code = cli_main(train_argv)
+    yield
     trace_dir.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"rank": rank, "steps": step_breakdown(spans)}
     (trace_dir / f"rank{rank}.steps.json").write_text(json.dumps(result, indent=1) + "\n")
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -21,11 +21,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from horovod_train.bench.engine_names import engine_names
+
 GB = 1e9  # a GPU's "80 GB" is 80 x 10^9 bytes (an H100 80GB shows 79.6 GiB... of 85.0 GB)
 FP32, BF16 = 4, 2
 GRAD_BYTES = 4  # fp32 gradient (all-reduced); the state as a whole: the engines' memory model
 MODES = ("full", "gc", "lora", "lora+gc", "lora-bf16+gc")  # gc: gradient checkpointing; bf16: frozen weights
-ENGINES = ("horovod", "ddp", "dp", "single")
+ENGINES = engine_names("horovod", "ddp", "dp", "single")  # those that hold the whole state on every rank
 BYTES_PER_PARAM = {  # weights + gradients + AdamW, per parameter (T/P: the trainable fraction)
     "full": "16",
     "gc": "16",

@@ -94,15 +94,15 @@ def transformer(name: str, lora_r: int | None = None) -> list[int]:
     import torch
     from transformers import AutoModelForSequenceClassification, BertConfig
 
-    from horovod_train.bench import common
+    from horovod_train.bench import architectures
     from horovod_train.models import lora
     from horovod_train.models.model import BERT_BASE_CASED
 
     large = {**BERT_BASE_CASED, **BERT_LARGE, "intermediate_size": 4096}
     if name == "decoder-0.5b":
-        config = common.decoder_config()
+        config = architectures.decoder_config()
     else:
-        config = BertConfig(num_labels=3, **large) if name == "bert-large" else common.bert_config(name)
+        config = BertConfig(num_labels=3, **large) if name == "bert-large" else architectures.bert_config(name)
     with torch.device("meta"):
         model = AutoModelForSequenceClassification.from_config(config)
         model = lora.wrap(model, lora.LoraOptions(r=lora_r)) if lora_r else model

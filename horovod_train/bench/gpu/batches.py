@@ -1,0 +1,57 @@
+"""bench gpu's batches: random token ids with an MNLI-like length distribution (log-normal around --mean_length
+tokens, clipped to [--min_length, --max_seq_length]), grouped by length as --group_by_length does in training, padded
+as each variant takes them (per batch to a multiple of 8, or to the training loader's --length_buckets widths)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+
+from horovod_train.data.loaders import BatchWidths
+
+
+def sample_lengths(n: int, args: argparse.Namespace, generator: torch.Generator) -> list[int]:
+    """Log-normal lengths with mean --mean_length (sigma 0.45, MNLI-like), clipped to [min, max]."""
+    sigma = 0.45
+    mu = math.log(args.mean_length) - sigma**2 / 2
+    draws = torch.exp(mu + sigma * torch.randn(n, generator=generator))
+    return draws.round().clamp(args.min_length, args.max_seq_length).int().tolist()
+
+
+def batch_lengths(args: argparse.Namespace, generator: torch.Generator) -> list[list[int]]:
+    """The examples' lengths of a pool of batches, in the order they are timed."""
+    n_batches = max(8, min(64, args.steps))
+    size = args.per_device_train_batch_size
+    lengths = sample_lengths(n_batches * size, args, generator)
+    if args.group_by_length:  # as LengthGroupedSampler: sort inside megabatches of 50 batches
+        mega = 50 * size
+        lengths = [n for i in range(0, len(lengths), mega) for n in sorted(lengths[i : i + mega], reverse=True)]
+    return [lengths[b * size : (b + 1) * size] for b in torch.randperm(n_batches, generator=generator).tolist()]
+
+
+def make_batches(args: argparse.Namespace, vocab_size: int, pin: bool) -> dict[str, list[dict[str, torch.Tensor]]]:
+    """Pools of the same random batches (pinned when on CUDA) as each variant takes them: ``padded``, each
+    padded to its longest example (x8); ``bucketed``, to --length_buckets lengths (the training loader's
+    BatchWidths)."""
+    generator = torch.Generator().manual_seed(args.seed)
+    chunks = batch_lengths(args, generator)
+    every = [n for chunk in chunks for n in chunk]
+    grouped = 1 if args.group_by_length else args.per_device_train_batch_size
+    layouts = {"padded": BatchWidths(8), "bucketed": BatchWidths.of(every, args.length_buckets, 8, grouped)}
+    pools: dict[str, list[dict[str, torch.Tensor]]] = {name: [] for name in layouts}
+    for chunk in chunks:
+        ids = [torch.randint(1000, vocab_size, (n,), generator=generator).tolist() for n in chunk]
+        labels = torch.randint(0, 3, (len(chunk),), generator=generator)
+        for name, widths in layouts.items():
+            width = widths.width(max(chunk))
+            batch = {
+                "input_ids": torch.tensor([i + [0] * (width - len(i)) for i in ids]),
+                "attention_mask": torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i in ids]),
+                "labels": labels,
+            }
+            pools[name].append(batch)
+    return {
+        name: [{k: v.pin_memory() if pin else v for k, v in b.items()} for b in pool] for name, pool in pools.items()
+    }
