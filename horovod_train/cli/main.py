@@ -52,7 +52,9 @@ COMMANDS = {
     "train": Command(
         "fine-tune a sequence-classification model", "horovod_train.cli.main", "add_train_arguments", "cmd_train", True
     ),
-    "compare": Command("run one job under every engine and tabulate them", "horovod_train.cli.compare", debug=True),
+    "compare": Command(
+        "run one job under every engine and tabulate them", "horovod_train.launching.compare", debug=True
+    ),
     "doctor": Command("print the rank/host/device map and Horovod's build", "horovod_train.cli.doctor"),
     "bench": Command("all-reduce, training and GPU benchmarks", "horovod_train.bench", nested=True),
     "checkpoint": Command(

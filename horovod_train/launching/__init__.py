@@ -1,7 +1,8 @@
 """The launcher table: every launcher (horovodrun, mpirun, torchrun, srun, plain python) is one ``Launcher`` row
 (base.py) that knows how to recognise its processes, how to write its command line and which engine it implies.
 The launch/ scripts (through ``python -m horovod_train.launching``), the ranks' own environment (environment.py),
-``compare``, ``bench``, ``doctor`` and the tests all read it. Standard library only.
+``compare``, ``bench``, ``doctor`` and the tests all read it. Standard library only, but for compare.py: one job
+under every engine, each under its launcher, started and summarized (`horovod-train compare`, and bench's runs).
 
 Adding a launcher: a ``Launcher`` subclass in its own module here, and its row in ``LAUNCHERS``.
 """

@@ -105,8 +105,8 @@ def test_doctor_names_the_engines_of_the_table(toy_row, capsys):
 def test_the_table_says_which_launcher_starts_an_engine_and_compare_follows_it(toy_row, monkeypatch):
     """LOCAL_LAUNCHERS, read without importing an engine (launch/slurm/ddp_torchrun.sbatch asks it before its job):
     each value a launcher row that starts ranks on one machine; a row without one is one plain process."""
-    from horovod_train.cli.compare import supported_runs
     from horovod_train.launching import LAUNCHERS
+    from horovod_train.launching.compare import supported_runs
 
     assert set(table.LOCAL_LAUNCHERS) <= set(table.ENGINE_CLASSES)
     assert all(LAUNCHERS[name].local for name in table.LOCAL_LAUNCHERS.values())

@@ -12,8 +12,8 @@ from torch import nn
 from horovod_train.bench import architectures
 from horovod_train.bench.models import fit
 from horovod_train.bench.runs import memory
-from horovod_train.cli import compare
 from horovod_train.cli.main import main
+from horovod_train.launching import compare
 
 MODEL = fit.Model("toy", params=10**9, hidden=1000, layers=10, trainable_lora=10**6)
 ACT = fit.Activations(seq=100, hidden=1000, layer=4e6, rest=1e6)

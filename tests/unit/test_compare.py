@@ -39,7 +39,7 @@ def test_an_engines_variant_runs_when_named_and_its_arguments_come_last():
     """fsdp's "zero2" variant (Engine.run_variants) is a run of its own on this machine's table: left out of the
     default set (compare's table stays one run per engine), chosen by its name or by the engine's name, and its
     train arguments end its command line, after what compare passes through."""
-    from horovod_train.cli import compare
+    from horovod_train.launching import compare
 
     runs = compare.supported_runs(2)
     names = [r.name for r in runs]

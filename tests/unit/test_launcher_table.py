@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from horovod_train.cli import compare, doctor
+from horovod_train.cli import doctor
 from horovod_train.common.errors import UsageError
-from horovod_train.launching import LAUNCHERS, launcher
+from horovod_train.launching import LAUNCHERS, compare, launcher
 from horovod_train.launching.__main__ import main as print_command
 from horovod_train.launching.base import Launcher, Master, RankVariables, positive
 from horovod_train.launching.environment import DistEnv, detect

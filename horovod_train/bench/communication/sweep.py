@@ -21,11 +21,11 @@ from typing import Any
 
 from horovod_train.bench import architectures, outputs
 from horovod_train.bench.communication.allreduce import COLUMNS, HOROVOD_DEFAULTS
-from horovod_train.cli import compare
 from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
 from horovod_train.config import domains
 from horovod_train.config.arguments import ArgumentParser
+from horovod_train.launching import compare
 
 # controller variant -> (launcher, extra environment)
 VARIANTS: dict[str, tuple[str, dict[str, str]]] = {

@@ -18,10 +18,10 @@ from typing import Any
 
 from horovod_train.bench import architectures, outputs, units
 from horovod_train.bench.models import fit
-from horovod_train.cli import compare
 from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
 from horovod_train.config import domains
+from horovod_train.launching import compare
 from horovod_train.outputs.run_directory import claimed
 from horovod_train.training.peak_memory import activation_bytes, memory_available, node_bytes
 

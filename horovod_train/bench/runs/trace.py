@@ -29,10 +29,10 @@ from typing import Any
 from horovod_train.bench import outputs
 from horovod_train.bench.runs import TRACE_DIR_VARIABLE, train
 from horovod_train.bench.runs.traced import PARTS, union_ms
-from horovod_train.cli import compare
 from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
 from horovod_train.config.run_config import RunConfig
+from horovod_train.launching import compare
 from horovod_train.outputs.run_directory import claimed
 
 MAIN_PARTS = ("step", *PARTS, "other")

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from horovod_train.bench import architectures, outputs
-from horovod_train.cli import compare
 from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
 from horovod_train.config.run_config import RunConfig, parse_run_config
+from horovod_train.launching import compare
 from horovod_train.outputs.run_directory import claimed
 
 DEFAULT_CONFIG = "demo"  # horovod_train/configs/demo.yaml, shipped in the package
