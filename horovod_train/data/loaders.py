@@ -154,15 +154,24 @@ def own_generator(seed: int) -> torch.Generator:
 
 
 def eval_loader(
-    dataset: Dataset, tokenizer: PreTrainedTokenizerBase, batch_size: int, world_size: int, rank: int
+    dataset: Dataset,
+    tokenizer: PreTrainedTokenizerBase,
+    batch_size: int,
+    world_size: int,
+    rank: int,
+    widths: BatchWidths | None = None,
 ) -> DataLoader:
-    """An unpadded strided shard: every example is evaluated exactly once over all ranks."""
+    """An unpadded strided shard: every example is evaluated exactly once over all ranks. ``widths``: the
+    training's (the lengths its batches are padded to), with the split's longest example as a last bucket
+    where it is longer than the training's: a compiled model sees no length in evaluation it was not given
+    in training but that one."""
     shard = dataset.add_column("example_index", list(range(len(dataset)))).select(
         range(rank, len(dataset), world_size), keep_in_memory=True
     )
-    return DataLoader(
-        shard, batch_size=batch_size, shuffle=False, collate_fn=collator(dataset, tokenizer), generator=own_generator(0)
-    )
+    if widths is not None:
+        widths = widths.covering(max(example_lengths(dataset), default=0))
+    collate = collator(dataset, tokenizer, widths)
+    return DataLoader(shard, batch_size=batch_size, shuffle=False, collate_fn=collate, generator=own_generator(0))
 
 
 def collator(dataset: Dataset, tokenizer: PreTrainedTokenizerBase, widths: BatchWidths | None = None):
@@ -192,6 +201,13 @@ class BatchWidths:
     def width(self, longest: int) -> int:
         bucket = next((b for b in self.buckets if b >= longest), None)
         return bucket if bucket is not None else self.multiple * math.ceil(longest / self.multiple)
+
+    def covering(self, longest: int) -> BatchWidths:
+        """These widths with a last bucket for ``longest`` where it is longer than every bucket (another split's
+        longest example): batches longer than the buckets take one shape, not one per length."""
+        if not self.buckets or longest <= self.buckets[-1]:
+            return self
+        return BatchWidths(self.multiple, (*self.buckets, self.width(longest)))
 
     @classmethod
     def of(cls, lengths: Sequence[int], buckets: int, multiple: int | None, batch: int = 1) -> BatchWidths | None:

@@ -41,6 +41,23 @@ def classification_loss(model: nn.Module, batch: dict[str, torch.Tensor], label_
     return nn.functional.cross_entropy(logits, labels, label_smoothing=label_smoothing)
 
 
+def clip_gradient(
+    parameters: Iterator[nn.Parameter],
+    max_grad_norm: float,
+    whole: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """The norm of the whole gradient of ``parameters`` before clipping (HF's Trainer logs it as grad_norm), a
+    0-d tensor on the gradients' device: computed at every step, read at log lines only (no host sync); the
+    gradient clipped to ``max_grad_norm`` where it is > 0 (clip_grad_norm_'s two halves). ``whole``: the
+    norm of every rank's shards combined (FSDP's DTensor)."""
+    parameters = [p for p in parameters if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm([p.grad for p in parameters])
+    norm = whole(norm) if whole is not None else norm
+    if max_grad_norm > 0:
+        torch.nn.utils.clip_grads_with_norm_(parameters, max_grad_norm, norm)
+    return norm
+
+
 class Engine(ABC):
     """Replicated engines (single, dp, horovod, ddp) hold the whole model, its gradients and the optimizer's state
     on every rank; a sharded engine (zero1: the optimizer's state; fsdp: all three) overrides the methods of the
@@ -208,13 +225,13 @@ class Engine(ABC):
 
     def clip_and_step(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float, scaler: Any = None
-    ) -> None:
+    ) -> torch.Tensor | None:
         """Unscale (fp16's GradScaler), clip the norm of the whole (averaged) gradient, step. Without a scaler:
-        clip and step."""
+        clip and step. Returns the gradient's norm before clipping (``clip_gradient``), left on the device."""
         amp.unscale(optimizer, scaler)
-        if max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        norm = clip_gradient(model.parameters(), max_grad_norm)
         amp.optimizer_step(optimizer, scaler)
+        return norm
 
     @abstractmethod
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:

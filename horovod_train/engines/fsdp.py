@@ -38,7 +38,7 @@ from torch.optim import Optimizer
 
 from horovod_train.common.errors import UsageError
 from horovod_train.engines import state_io
-from horovod_train.engines.base import load_keeping_implementation
+from horovod_train.engines.base import clip_gradient, load_keeping_implementation
 from horovod_train.engines.ddp import DDPEngine
 from horovod_train.outputs import checkpoint as ckpt
 from horovod_train.outputs.checksums import tensors_checksum
@@ -117,13 +117,13 @@ class FSDPEngine(DDPEngine):
         model.set_requires_gradient_sync(is_last_micro_step)
         yield
 
-    def clip_and_step(self, model: nn.Module, optimizer: Optimizer, max_grad_norm: float, scaler: Any = None) -> None:
-        if max_grad_norm > 0:  # the norm of the whole gradient: each rank's shards' norms combined
-            parameters = [p for p in model.parameters() if p.grad is not None]
-            norm = torch.nn.utils.get_total_norm([p.grad for p in parameters])
-            norm = norm.full_tensor() if isinstance(norm, DTensor) else norm
-            torch.nn.utils.clip_grads_with_norm_(parameters, max_grad_norm, norm)
+    def clip_and_step(
+        self, model: nn.Module, optimizer: Optimizer, max_grad_norm: float, scaler: Any = None
+    ) -> torch.Tensor | None:
+        # The norm of the whole gradient: each rank's shards' norms combined.
+        norm = clip_gradient(model.parameters(), max_grad_norm, whole_norm)
         optimizer.step()
+        return norm
 
     def full_model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
         # One tensor gathered at a time, kept on rank 0's CPU only.
@@ -201,6 +201,11 @@ class FSDPEngine(DDPEngine):
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "reshard_after_forward": self.reshard_after_forward,
                 "param_dtype": "bfloat16" if self.training.bf16 else "float32"}  # fmt: skip
+
+
+def whole_norm(norm: torch.Tensor) -> torch.Tensor:
+    """A norm of DTensor shards (a collective: each rank's shards' norms combined), as a plain tensor."""
+    return norm.full_tensor() if isinstance(norm, DTensor) else norm
 
 
 def shard_like(value: Any, param: torch.Tensor) -> Any:

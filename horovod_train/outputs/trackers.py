@@ -30,6 +30,8 @@ TRACKERS = ("tensorboard", "wandb", "mlflow")  # each is also the name of the pa
 MLFLOW_PARAM_LIMIT = 500  # characters per value; older mlflow servers reject longer ones
 MLFLOW_BATCH = 100  # params per log_params call (mlflow's per-request limit)
 MLFLOW_BAD_CHARS = re.compile(r"[^0-9A-Za-z_\-./ ]")  # mlflow rejects names with any other character
+# The training records' curves (HF's log names), in panel order.
+TRAINING_CURVES = ("loss", "grad_norm", "learning_rate")
 # An evaluation's example counts and speeds (eval_samples, eval_<split>_samples, eval_runtime, ...): a flat or
 # noisy line about the machine, not the model, so the curves plot leaves them out.
 EVAL_COUNT_AND_SPEED_ENDINGS = ("_samples", "_runtime", "_samples_per_second", "_steps_per_second")
@@ -148,15 +150,13 @@ class Trackers:
 
 
 def plotted(key: str) -> bool:
-    """The training loss and learning rate, and each evaluation metric (not its counts and speeds)."""
-    return key in ("loss", "learning_rate") or (
-        key.startswith("eval_") and not key.endswith(EVAL_COUNT_AND_SPEED_ENDINGS)
-    )
+    """The training loss, gradient norm and learning rate, and each evaluation metric (not its counts and speeds)."""
+    return key in TRAINING_CURVES or (key.startswith("eval_") and not key.endswith(EVAL_COUNT_AND_SPEED_ENDINGS))
 
 
 def curves(log_history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[list[float], list[float]]]:
-    """Finite (step, value) points per key: the training loss, the learning rate, then eval_loss, eval_accuracy,
-    other eval metrics."""
+    """Finite (step, value) points per key: the training loss, the gradient norm, the learning rate, then
+    eval_loss, eval_accuracy, other eval metrics."""
     points: dict[str, tuple[list[float], list[float]]] = {}
     for record in (r for r in log_history if isinstance(r.get("step"), numbers.Real)):
         for key, value in numeric(record).items():
@@ -164,7 +164,7 @@ def curves(log_history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[list[flo
                 steps, values = points.setdefault(key, ([], []))
                 steps.append(float(record["step"]))
                 values.append(value)
-    first = ["loss", "learning_rate", "eval_loss", "eval_accuracy"]
+    first = [*TRAINING_CURVES, "eval_loss", "eval_accuracy"]
     return {k: points[k] for k in sorted(points, key=lambda k: (first.index(k) if k in first else len(first), k))}
 
 
@@ -205,7 +205,9 @@ def curves_figure(log_history: Sequence[Mapping[str, Any]], title: str | None = 
     axes = fig.subplots(len(series), 1, sharex=True, squeeze=False)[:, 0]
     for ax, (key, (steps, values)) in zip(axes, series.items(), strict=True):
         ax.plot(steps, values, marker="o" if len(steps) <= 30 else None)
-        ax.set_ylabel({"loss": "train loss", "learning_rate": "learning rate"}.get(key, key))
+        ax.set_ylabel(
+            {"loss": "train loss", "grad_norm": "gradient norm", "learning_rate": "learning rate"}.get(key, key)
+        )
         ax.grid(alpha=0.3)
         if UNIT_INTERVAL.match(key):
             ax.set_ylim(0, 1)

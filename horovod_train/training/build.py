@@ -236,15 +236,20 @@ def build_train_set(tokenized: DatasetDict, audit_samples: bool) -> Dataset:
     return train_set
 
 
+def batch_widths(train_set: Dataset, args: TrainingArguments, data: DataArguments) -> BatchWidths | None:
+    """The lengths every batch is padded to (--length_buckets, --pad_to_multiple_of), the training data's; the
+    evaluation's batches too (a compiled model compiles once per shape, in evaluation as in training)."""
+    if not (data.length_buckets or data.pad_to_multiple_of):
+        return None
+    lengths = example_lengths(train_set) if data.length_buckets else []
+    # Grouped by length, a batch's examples are alike: its longest is an example's length.
+    batch = 1 if args.group_by_length else args.per_device_train_batch_size
+    return BatchWidths.of(lengths, data.length_buckets, data.pad_to_multiple_of, batch)
+
+
 def build_train_loader(
-    train_set: Dataset, tokenizer: Any, args: TrainingArguments, engine: Engine, data: DataArguments
+    train_set: Dataset, tokenizer: Any, args: TrainingArguments, engine: Engine, widths: BatchWidths | None
 ) -> DataLoader:
-    widths = None
-    if data.length_buckets or data.pad_to_multiple_of:
-        lengths = example_lengths(train_set) if data.length_buckets else []
-        # Grouped by length, a batch's examples are alike: its longest is an example's length.
-        batch = 1 if args.group_by_length else args.per_device_train_batch_size
-        widths = BatchWidths.of(lengths, data.length_buckets, data.pad_to_multiple_of, batch)
     return train_loader(
         train_set,
         tokenizer,

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 from horovod_train.config.run_config import TrainingArguments
 from horovod_train.data.labels import label_names, shape_of
-from horovod_train.data.loaders import eval_loader
+from horovod_train.data.loaders import BatchWidths, eval_loader
 from horovod_train.data.splits import eval_split_names, test_split_names
 from horovod_train.engines.base import Engine
 from horovod_train.tasks.base import TaskShape
@@ -89,9 +89,9 @@ def fill_forwards(engine: Engine, net: nn.Module, count: int, precision: Precisi
 class Evaluator:
     def __init__(
         self, engine: Engine, model: nn.Module, tokenizer: Any, tokenized: DatasetDict, args: TrainingArguments,
-        precision: Precision, task_name: str | None = None,
+        precision: Precision, task_name: str | None = None, widths: BatchWidths | None = None,
     ) -> None:  # fmt: skip
-        self.engine, self.model, self.precision = engine, model, precision
+        self.engine, self.model, self.precision, self.widths = engine, model, precision, widths
         self.tokenizer, self.tokenized = tokenizer, tokenized
         self.batch_size, self.label_smoothing = args.per_device_eval_batch_size, args.label_smoothing_factor
         self.shape = task_shape(tokenized, task_name, args.multi_label_threshold)
@@ -133,7 +133,9 @@ class Evaluator:
 
     def outputs(self, split: str, labelled: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         engine = self.engine
-        loader = eval_loader(self.tokenized[split], self.tokenizer, self.batch_size, engine.world_size, engine.rank)
+        loader = eval_loader(
+            self.tokenized[split], self.tokenizer, self.batch_size, engine.world_size, engine.rank, self.widths
+        )
         net = engine.eval_module(self.model)
         return gather_outputs(engine, net, loader, self.precision, labelled, self.label_smoothing, self.shape)
 

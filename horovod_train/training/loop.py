@@ -105,10 +105,11 @@ class TrainingLoop:
         def on_loss(loss: torch.Tensor, batch: dict[str, torch.Tensor]) -> None:
             self.meter.add(loss, batch, position.global_step + 1)
 
-        examples = accumulate_and_step(  # this rank's examples in this step
+        examples, grad_norm = accumulate_and_step(  # this rank's examples in this step
             engine, self.parts.model, optimizer, self.precision, micro_batches, accum, args.max_grad_norm,
             args.label_smoothing_factor, on_loss,
         )  # fmt: skip
+        self.meter.step(grad_norm)
         # What the batches held (an epoch's last may be partial); every rank's shard is padded to the same size.
         self.parts.train_loader.sampler.record_step(examples)
         position.advance(examples * engine.world_size)

@@ -49,6 +49,7 @@ class Meter:
     samples: int = 0
     tokens: torch.Tensor | None = None
     first_bad_step: torch.Tensor | None = None  # the first step with a non-finite loss, 0 for none
+    grad_norm: torch.Tensor | None = None  # the last optimizer step's (the same on every rank), as HF logs it
     started: float = field(default_factory=time.perf_counter)
 
     def add(self, loss: torch.Tensor, batch: dict[str, torch.Tensor], step: int = 0) -> None:
@@ -64,11 +65,19 @@ class Meter:
         mask = batch.get("attention_mask")  # none in a padding-free batch (--padding_free): every token is real
         self.tokens = self.tokens + (mask.sum() if mask is not None else batch["input_ids"].numel())
 
+    def step(self, grad_norm: torch.Tensor | None) -> None:
+        """An optimizer step ended with ``grad_norm`` (left on the device: read when logged)."""
+        self.grad_norm = grad_norm
+
     def reduce(self, engine: Engine, learning_rate: float | None = None) -> dict[str, float]:
-        """Collective. Raises NonFiniteLoss on every rank if any rank's loss was NaN or infinite."""
+        """Collective. Raises NonFiniteLoss on every rank if any rank's loss was NaN or infinite. ``grad_norm``
+        where a step gave one."""
         loss_sum = tokens = first_bad = 0.0
+        grad_norm: list[float] = []
         if self.loss_sum is not None:  # one copy to the host per log line
-            loss_sum, tokens, first_bad = torch.stack([self.loss_sum, self.tokens, self.first_bad_step]).tolist()
+            held = [self.loss_sum, self.tokens, self.first_bad_step]
+            held += [self.grad_norm.detach().float().to(self.loss_sum.device)] if self.grad_norm is not None else []
+            loss_sum, tokens, first_bad, *grad_norm = torch.stack(held).tolist()
         sums = engine.all_reduce_sum(
             torch.tensor([loss_sum, self.micro_batches, self.samples, tokens], dtype=torch.float64)
         ).tolist()
@@ -76,8 +85,10 @@ class Meter:
             steps = engine.all_gather(torch.tensor([first_bad], dtype=torch.float64, device=engine.device))
             raise NonFiniteLoss(min(int(s) for s in steps.cpu().tolist() if s > 0), sums[0], learning_rate)
         elapsed = max(time.perf_counter() - self.started, 1e-9)
+        norm = {"grad_norm": grad_norm[0]} if grad_norm else {}  # where a step gave one
         return {
             "loss": sums[0] / max(sums[1], 1),
+            **norm,
             "samples_per_second": sums[2] / elapsed,
             "tokens_per_second": sums[3] / elapsed,
         }

@@ -11,6 +11,7 @@ from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
 from horovod_train.config.run_config import StepIntervals
+from horovod_train.data.loaders import BatchWidths
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.outputs import checkpoint as ckpt
 from horovod_train.training.position import TrainingPosition
@@ -44,3 +45,4 @@ class RunParts:
     plan: RunPlan
     policy: RunPolicy
     checkpoints: ckpt.Checkpoints
+    widths: BatchWidths | None = None  # the lengths batches are padded to, in training and evaluation

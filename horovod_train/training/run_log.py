@@ -50,7 +50,8 @@ class RunLog:
             "world_size": self.engine.world_size,
             **meter,
         }
-        position.log_history.append({k: record[k] for k in ("loss", "learning_rate", "epoch", "step")})
+        position.log_history.append({k: record[k] for k in ("loss", "grad_norm", "learning_rate", "epoch", "step")
+                                     if k in record})  # fmt: skip
         self.trackers.log(record, position.global_step)
         if self.engine.is_main:
             with self.run_dir.file(METRICS).open("a") as f:

@@ -12,6 +12,7 @@ run there keeps the batch it was given, and says so."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -25,6 +26,11 @@ from horovod_train.training.amp import Precision
 Batch = dict[str, torch.Tensor]
 
 
+class Step(NamedTuple):
+    examples: int  # this rank trained on
+    grad_norm: torch.Tensor | None  # the whole gradient's before clipping, on the device (Engine.clip_and_step)
+
+
 def accumulate_and_step(
     engine: Engine,
     model: nn.Module,
@@ -35,11 +41,11 @@ def accumulate_and_step(
     max_grad_norm: float,
     label_smoothing: float = 0.0,
     on_loss: Callable[[torch.Tensor, Batch], None] | None = None,
-) -> int:
+) -> Step:
     """Forward and backward over ``accumulation_steps`` micro-batches (on the engine's device; the engine's
-    all-reduce deferred to the last), then clip and step; returns the examples this rank trained on.
-    ``on_loss`` gets each micro-batch's detached loss (the loop's meter: no host sync). The labelled ranges
-    are what `bench trace` splits a step into (profiler ranges: a few µs per step)."""
+    all-reduce deferred to the last), then clip and step. ``on_loss`` gets each micro-batch's detached loss
+    (the loop's meter: no host sync). The labelled ranges are what `bench trace` splits a step into (profiler
+    ranges: a few µs per step)."""
     examples = 0
     with phases.span(phases.STEP):
         for micro in range(accumulation_steps):
@@ -53,9 +59,9 @@ def accumulate_and_step(
             if on_loss is not None:
                 on_loss(loss.detach(), batch)
         with phases.span(phases.OPTIMIZER):
-            engine.clip_and_step(model, optimizer, max_grad_norm, precision.scaler)
+            grad_norm = engine.clip_and_step(model, optimizer, max_grad_norm, precision.scaler)
             optimizer.zero_grad()
-    return examples
+    return Step(examples, grad_norm)
 
 
 def halve_until_fits(try_batch: Callable[[int], None], batch: int, accumulation: int) -> tuple[int, int]:

@@ -126,7 +126,8 @@ class Trainer:
             tensors = resumed.pop("tensors")  # whole, or the checkpoint each rank reads its part of
             engine.load_model_state(model, Path(tensors) if isinstance(tensors, str) else tensors)
         train_set = build.build_train_set(tokenized, args.audit_samples)
-        train_loader = build.build_train_loader(train_set, tokenizer, args, engine, config.data)
+        widths = build.batch_widths(train_set, args, config.data)
+        train_loader = build.build_train_loader(train_set, tokenizer, args, engine, widths)
         plan = build.plan_run(args, len(train_loader), engine.world_size)
         policy = engine.policy(model, optimizer, train_loader.sampler, len(train_set), self.precision.scaler)
         lineage = resumed["trainer_state"].get("lineage", []) if resumed else []  # [] for a checkpoint from elsewhere
@@ -134,6 +135,7 @@ class Trainer:
         parts = RunParts(
             tokenizer=tokenizer, tokenized=tokenized, compatibility=compatibility, model=model, optimizer=optimizer,
             train_set=train_set, train_loader=train_loader, plan=plan, policy=policy, checkpoints=checkpoints,
+            widths=widths,
         )  # fmt: skip
         return parts, resumed
 
@@ -170,9 +172,8 @@ class Trainer:
 
     def build_loop(self, parts: RunParts, position: TrainingPosition) -> TrainingLoop:
         engine = self.engine
-        evaluator = Evaluator(
-            engine, parts.model, parts.tokenizer, parts.tokenized, self.args, self.precision, self.config.data.task_name
-        )
+        evaluator = Evaluator(engine, parts.model, parts.tokenizer, parts.tokenized, self.args, self.precision,
+                              self.config.data.task_name, widths=parts.widths)  # fmt: skip
         return TrainingLoop(
             engine, self.args, parts, self.precision, position,
             signals=self.signals,

@@ -202,11 +202,17 @@ def test_bench_trace_splits_each_engines_step_from_real_traces(tmp_path, cache_d
 def test_bench_gpu_runs_tiny_on_cpu(tmp_path, cache_dir):
     out = tmp_path / "gpu"
     args = ["gpu", "--tiny", "--repeats", "2", "--peak_tflops", "989", "--output_dir", str(out)]
-    proc = run([*BENCH, *args, "--variants", "bucketed", "--length_buckets", "2"], cache_dir, timeout=300)
+    proc = run([*BENCH, *args, "--variants", "bucketed", "padding_free", "--length_buckets", "2"], cache_dir,
+               timeout=300)  # fmt: skip
     assert_ok(proc)
     rows, report = read_outputs(out, "gpu", GPU_COLUMNS)
     expected = [("single", "eager"), ("horovod", "eager"), ("single", "bucketed")]
     assert [(r["engine"], r["variant"]) for r in rows] == expected and report["tiny"] is True
+    # padding_free: a decoder's; on BERT a row of the table says so, and nothing is timed.
+    (skipped,) = report["skipped"]
+    assert skipped["variant"] == "padding_free" and skipped["skipped"].startswith("skipped: tiny-bert is an encoder")
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("single") and "padding_free" in line]
+    assert line.endswith(skipped["skipped"]) and " - " in line
     # The bucketed step trains on the same examples, padded to at most two lengths; nothing is compiled.
     windows = {(w["engine"], w["repeat"]): w for w in report["raw"]}
     for repeat in range(2):

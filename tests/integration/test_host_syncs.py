@@ -64,8 +64,8 @@ def test_training_steps_read_nothing_back_to_the_host_between_log_lines(tmp_path
         reads = [chain(e) for e in trace.events() if e.name in HOST_READS and not not_ours(e)]
         assert reads == [], f"{len(reads)} host reads in 4 steps (8 micro-batches)"
         assert loop.meter.micro_batches == 10
-        logged = loop.meter.reduce(engine)  # the log line: one read of the sums
-        assert logged["loss"] > 0 and logged["samples_per_second"] > 0
+        logged = loop.meter.reduce(engine)  # the log line: one read of the sums and the last step's gradient norm
+        assert logged["loss"] > 0 and logged["samples_per_second"] > 0 and logged["grad_norm"] > 0
 
 
 def test_a_nan_loss_stops_the_run_naming_the_step_before_any_result_is_written(tmp_path, offline_cache):

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from support.jobs import SMALL_JOB, run, train_cmd
 
 from horovod_train.config.run_config import parse_run_config
-from horovod_train.tasks.scores import metric_module
+from horovod_train.tasks.scores import METRICS, custom_classification_scores, metric_module
 
 JOB = [*SMALL_JOB, "--engine", "single", "--synthetic_num_examples", "600", "--logging_steps", "3"]
 
@@ -29,6 +30,27 @@ def test_f1_module_gives_scikit_learns_documented_values():
     assert score("weighted") == pytest.approx(0.26666, abs=1e-4) and score(None).tolist() == pytest.approx([0.8, 0, 0])
     binary = f1.compute(predictions=[0, 1, 1, 0, 1], references=[0, 1, 0, 0, 1])["f1"]
     assert binary == pytest.approx(0.8)  # precision 2/3, recall 1
+
+
+def test_the_shipped_modules_give_the_runs_numbers_and_refuse_what_the_hubs_refuse():
+    """One implementation of each metric (issue 57): the `evaluate` modules' numbers are the run's (scores.METRICS,
+    scikit-learn's), on classes one of which is never predicted; a multiclass input to the binary F1 is refused,
+    as the hub's module (scikit-learn) refuses it."""
+    rng = np.random.default_rng(5)
+    references = rng.integers(0, 4, 200)
+    predictions = np.where(rng.random(200) < 0.6, references, rng.integers(0, 3, 200))
+    given = {"predictions": predictions.tolist(), "references": references.tolist()}
+    accuracy, f1 = metric_module("accuracy"), metric_module("f1")
+    assert accuracy.compute(**given)["accuracy"] == METRICS["accuracy"](predictions, references)
+    assert accuracy.compute(**given, normalize=False)["accuracy"] == (predictions == references).sum()
+    for average in ("micro", "macro"):
+        assert f1.compute(**given, average=average)["f1"] == METRICS[f"f1_{average}"](predictions, references)
+    assert custom_classification_scores(**given) == {
+        "accuracy": METRICS["accuracy"](predictions, references),
+        "f1": METRICS["f1_macro"](predictions, references),
+    }
+    with pytest.raises(ValueError, match="Target is multiclass but average='binary'"):
+        f1.compute(**given)
 
 
 HF_NAMES = [  # flag, value, where it lands in the run's configuration

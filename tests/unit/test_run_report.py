@@ -173,6 +173,24 @@ def test_result_line_per_task_shape(task, metrics, shown):
     assert result_line({**RESULTS, **task, **metrics}) == f"{shown}; single, world size 1, 2.0s"
 
 
+def test_each_log_line_records_the_last_steps_gradient_norm_as_hfs_trainer_names_it(logged_run):
+    """grad_norm in trainer_state.json's log_history, metrics.jsonl and TensorBoard (train/grad_norm), plotted."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out, _ = logged_run
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    training = [entry for entry in history if "loss" in entry]
+    assert [e["step"] for e in training] == [2, 4, 6] and all(e["grad_norm"] > 0 for e in training), training
+    records = [json.loads(line) for line in (out / run_directory.METRICS).read_text().splitlines()]
+    assert [r["grad_norm"] for r in records] == [e["grad_norm"] for e in training]
+    (board,) = (out / "runs").iterdir()
+    events = EventAccumulator(str(board)).Reload()
+    assert [round(e.value, 5) for e in events.Scalars("train/grad_norm")] == [
+        round(e["grad_norm"], 5) for e in training
+    ]
+    assert list(curves(history))[:3] == ["loss", "grad_norm", "learning_rate"]
+
+
 def test_the_curves_have_the_learning_rate_and_no_count_panels():
     history = [
         {"loss": 1.1, "learning_rate": 2e-4, "epoch": 0.5, "step": 10},

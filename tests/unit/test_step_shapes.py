@@ -84,11 +84,11 @@ def test_padding_free_is_refused_for_an_encoder(tmp_path):
         enable_padding_free(model)
 
 
-def varied_lengths(path: Path, n: int = 600) -> Path:
-    """Sentences of 1 to 24 words (synthetic-nli's batches all pad to about one length)."""
+def varied_lengths(path: Path, n: int = 600, longest: int = 24) -> Path:
+    """Sentences of 1 to ``longest`` words (synthetic-nli's batches all pad to about one length)."""
     words = " ".join(texts(200)).split()
     generator = random.Random(3)
-    rows = [(" ".join(generator.choices(words, k=generator.randint(1, 24))), i % 3) for i in range(n)]
+    rows = [(" ".join(generator.choices(words, k=generator.randint(1, longest))), i % 3) for i in range(n)]
     path.write_text("sentence,label\n" + "".join(f'"{text}",{label}\n' for text, label in rows))
     return path
 
@@ -155,3 +155,38 @@ def test_padding_free_with_bucket_padding_is_refused_in_one_line():
         "--padding_free batches have no padding to shape, so --length_buckets would do nothing; "
         "fix: drop --padding_free or --length_buckets"
     )
+
+
+def test_evaluation_batches_take_the_training_buckets_so_a_compiled_model_compiles_once_per_bucket(
+    tmp_path,
+    offline_cache,  # noqa: F811
+):
+    """A validation set with longer sentences than training's, in batches of 2 (many lengths): its batches are
+    padded to the training's buckets and one more for its longest, so evaluation compiles at most a graph per
+    bucket, and nothing the second time (without them: a graph per length, until dynamo's limit and eager)."""
+    from torch._dynamo.utils import counters
+
+    train, validation = varied_lengths(tmp_path / "train.csv"), varied_lengths(tmp_path / "val.csv", 64, longest=40)
+    flags = ["--length_buckets", "3", "--pad_to_multiple_of", "8", "--group_by_length"]
+    flags += ["--torch_compile_backend", "eager"]
+    run_config = parse_run_config([*SMALL_JOB, "--engine", "single", "--train_file", str(train), *flags,
+                                   "--validation_file", str(validation), "--per_device_eval_batch_size", "2",
+                                   "--output_dir", str(tmp_path / "run")])  # fmt: skip
+    torch._dynamo.reset()
+    counters.clear()
+    engine = SingleEngine(run_config)
+    with engine.running():
+        loop = Trainer(run_config, engine).setup()
+        buckets = loop.parts.widths.buckets
+        first = loop.evaluator.evaluate_all()
+        graphs = counters["stats"]["unique_graphs"]
+        again = loop.evaluator.evaluate_all()
+    assert len(buckets) == 3 and 0 < graphs <= len(buckets) + 1, (buckets, graphs)
+    assert counters["stats"]["unique_graphs"] == graphs and again["eval_accuracy"] == first["eval_accuracy"]
+    assert first["eval_samples"] == 64
+
+
+def test_a_split_longer_than_the_buckets_gets_one_bucket_more():
+    widths = BatchWidths(8, (16, 32))
+    assert widths.covering(30) is widths and BatchWidths(8).covering(70) == BatchWidths(8)
+    assert widths.covering(45) == BatchWidths(8, (16, 32, 48)) and widths.covering(45).width(40) == 48

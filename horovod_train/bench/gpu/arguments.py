@@ -58,7 +58,7 @@ class GpuBenchArguments:
                                metadata={"help": "Engines to time.", "choices": ENGINES})  # fmt: skip
     variants: list[str] = field(default_factory=list, metadata={
         "help": "The single engine's step in other forms, timed beside the engines: bucketed (--length_buckets), "
-                "compiled, cudagraphs (both bucketed); padding_free is a decoder's (BERT: left out, said).",
+                "compiled, cudagraphs (both bucketed); padding_free is a decoder's (BERT: a row saying why not).",
         "choices": VARIANTS})  # fmt: skip
 
 

@@ -88,10 +88,9 @@ def main(args: argparse.Namespace) -> int:
     engines = {name: setup_engine(name, training) for name in {*args.engines, *(["single"] if args.variants else [])}}
     try:
         contenders = {name: Contender(engines[name], args, training) for name in args.engines}
-        for variant in args.variants:
-            if variant == "padding_free":  # bench gpu's models are BERT's (model.py DECODER_FAMILIES)
-                print(f"padding_free left out: {args.model} is an encoder; padding-free batches are decoders'")
-            elif variant != "eager" or "single" not in args.engines:
+        skipped = [row for row in (skipped_variant(v, args.model) for v in args.variants) if row is not None]
+        for variant in (v for v in args.variants if v not in {row["variant"] for row in skipped}):
+            if variant != "eager" or "single" not in args.engines:
                 contenders[f"single/{variant}"] = Contender(engines["single"], args, training, variant)
         pools = make_batches(args, bert_config(args.model).vocab_size, pin=cuda)
         for c in contenders.values():
@@ -107,9 +106,10 @@ def main(args: argparse.Namespace) -> int:
             engine.shutdown()
     out = Path(args.output_dir)
     device = torch.cuda.get_device_name(0) if cuda else "cpu"
-    outputs.write_rows(out, "gpu", COLUMNS, rows, raw=raw, tiny=args.tiny, device=device, args=vars(args))
+    outputs.write_rows(out, "gpu", COLUMNS, rows, raw=raw, skipped=skipped, tiny=args.tiny, device=device,
+                       args=vars(args))  # fmt: skip
     plot(rows, out / "gpu.png")
-    print("\n".join(format_table(*table(rows))))
+    print("\n".join(format_table(*table([*rows, *skipped]))))
     if args.tiny:
         print("tiny mode (no CUDA or --tiny): a smoke test of the command, not a GPU measurement")
     for r in rows:
@@ -169,9 +169,27 @@ def summarize(
     return rows
 
 
+def skipped_variant(variant: str, model: str) -> dict[str, str] | None:
+    """The table's row saying why ``variant`` is not timed on ``model``, or None. Padding-free batches are the
+    decoder families' (model.DECODER_FAMILIES): an encoder attends both ways over its padded row, and
+    transformers' encoders do not split a flattened row by position ids (train refuses --padding_free for one)."""
+    from horovod_train.models.model import DECODER_FAMILIES
+
+    family = bert_config(model).model_type
+    if variant != "padding_free" or family in DECODER_FAMILIES:
+        return None
+    decoders = ", ".join(DECODER_FAMILIES)
+    why = f"skipped: {model} is an encoder ({family}); padding-free is the decoder families' ({decoders})"
+    return {"engine": "single", "variant": variant, "model": model, "skipped": why}
+
+
 def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Measured rows, and a skipped variant's row with its reason (``skipped_variant``)."""
     header = ["engine", "variant", "model", "precision", "batch", "samples/s", "tokens/s", "padded tokens/s",
               "step ms", "MFU", "graphs", "peak MB", "vs single"]  # fmt: skip
+    skipped = [[r["engine"], r["variant"], r["model"], *["-"] * (len(header) - 4), r["skipped"]]
+               for r in rows if "skipped" in r]  # fmt: skip
+    rows = [r for r in rows if "skipped" not in r]
     body = [
         [
             r["engine"],
@@ -190,7 +208,7 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
         ]
         for r in rows
     ]
-    return header, body
+    return header, body + skipped
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:

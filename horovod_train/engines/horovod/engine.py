@@ -18,7 +18,7 @@ from torch.optim import Optimizer
 from horovod_train.common.console import write_line
 from horovod_train.common.errors import UsageError
 from horovod_train.config.run_config import RunConfig
-from horovod_train.engines.base import Engine
+from horovod_train.engines.base import Engine, clip_gradient
 from horovod_train.engines.horovod import elastic, env
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.launching import environment
@@ -137,7 +137,7 @@ class HorovodEngine(Engine):
 
     def clip_and_step(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float, scaler: Any = None
-    ) -> None:
+    ) -> torch.Tensor | None:
         plain = max_grad_norm <= 0 and scaler is None
         with phases.span(phases.GRADIENT_WAIT):
             if self.device.type == "cpu":
@@ -146,13 +146,13 @@ class HorovodEngine(Engine):
                 # Unscale and clip the averaged gradient, not each rank's local one: wait for the all-reduce first.
                 optimizer.synchronize()
         if plain:
-            optimizer.step()
-            return
+            optimizer.step()  # waits for the all-reduce, which leaves the averaged gradient: its norm
+            return clip_gradient(model.parameters(), max_grad_norm)
         amp.unscale(optimizer, scaler)
-        if max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        norm = clip_gradient(model.parameters(), max_grad_norm)
         with optimizer.skip_synchronize():
             amp.optimizer_step(optimizer, scaler)
+        return norm
 
     def wait(self, handle: int) -> Any:
         """The result of the engine's own collectives (not the gradients'), which wait for seconds where rank 0

@@ -1,12 +1,14 @@
 """Accuracy as an `evaluate` metric module, shipped with the package so evaluation works offline.
 
-Same inputs and output as the hub's "accuracy" metric (predictions, references, normalize,
-sample_weight), computed with numpy instead of scikit-learn.
+The hub's "accuracy" metric, offline: the same inputs and output (predictions, references, normalize,
+sample_weight), computed as the hub's is, by scikit-learn's accuracy_score, through the one accuracy the runs
+score with (horovod_train.tasks.scores.accuracy).
 """
 
 import datasets
 import evaluate
-import numpy as np
+
+from horovod_train.tasks.scores import accuracy
 
 _DESCRIPTION = "Accuracy is the proportion of correct predictions among the total number of cases processed."
 _KWARGS_DESCRIPTION = """
@@ -16,7 +18,7 @@ Args:
     normalize (bool): if False, return the number of correct predictions. Defaults to True.
     sample_weight (list of float): sample weights. Defaults to None.
 Returns:
-    accuracy (float or int)
+    accuracy (float)
 """
 _CITATION = ""
 
@@ -32,9 +34,4 @@ class Accuracy(evaluate.Metric):
         )
 
     def _compute(self, predictions, references, normalize=True, sample_weight=None):
-        correct = np.asarray(predictions) == np.asarray(references)
-        weights = np.ones(len(correct)) if sample_weight is None else np.asarray(sample_weight, dtype=float)
-        hits = float((correct * weights).sum())
-        if normalize:
-            return {"accuracy": hits / float(weights.sum())}
-        return {"accuracy": int(hits) if sample_weight is None else hits}
+        return {"accuracy": accuracy(predictions, references, normalize=normalize, sample_weight=sample_weight)}
