@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from horovod_train.arguments import FALSE_VALUES, TRUE_VALUES, ArgumentParser, add_dataclass_arguments
-from horovod_train.config import CONFIG_HELP, SECTIONS, RunConfig, TrainingArguments, parse_run_config
+from horovod_train.config import CONFIG_HELP, RunConfig, TrainingArguments, parse_run_config, sections
 from horovod_train.console import write_line
+from horovod_train.engines.joining import check_launch
 from horovod_train.errors import UsageError, exit_with
 from horovod_train.launching import environment
 from horovod_train.run_directory import RunDirectory
@@ -77,7 +78,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = "Fine-tune a sequence-classification model data-parallel."
-    for section in SECTIONS.values():
+    for section in sections().values():
         add_dataclass_arguments(parser, section)
     parser.add_argument("--config", help=CONFIG_HELP)
 
@@ -116,7 +117,7 @@ def hide_gpus_for_use_cpu(training: TrainingArguments) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     config = parse_run_config(namespace=args)  # bad flags are refused before torch and transformers load
-    environment.check_launch(config.training.engine)  # the environment's variables and the launcher's world, too
+    check_launch(config.training.engine)  # the environment's variables and the launcher's world, too
     refuse_output_dir_early(config)
 
     from horovod_train.engines import create_engine

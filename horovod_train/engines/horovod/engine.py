@@ -9,14 +9,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.optim import Optimizer
 
 from horovod_train import amp
-from horovod_train.config import RunConfig
 from horovod_train.console import write_line
 from horovod_train.engines.base import Engine
 from horovod_train.engines.horovod import elastic, env
@@ -25,6 +24,9 @@ from horovod_train.errors import UsageError
 from horovod_train.launching import environment
 from horovod_train.launching.mpirun import Mpirun, check_mpi_world
 from horovod_train.training import phases
+
+if TYPE_CHECKING:  # the engine rows, which config reads, import the engines
+    from horovod_train.config import RunConfig
 
 
 class HorovodEngine(Engine):
