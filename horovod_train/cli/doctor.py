@@ -13,7 +13,8 @@ from horovod_train import __version__
 from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
 from horovod_train.config.run_config import RunConfig, TrainingArguments
-from horovod_train.engines.table import ENGINE_NEEDS, can_run
+from horovod_train.engines.joining import check_launch, implied_engine
+from horovod_train.engines.specs import ENGINES, names
 from horovod_train.launching import LAUNCHERS, environment
 from horovod_train.launching.base import hostname
 from horovod_train.launching.horovodrun import ran_mpirun
@@ -35,7 +36,7 @@ def implied_engines() -> str:
     """``horovod under horovodrun and mpirun, ...``: the engine each launcher of the table implies."""
     under: dict[str, list[str]] = {}
     for row in LAUNCHERS.values():
-        under.setdefault(row.engine, []).append(f"plain {row.tool}" if row.fallback else row.name)
+        under.setdefault(implied_engine(row), []).append(f"plain {row.tool}" if row.fallback else row.name)
     return ", ".join(f"{engine} under {' and '.join(names)}" for engine, names in under.items())
 
 
@@ -93,11 +94,11 @@ def launcher_named(env: environment.DistEnv, variables: Mapping[str, str]) -> st
     return env.launcher
 
 
-def engines_line(names: list[str]) -> str:
+def engines_line() -> str:
     """The engines that can run here (those whose module is missing named apart, with what they need)."""
-    missing = [name for name in names if not can_run(name)]
-    line = f"engines: {', '.join(name for name in names if name not in missing)}"
-    return line + "".join(f" (not {name}: {ENGINE_NEEDS[name]} is not importable)" for name in missing)
+    missing = [ENGINES[name] for name in names() if not ENGINES[name].can_run()]
+    line = f"engines: {', '.join(name for name in names() if ENGINES[name] not in missing)}"
+    return line + "".join(f" (not {spec.name}: {spec.needs} is not importable)" for spec in missing)
 
 
 def device_rules(used: set[str]) -> list[str]:
@@ -106,14 +107,14 @@ def device_rules(used: set[str]) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from horovod_train.engines import available_engines, create_engine
+    from horovod_train.engines import create_engine
 
     env = environment.detect(resolve_master=False)
-    name = env.implied_engine() if args.engine == "auto" else args.engine
+    name = implied_engine(LAUNCHERS[env.launcher]) if args.engine == "auto" else args.engine
     if name == "dp":
-        joining = [engine for engine in available_engines() if engine != "dp"]  # the table's, dp's one process aside
+        joining = [engine for engine in names() if engine != "dp"]  # the rows', dp's one process aside
         raise UsageError("doctor joins a job with one process per rank", f"use --engine {' or '.join(joining)}")
-    environment.check_launch(name)
+    check_launch(name)
     engine = create_engine(RunConfig(training=TrainingArguments(engine=name)))
     with engine.running():
         row = {
@@ -135,7 +136,7 @@ def main(args: argparse.Namespace) -> int:
                 *device_rules({r["device_rule"] for r in rows}),
                 *horovod_support(),
                 *torch_support(),
-                engines_line(list(available_engines())),
+                engines_line(),
                 f"horovod-train {__version__} ({Path(__file__).parents[1]})",
             ]
             print("\n".join(lines), flush=True)

@@ -15,7 +15,14 @@ from horovod_train.bench.runs import TRACE_DIR_VARIABLE
 from horovod_train.common.console import write_line
 from horovod_train.common.errors import UsageError, exit_with
 from horovod_train.config.arguments import FALSE_VALUES, TRUE_VALUES, ArgumentParser, add_dataclass_arguments
-from horovod_train.config.run_config import CONFIG_HELP, SECTIONS, RunConfig, TrainingArguments, parse_run_config
+from horovod_train.config.run_config import (
+    CONFIG_HELP,
+    RunConfig,
+    TrainingArguments,
+    parse_run_config,
+    sections,
+)
+from horovod_train.engines.joining import check_launch
 from horovod_train.launching import environment
 from horovod_train.outputs.run_directory import RunDirectory
 from horovod_train.tasks.scores import METRIC_NAMES
@@ -83,7 +90,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = "Fine-tune a sequence-classification model data-parallel."
-    for section in SECTIONS.values():
+    for section in sections().values():
         add_dataclass_arguments(parser, section)
     parser.add_argument("--config", help=CONFIG_HELP)
 
@@ -122,7 +129,7 @@ def hide_gpus_for_use_cpu(training: TrainingArguments) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     config = parse_run_config(namespace=args)  # bad flags are refused before torch and transformers load
-    environment.check_launch(config.training.engine)  # the environment's variables and the launcher's world, too
+    check_launch(config.training.engine)  # the environment's variables and the launcher's world, too
     refuse_output_dir_early(config)
 
     from horovod_train.engines import create_engine

@@ -86,6 +86,7 @@ def _optional(kind: Any) -> Any:
 def _adjusted(f: dataclasses.Field, field_type: FieldType, kwargs: dict[str, Any], shown_default: Any) -> dict:
     """HfArgumentParser's keywords for ``f``'s argument, in our conventions (see the module's doc)."""
     kwargs = dict(kwargs, default=None)
+    kwargs.pop("domain", None)  # the field's check (domains.py), not argparse's
     if kwargs.get("action") == "store_false":  # HfArgumentParser's --no_<flag>
         return {**kwargs, "help": f"The same as --{f.name} false. (default: not given)"}
     if field_type.choices is not None:

@@ -1,7 +1,8 @@
 """Every argument's domain, checked before anything is written (one line, exit 2, as errors.py says).
 
-``DOMAINS`` has one entry per field of the config sections (tests/unit/test_domains.py fails for a field
-without one). A domain checks one value; ``None`` (an optional argument left unset) is always in it.
+``DOMAINS`` has one entry per field of the model, data and training sections; an engine's options carry theirs in
+their fields' metadata (``"domain"``), beside the engine's row (engines/specs.py); tests/unit/test_domains.py fails
+for a field without one. A domain checks one value; ``None`` (an optional argument left unset) is always in it.
 Ranges follow transformers' ``TrainingArguments`` where it checks one (warmup_ratio in [0, 1]) and
 what torch, NumPy and Horovod accept otherwise (AdamW's eps and weight decay >= 0, NumPy's seed below
 2**32). The fixed sets of values are the ``Literal`` types below, which the argument dataclasses use as
@@ -17,13 +18,12 @@ import os
 import re
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import Field, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from horovod_train.common.errors import UsageError
 from horovod_train.data.glue import check_task
-from horovod_train.engines.table import ENGINE_CLASSES, ENGINE_NAMES
 from horovod_train.outputs.trackers import check_report_to
 from horovod_train.training.schedule import SCHEDULES
 from horovod_train.training.stopping import parse_signals
@@ -45,8 +45,8 @@ NOT_STOP_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS"
 Check = Callable[[str, Any], None]  # (argument name, value) -> None, or raises UsageError
 
 # The fixed sets, as the dataclasses' field types (HfArgumentParser lists their values in --help); those of a
-# registry are read from it: the engine table's names, the learning-rate schedules.
-EngineName = Literal[ENGINE_NAMES]
+# registry are read from it: the learning-rate schedules (the engines': engines/specs.py's EngineName). An engine's
+# own sets are its options module's.
 Strategy = Literal["epoch", "steps", "no"]
 # transformers' --log_level: passive leaves the libraries' levels as this project sets them (errors only).
 LogLevel = Literal["passive", "debug", "info", "warning", "error", "critical"]
@@ -55,9 +55,6 @@ ScheduleName = Literal[SCHEDULES]
 OptimizerName = Literal["adamw_torch_fused", "adamw_torch"]
 # torch.optim.AdamW's ``fused`` for each (None: torch's choice, per-tensor operations on CPU).
 ADAMW_FUSED: dict[str, bool | None] = {"adamw_torch_fused": True, "adamw_torch": None}
-Compression = Literal["none", "fp16"]
-ReduceOp = Literal["average", "adasum"]
-DDPBackend = Literal["auto", "nccl", "gloo"]
 # torch.compile's backends and modes by transformers' names (--torch_compile_backend, --torch_compile_mode). The
 # backends are the ones torch ships that train: inductor (the default: Triton kernels on GPUs, C++ on CPUs),
 # aot_eager (TorchDynamo and AOTAutograd, the kernels left eager: what compile changes about autograd, without
@@ -271,11 +268,6 @@ def stop_signals(name: str, value: Any) -> None:
         raise UsageError(f"--{name} {value} names a signal twice", "name each signal once")
 
 
-def engine(name: str, value: Any) -> None:
-    if value not in ENGINE_CLASSES:  # the table as it is now: a row added after import (a test's) is an engine too
-        raise UsageError(f"unknown engine {value!r}", f"use --engine {' or '.join(ENGINE_CLASSES)}")
-
-
 def report_to(name: str, value: Any) -> None:
     check_report_to(value)
 
@@ -341,7 +333,6 @@ DOMAINS: dict[str, Check] = {
     # training
     "output_dir": path,  # its own checks (a file, not writable, an earlier run): run_directory.RunDirectory.claim
     "overwrite_output_dir": boolean,
-    "engine": engine,
     "per_device_train_batch_size": count(1, example="32"),
     "per_device_eval_batch_size": count(1, example="64"),
     "learning_rate": Number(0.0, low_open=True, example="5e-5"),
@@ -394,36 +385,19 @@ DOMAINS: dict[str, Check] = {
     "group_by_length": boolean,
     "padding_free": boolean,
     "auto_find_batch_size": boolean,
-    # --engine horovod
-    "scale_lr": boolean,
-    "compression": one_of(Compression),
-    "op": one_of(ReduceOp),
-    "gradient_predivide_factor": Number(0.0, low_open=True, example="1.0"),
-    "horovod_timeline": writable_file,
-    "autotune": boolean,
-    "autotune_log": writable_file,
-    "horovod_groups": count(0, example="1"),
-    "horovod_group_mb": Number(0.0, low_open=True, example="4"),
-    "elastic": boolean,
-    "elastic_commit_steps": count(1, example="10"),
-    # --engine ddp
-    "ddp_bucket_cap_mb": count(1, example="25"),
-    "ddp_backend": one_of(DDPBackend),
-    "ddp_find_unused_parameters": boolean,
-    # --engine fsdp
-    "fsdp_reshard_after_forward": boolean,
 }
 
 
-def check_domains(values: dict[str, Any]) -> None:
-    """Each argument against its domain, in the order of ``--help``."""
-    for name, value in values.items():
-        DOMAINS[name](name, value)
+def domain_of(f: Field) -> Check:
+    """A field's domain: its metadata's "domain" (an engine's options carry theirs: engines/specs.py), else
+    DOMAINS's entry."""
+    return f.metadata.get("domain") or DOMAINS[f.name]
 
 
 def check_section(section: Any) -> None:
-    """Each field of an argument dataclass against its domain."""
-    check_domains({f.name: getattr(section, f.name) for f in fields(section)})
+    """Each field of an argument dataclass against its domain, in the order of ``--help``."""
+    for f in fields(section):
+        domain_of(f)(f.name, getattr(section, f.name))
 
 
 # The environment is input too: the variables this project, Horovod, NCCL and torch.distributed read, each with its

@@ -4,8 +4,8 @@ HfArgumentParser (arguments.py), and an optional YAML/JSON ``--config`` whose ke
 Precedence: the fields' defaults < the ``--config`` file < the command line. Each dataclass is a section
 of ``--help`` and checks itself when built (``__post_init__``: its fields' domains from domains.py, then
 the rules between them); ``RunConfig`` checks the rules between sections. The engine-only sections are
-the engine table's (engines/table.py ENGINE_SECTIONS), each read by its engine alone; the flags keep one
-flat namespace, so a config file needs no section headers.
+the engine rows' options (engines/specs.py), each read by its engine alone; the flags keep one flat namespace, so
+a config file needs no section headers.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from transformers.hf_argparser import string_to_bool
@@ -35,7 +35,6 @@ from horovod_train.config.domains import (
     AttnImplementation,
     CompileBackend,
     CompileMode,
-    EngineName,
     LogLevel,
     OptimizerName,
     ScheduleName,
@@ -43,7 +42,7 @@ from horovod_train.config.domains import (
     check_section,
     path_problem,
 )
-from horovod_train.engines.table import ENGINE_SECTIONS, load
+from horovod_train.engines.specs import EngineName, check_engine, option_sections
 
 PACKAGED_CONFIGS = "configs"  # horovod_train/configs/<name>.yaml, found by name after any install
 # --logging_steps's default: every 50 steps, or more often where that would leave a short run's curve with a few
@@ -246,7 +245,7 @@ class TrainingArguments:
         default="runs/train", metadata={"help": "Where the model, results, logs and checkpoints go."}
     )
     overwrite_output_dir: bool = field(default=False, metadata={"help": "Replace an earlier run in --output_dir."})
-    engine: EngineName = field(default="horovod", metadata={"help": "Data-parallel engine."})
+    engine: EngineName = field(default="horovod", metadata={"help": "Data-parallel engine.", "domain": check_engine})
     per_device_train_batch_size: int = field(default=32, metadata={"help": "Examples per rank per micro-step."})
     per_device_eval_batch_size: int = field(default=64, metadata={"help": "Examples per rank per evaluation batch."})
     optim: OptimizerName = field(
@@ -482,15 +481,26 @@ class TrainingArguments:
         )
 
 
-class RunConfigRules:
-    """RunConfig's methods: the rules between its sections, and its values by flag name."""
+Options = TypeVar("Options")
 
-    training: TrainingArguments
-    data: DataArguments
+
+@dataclass
+class RunConfig:
+    """The run's arguments: the model, data and training sections, and the engines' own options, one instance of
+    each engine row's options dataclass (engines/specs.py) by its section's name, every one present (the engines
+    not running keep their defaults). Here, not a field per engine: an engine is one module and one row, and a row
+    added by a test brings its section. ``options`` reads one typed by its class."""
+
+    model: ModelArguments = field(default_factory=ModelArguments)
+    data: DataArguments = field(default_factory=DataArguments)
+    training: TrainingArguments = field(default_factory=TrainingArguments)
+    engine_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for section in dataclasses.fields(self):  # type: ignore[arg-type]
-            check_with = getattr(getattr(self, section.name), "check_with", None)
+        given = self.engine_options
+        self.engine_options = {name: given.get(name) or kind() for name, kind in option_sections().items()}
+        for section in self.sections():
+            check_with = getattr(section, "check_with", None)
             if check_with:  # an engine's options' rules with the training arguments (--elastic's, --op adasum's)
                 check_with(self.training)
         padded_by = [f"--{name}" for name in ("length_buckets", "pad_to_multiple_of") if getattr(self.data, name)]
@@ -498,53 +508,62 @@ class RunConfigRules:
             raise UsageError(f"--padding_free batches have no padding to shape, so {' and '.join(padded_by)} would "
                              "do nothing", f"drop --padding_free or {' and '.join(padded_by)}")  # fmt: skip
 
+    def options(self, kind: type[Options]) -> Options:
+        """The run's instance of an engine's options dataclass ``kind`` (config.options(DDPArguments))."""
+        return next(section for section in self.engine_options.values() if type(section) is kind)
+
+    def __getattr__(self, name: str) -> Any:
+        """An engine's options by its section's name (config.ddp), as the engine modules read them."""
+        options = self.__dict__.get("engine_options", {})
+        if name in options:
+            return options[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def sections(self) -> list[Any]:
+        """Every section, in the order of --help."""
+        return [self.model, self.data, self.training, *self.engine_options.values()]
+
     def workers_join_running_job(self) -> bool:
         """Workers may join the run while it trains (an engine's section says so: --elastic), so a process's rank
         at its start does not say whether the output directory is its job's to judge."""
-        return any(getattr(getattr(self, f.name), "workers_join", False) for f in dataclasses.fields(self))  # type: ignore[arg-type]
+        return any(getattr(section, "workers_join", False) for section in self.sections())
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> RunConfig:
         """Each section from the values named by its fields (the others keep their defaults)."""
-        return cls(**{name: section(**{f.name: values[f.name] for f in dataclasses.fields(section)
-                                       if f.name in values}) for name, section in SECTIONS.items()})  # fmt: skip
+        built = {name: section(**{f.name: values[f.name] for f in dataclasses.fields(section) if f.name in values})
+                 for name, section in sections().items()}  # fmt: skip
+        return cls(built.pop("model"), built.pop("data"), built.pop("training"), built)
 
     def to_dict(self) -> dict[str, Any]:
         """Every argument by its flag name (the sections share one namespace), as recorded in run_config.json,
         checkpoints and trackers: a --token is never written out."""
-        values = {k: v for f in dataclasses.fields(self) for k, v in dataclasses.asdict(getattr(self, f.name)).items()}  # type: ignore[arg-type]
+        values = {k: v for section in self.sections() for k, v in dataclasses.asdict(section).items()}
         return {**values, "token": "<redacted>"} if values.get("token") else values
 
 
-def section(name: str, options: type) -> tuple[str, type, Any]:
-    return name, options, field(default_factory=options)
+def sections() -> dict[str, type]:
+    """The run's sections by name: model, data, training, then each engine's own (the registry as it is now)."""
+    return {"model": ModelArguments, "data": DataArguments, "training": TrainingArguments, **option_sections()}
 
 
-# The run's sections: model, data, training, then each engine's own from the engine table (config imports no
-# engine). A dataclass: RunConfig(ddp=DDPArguments(...)) and dataclasses.fields work as for any other.
-RunConfig = dataclasses.make_dataclass(
-    "RunConfig",
-    [section("model", ModelArguments), section("data", DataArguments), section("training", TrainingArguments),
-     *(section(name, load(where)) for name, where in ENGINE_SECTIONS.items())],
-    bases=(RunConfigRules,),
-)  # fmt: skip
-RunConfig.__module__ = __name__  # pickles and reprs name it here
+def run_field_types() -> dict[str, FieldType]:
+    """Every argument's type, by its flag name."""
+    return {name: kind for cls in sections().values() for name, kind in field_types(cls).items()}
 
 
-SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(RunConfig)}  # type: ignore[misc]
-FIELD_TYPES: dict[str, FieldType] = {name: kind for cls in SECTIONS.values() for name, kind in field_types(cls).items()}
 CONFIG_HELP = "YAML or JSON file (or a packaged config name: demo) of the arguments below."
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """train's arguments on another command's parser (compare, bench train)."""
     parser.add_argument("--config", help=CONFIG_HELP)
-    for section in SECTIONS.values():
+    for section in sections().values():
         add_dataclass_arguments(parser, section)
 
 
 def train_parser(prog: str = "horovod-train train", **kwargs: Any) -> ArgumentParser:
-    parser = ArgumentParser(SECTIONS.values(), prog=prog, **kwargs)
+    parser = ArgumentParser(sections().values(), prog=prog, **kwargs)
     parser.add_argument("--config", help=CONFIG_HELP)
     return parser
 
@@ -594,18 +613,19 @@ def load_config_file(spec: str) -> dict[str, Any]:
             f"config file {spec} has key(s) that are not argument names: {', '.join(odd[:5])}",
             "use argument names from `horovod-train train --help` as keys",
         )
-    unknown = sorted(set(data) - set(FIELD_TYPES))
+    types = run_field_types()
+    unknown = sorted(set(data) - set(types))
     if unknown:
         given = [(name, None if data[name] is None else str(data[name])) for name in unknown]
-        fix = unknown_names_fix(given, [f"--{name}" for name in FIELD_TYPES], "horovod-train train")
+        fix = unknown_names_fix(given, [f"--{name}" for name in types], "horovod-train train")
         raise UsageError(f"unknown key(s) in {spec}: {', '.join(unknown)}", fix)
-    return {name: _coerce(name, value) for name, value in data.items()}
+    return {name: _coerce(name, value, types[name]) for name, value in data.items()}
 
 
-def _coerce(name: str, value: Any) -> Any:
+def _coerce(name: str, value: Any, field_type: FieldType) -> Any:
     """A config file's value as the argument's type: YAML's scalars only (a list, a mapping, or true for a
     number is refused, not turned into text or 1). A Literal's value is checked by its domain."""
-    kind, optional = FIELD_TYPES[name].kind, FIELD_TYPES[name].optional
+    kind, optional = field_type.kind, field_type.optional
     if value is None:
         if optional:
             return None
@@ -628,6 +648,6 @@ def parse_run_config(argv: list[str] | None = None, namespace: argparse.Namespac
     """Defaults < --config file < command line; every section checked as it is built."""
     args = train_parser().parse_args(argv or []) if namespace is None else namespace
     values = load_config_file(args.config) if args.config else {}
-    for section in SECTIONS.values():
+    for section in sections().values():
         values.update(given(args, section))
     return RunConfig.from_values(values)

@@ -4,9 +4,12 @@ engine, so config.py can add them to train's arguments."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from horovod_train.common.errors import UsageError
-from horovod_train.config.domains import DDPBackend, check_section
+from horovod_train.config.domains import boolean, check_section, count, one_of
+
+DDPBackend = Literal["auto", "nccl", "gloo"]
 
 
 @dataclass
@@ -15,12 +18,22 @@ class DDPArguments:
 
     _argument_group_name = "--engine ddp arguments"
 
-    ddp_bucket_cap_mb: int = field(default=25, metadata={"help": "DDP gradient bucket size in MiB."})
+    ddp_bucket_cap_mb: int = field(
+        default=25, metadata={"help": "DDP gradient bucket size in MiB.", "domain": count(1, example="25")}
+    )
     ddp_backend: DDPBackend = field(
-        default="auto", metadata={"help": "auto: NCCL on GPUs, else Gloo (gloo on GPUs: CUDA tensors via the host)."}
+        default="auto",
+        metadata={
+            "help": "auto: NCCL on GPUs, else Gloo (gloo on GPUs: CUDA tensors via the host).",
+            "domain": one_of(DDPBackend),
+        },
     )
     ddp_find_unused_parameters: bool = field(
-        default=False, metadata={"help": "Let DDP find parameters that get no gradient (slower; some models need it)."}
+        default=False,
+        metadata={
+            "help": "Let DDP find parameters that get no gradient (slower; some models need it).",
+            "domain": boolean,
+        },
     )
 
     def __post_init__(self) -> None:

@@ -11,17 +11,19 @@ DataParallel makes each step would call the compiled forward bound to the origin
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from horovod_train.common.console import write_line
 from horovod_train.common.errors import UsageError
-from horovod_train.config.run_config import RunConfig
 from horovod_train.engines.base import classification_loss
 from horovod_train.engines.single import SingleEngine, refuse_a_launcher
 from horovod_train.training import amp
+
+if TYPE_CHECKING:  # the engine rows, which config reads, import the engines
+    from horovod_train.config.run_config import RunConfig
 
 
 class LossPerReplica(nn.Module):

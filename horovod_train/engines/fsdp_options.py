@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from horovod_train.config.domains import check_section
+from horovod_train.config.domains import boolean, check_section
 
 
 @dataclass
@@ -18,7 +18,8 @@ class FSDPArguments:
         default=True,
         metadata={
             "help": "Free each block's gathered parameters after its forward, gather them again for backward (ZeRO-3); "
-            "false keeps them until backward (ZeRO-2: more memory, fewer all-gathers)."
+            "false keeps them until backward (ZeRO-2: more memory, fewer all-gathers).",
+            "domain": boolean,
         },
     )
 

@@ -7,12 +7,13 @@ from torch import nn
 
 from horovod_train.engines.base import Engine
 from horovod_train.launching import environment
+from horovod_train.launching.base import ONE_PROCESS
 
 
 def refuse_a_launcher(engine: str) -> None:
     """One-process engines under a multi-process launcher would train W copies into one --output_dir (the launcher
     table's check, which train makes before the engine starts)."""
-    environment.check_joins(engine)
+    environment.check_joins(engine, {engine: ONE_PROCESS})  # no engine row: they import the engines
 
 
 class SingleEngine(Engine):

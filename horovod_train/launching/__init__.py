@@ -1,5 +1,6 @@
 """The launcher table: every launcher (horovodrun, mpirun, torchrun, srun, plain python) is one ``Launcher`` row
-(base.py) that knows how to recognise its processes, how to write its command line and which engine it implies.
+(base.py) that knows how to recognise its processes, how to write its command line and the rendezvous its ranks
+meet through.
 The launch/ scripts (through ``python -m horovod_train.launching``), the ranks' own environment (environment.py),
 ``compare``, ``bench``, ``doctor`` and the tests all read it. Standard library only, but for compare.py: one job
 under every engine, each under its launcher, started and summarized (`horovod-train compare`, and bench's runs).

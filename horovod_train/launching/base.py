@@ -1,6 +1,7 @@
 """What a launcher is: one object that knows how to recognise the processes it started (their rank, local rank,
-world size and master address, from its environment variables), how to write its command line, and which engine
-its processes join with. Lightning's ClusterEnvironment and Launcher in one row of the table in __init__.py.
+world size and master address, from its environment variables), how to write its command line, and the rendezvous
+its processes meet through (the engines that join them name a launcher in their rows, engines/specs.py). Lightning's
+ClusterEnvironment and Launcher in one row of the table in __init__.py.
 
 Adding a launcher: a ``Launcher`` subclass (its own module here, as horovodrun.py) and one row in ``LAUNCHERS``.
 Standard library only: the launch/ scripts run ``python -m horovod_train.launching`` with any ``python3``.
@@ -24,7 +25,7 @@ BIN = Path(sys.executable).parent
 Master = tuple[str | None, int | None]
 
 # How an engine's ranks find each other: the rendezvous a launcher's world offers, and the one an engine joins through
-# (its local launcher's, engines/table.py's LOCAL_LAUNCHERS). A world the launcher started that the engine cannot join
+# (its row's launcher's, engines/specs.py). A world the launcher started that the engine cannot join
 # trains W separate jobs of one (Horovod under torchrun) or waits for peers that never come: refused before it starts.
 ONE_PROCESS = "no rendezvous (one process)"
 ENV_RENDEZVOUS = "torch.distributed's env:// rendezvous (MASTER_ADDR, RANK, WORLD_SIZE)"
@@ -63,14 +64,14 @@ class Launcher:
 
     name: ClassVar[str]  # what a process says it was started by (DistEnv.launcher, doctor's first line)
     tool: ClassVar[str]  # the program a user types (compare's table shows it)
-    engine: ClassVar[str]  # the engine its processes join with where none is named (doctor)
     variables: ClassVar[RankVariables | None] = None  # where its processes find their ranks
     # A process with one of these may be a training rank, which the SLURM jobs forward a stop signal to.
     signalled: ClassVar[tuple[str, ...]] = ()
     fallback: ClassVar[bool] = False  # matches every process: detected only when no other row is
     local: ClassVar[bool] = True  # starts ranks on this machine alone (compare, bench, the tests)
     help: ClassVar[str | None] = None  # its `python -m horovod_train.launching` subcommand; None: none
-    rendezvous: ClassVar[str]  # what its own engine's ranks meet through
+    # What its own engine's ranks meet through: it implies the first engine row that meets through it (doctor).
+    rendezvous: ClassVar[str]
     # Every rendezvous its ranks can meet through (its own first); offers() narrows it by the environment.
     rendezvous_offered: ClassVar[tuple[str, ...]] = ()
 
@@ -87,9 +88,6 @@ class Launcher:
         """torch.distributed's rendezvous point. ``resolve`` may talk to MPI or run ``scontrol`` to agree on one;
         without it, what the environment alone says. None: the launcher gives none (its own rendezvous)."""
         return None, None
-
-    def implied_engine(self) -> str:
-        return self.engine
 
     @classmethod
     def every_rendezvous(cls) -> tuple[str, ...]:

@@ -19,8 +19,10 @@ from typing import Any
 from horovod_train.common.errors import UsageError
 from horovod_train.common.files import write_json_atomic
 from horovod_train.common.tables import format_table
-from horovod_train.config.run_config import SECTIONS, RunConfig, add_run_arguments, parse_run_config
+from horovod_train.config.run_config import RunConfig, add_run_arguments, parse_run_config, sections
+from horovod_train.engines.specs import ENGINES, process_group_backend
 from horovod_train.launching import Launcher, launcher
+from horovod_train.launching.base import ONE_PROCESS
 from horovod_train.outputs.run_directory import claimed
 
 DEFAULT_OUTPUT_DIR = "runs/compare"
@@ -30,11 +32,11 @@ PER_RUN = {"output_dir", "overwrite_output_dir", "engine", "per_device_train_bat
 
 @dataclass(frozen=True)
 class Run:
-    name: str  # e.g. horovod-gloo
+    name: str  # the variant's (engines/specs.py Variant)
     engine: str  # the --engine it trains with
     launcher: str  # its row in the launcher table (LAUNCHERS)
-    world_size: int  # processes; single and dp take world_size x the per-rank batch instead
-    variant_args: tuple[str, ...] = ()  # an engine's named variant (Engine.run_variants): its train arguments
+    world_size: int  # processes; a one-process engine takes world_size x the per-rank batch instead
+    variant_args: tuple[str, ...] = ()  # what makes an engine's variant differ from its default run
 
     def row(self) -> Launcher:
         return launcher(self.launcher)
@@ -58,33 +60,16 @@ def machine_world_size() -> int:
 
 
 def supported_runs(world: int) -> list[Run]:
-    """Every engine/launcher pair this machine can run."""
-    import torch
-    import torch.distributed as dist
-
-    from horovod_train.engines import available_engines
-    from horovod_train.engines.table import local_launcher
-
-    gpus = torch.cuda.device_count()
+    """Every engine row's variant this machine can run (its launcher's tool installed, what it needs found), in
+    the registry's order; a launcher that gives no rendezvous starts one process."""
+    backend = process_group_backend()
     runs: list[Run] = []
-    try:
-        import horovod.torch as hvd
-
-        if hvd.gloo_built() and launcher("horovodrun").tool_installed():
-            runs.append(Run("horovod-gloo", "horovod", "horovodrun", world))
-        if hvd.mpi_built() and launcher("mpirun").tool_installed():
-            runs.append(Run("horovod-mpi", "horovod", "mpirun", world))
-    except (ImportError, OSError):
-        pass
-    backend = "nccl" if gpus else "gloo"
-    backend_ok = dist.is_nccl_available() if gpus else dist.is_gloo_available()
-    if dist.is_available() and backend_ok and launcher("torchrun").tool_installed():
-        for name, engine in available_engines().items():
-            if local_launcher(name) == "torchrun":
-                runs.append(Run(f"{name}-{backend}", name, "torchrun", world))
-                runs += [Run(f"{name}-{variant}-{backend}", name, "torchrun", world, args)
-                         for variant, args in engine.run_variants.items()]  # fmt: skip
-    runs += [Run("single", "single", "plain", 1), Run("dp", "dp", "plain", 1)]
+    for spec in ENGINES.values():
+        for variant in spec.variants:
+            row = launcher(variant.launcher)
+            if row.tool_installed() and variant.ready():
+                processes = 1 if row.rendezvous == ONE_PROCESS else world
+                runs.append(Run(variant.run_name(backend), spec.name, variant.launcher, processes, variant.args))
     return runs
 
 
@@ -107,7 +92,7 @@ def select_runs(runs: list[Run], wanted: list[str] | None) -> list[Run]:
 def passthrough_args(namespace: argparse.Namespace) -> list[str]:
     """The training arguments given on the command line, as arguments for each run's `train`."""
     args = ["--config", namespace.config] if namespace.config else []
-    for section in SECTIONS.values():
+    for section in sections().values():
         for f in dataclasses.fields(section):
             value = getattr(namespace, f.name, None)
             if value is not None and f.name not in PER_RUN:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from horovod_train.common.errors import UsageError
-from horovod_train.launching import LAUNCHERS, detect_launcher, launcher
+from horovod_train.launching import LAUNCHERS, detect_launcher
 from horovod_train.launching.base import ALONE, ONE_PROCESS
 
 if TYPE_CHECKING:
@@ -29,10 +29,6 @@ class DistEnv:
     local_world_size: int
     master_addr: str | None = None  # None: the launcher gives no rendezvous point for torch.distributed
     master_port: int | None = None
-
-    def implied_engine(self) -> str:
-        """The engine this process joins with where none is named (doctor): its launcher's."""
-        return launcher(self.launcher).implied_engine()
 
     def export(self) -> None:
         """Set the variables torch.distributed's ``env://`` init reads."""
@@ -60,37 +56,25 @@ def detect(env: Mapping[str, str] | None = None, resolve_master: bool = True) ->
     return DistEnv(row.name, *ranks, *row.master(env, ranks.rank, resolve_master))
 
 
-def check_launch(engine: str, env: Mapping[str, str] | None = None) -> None:
-    """Before ``engine`` starts in this process: the environment's variables in their domains (domains.VARIABLES),
-    then the world its launcher started one ``engine`` can join (``check_joins``)."""
-    from horovod_train.config.domains import (
-        check_environment,  # the argument domains: not for the launch scripts' python
-    )
-
-    env = os.environ if env is None else env
-    check_environment(env)
-    check_joins(engine, env)
-
-
-def check_joins(engine: str, env: Mapping[str, str] | None = None) -> None:
+def check_joins(engine: str, meets: Mapping[str, str], env: Mapping[str, str] | None = None) -> None:
     """The world this process's launcher started can be joined by ``engine``'s ranks: the rendezvous the engine meets
-    through (its local launcher's) is one the launcher's world offers. Every rank decides it alike, before any
-    trains, so rank 0 says it (errors.exit_with) for every launcher x engine pair."""
-    from horovod_train.engines.table import ENGINE_CLASSES, local_launcher
-
+    through is one the launcher's world offers. ``meets``: the rendezvous each engine's ranks meet through, by name
+    (the engine rows', engines/joining.py; a one-process engine's own check gives its own alone), ``engine``'s among
+    them. Every rank decides it alike, before any trains, so rank 0 says it (errors.exit_with) for every launcher x
+    engine pair."""
     env = os.environ if env is None else env
     row = detect_launcher(env)
     size = row.ranks(env).world_size
     offered = row.offers(env) | (ALONE if size == 1 else frozenset())
-    needs = launcher(local_launcher(engine)).rendezvous
+    needs = meets[engine]
     if needs in offered:
         return
-    joining = [name for name in ENGINE_CLASSES if launcher(local_launcher(name)).rendezvous in offered]
-    instead = f"use --engine {either(joining)} under {row.tool}"
+    joining = [name for name, meeting in meets.items() if meeting in offered]
+    instead = f"use --engine {either(joining)} under {row.tool}" if joining else ""
     if needs == ONE_PROCESS:
         raise UsageError(
             f"--engine {engine} runs one process but {row.name} started {size}",
-            f"start it with plain python, or {instead}",
+            ", or ".join(filter(None, ["start it with plain python", instead])),
         )
     starters = [other.launches_with(needs) for other in LAUNCHERS.values()
                 if needs in other.every_rendezvous() and not other.fallback]  # fmt: skip
@@ -98,7 +82,7 @@ def check_joins(engine: str, env: Mapping[str, str] | None = None) -> None:
     raise UsageError(
         f"--engine {engine} joins its ranks through {needs}, which the {processes} {row.name} started do not have "
         "(each would train a job of its own, or wait for peers that never come)",
-        f"launch --engine {engine} with {either(starters)}, or {instead}",
+        ", or ".join(filter(None, [f"launch --engine {engine} with {either(starters)}", instead])),
     )
 
 

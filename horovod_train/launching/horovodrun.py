@@ -23,7 +23,6 @@ def ran_mpirun(env: Mapping[str, str]) -> bool:
 
 class Horovodrun(Launcher):
     name = tool = "horovodrun"
-    engine = "horovod"
     rendezvous = HOROVOD_RENDEZVOUS
     variables = RankVariables("HOROVOD_RANK", "HOROVOD_LOCAL_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_SIZE")
     signalled = (variables.rank,)

@@ -4,7 +4,6 @@ open_mpi.py's."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 from collections.abc import Mapping, Sequence
 
@@ -51,8 +50,7 @@ def check_mpi_world(env: Mapping[str, str], mpi_size: int) -> None:
 class Mpirun(Launcher):
     name = tool = "mpirun"
     # Horovod's launcher as much as horovodrun (`horovodrun --mpi` runs mpirun, and the checkout's mpirun script is
-    # Horovod's documented one); DDP where Horovod is not installed.
-    engine = "horovod"
+    # Horovod's documented one): its own rendezvous is Horovod's, so it implies DDP only where Horovod is not installed.
     rendezvous = HOROVOD_RENDEZVOUS
     rendezvous_offered = (HOROVOD_RENDEZVOUS, ENV_RENDEZVOUS)  # env://: rank 0's address, broadcast over MPI (master)
     variables = RankVariables(*(f"{MPI_RANK_PREFIX}{name}" for name in ("RANK", "LOCAL_RANK", "SIZE", "LOCAL_SIZE")))
@@ -72,9 +70,6 @@ class Mpirun(Launcher):
         ours = (hostname(), free_port()) if rank == 0 else None
         addr, port = MPI.COMM_WORLD.bcast(ours, root=0)
         return addr, port
-
-    def implied_engine(self) -> str:
-        return self.engine if importlib.util.find_spec("horovod") is not None else "ddp"
 
     def command(
         self,

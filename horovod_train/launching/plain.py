@@ -20,7 +20,6 @@ from horovod_train.launching.base import (
 
 class PlainPython(Launcher):
     name, tool = "plain", "python"
-    engine = "single"
     rendezvous = ONE_PROCESS
     # Its world of one: torch.distributed on a free local port (master), Horovod alone.
     rendezvous_offered = (ONE_PROCESS, ENV_RENDEZVOUS, HOROVOD_RENDEZVOUS)
@@ -42,3 +41,6 @@ class PlainPython(Launcher):
 
     def find_tool(self) -> str:
         return sys.executable
+
+    def tool_installed(self) -> bool:
+        return True  # this python

@@ -70,7 +70,6 @@ def slurm_master_addr(env: Mapping[str, str]) -> str:
 
 class Srun(Launcher):
     name = tool = "srun"
-    engine = "ddp"
     signalled = PMI_RANK_VARIABLES  # not SLURM_PROCID: every srun task has it, launchers included
     local = False  # its tasks run in a Slurm allocation, started by the SLURM job scripts
     help = "srun, one program per task"

@@ -13,7 +13,6 @@ RUN_ID = "TORCHELASTIC_RUN_ID"  # what a torchrun worker has and its agent lacks
 
 class Torchrun(Launcher):
     name = tool = "torchrun"
-    engine = "ddp"
     rendezvous = ENV_RENDEZVOUS
     variables = RankVariables("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
     signalled = (variables.local_rank,)  # its workers have it, its agent does not

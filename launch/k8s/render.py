@@ -4,7 +4,8 @@
     python3 launch/k8s/render.py launch/k8s/mpijob-mpirun.yaml NAME=bert IMAGE=registry/horovod-train:gpu \\
         PVC=shared-runs WORKERS=2 GPUS_PER_WORKER=8 TRAIN_ARGS='--config configs/demo.yaml' | kubectl apply -f -
 
-Python's standard library only (no horovod-train needed where you render). A template names its values as
+Python's standard library and the checkout it sits in (no horovod-train install needed where you render: the
+engine rows it reads, horovod_train/engines/specs.py, import no torch). A template names its values as
 ${VAR}; every value is checked against its domain before anything is printed, so what lands in the YAML is
 a plain word or number (no quoting to get wrong). A value the template does not use, or a required value left
 out, is one line `error: ...; fix: ...` and exit status 2. Run with a template and no values to see its values.
@@ -19,6 +20,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's horovod_train, before any installed one
+from horovod_train.engines.specs import started_by  # noqa: E402
+
+TORCHRUN_ENGINES = started_by("torchrun")  # the engines whose ranks torchrun starts (the PyTorchJob's)
 MOUNT_PATH = "/runs"  # where the PVC is mounted; the run writes to /runs/<NAME>
 ARGS_SET_BY_TEMPLATES = ("--output_dir", "--resume_from_checkpoint", "--engine")
 
@@ -51,9 +56,7 @@ VALUES = {
     ),
     "BACKOFF_LIMIT": Value("restarts of the job before it is failed (each resumes)", r"\d+", "6", 0, 1000),
     "SSH_PORT": Value("sshd port of the workers (the image's SSH_PORT)", r"\d+", "12345", 1, 65535),
-    # The engines whose ranks torchrun starts (LOCAL_LAUNCHERS in horovod_train/engines/table.py; this script
-    # imports nothing of it: tests/integration/test_k8s_manifests.py holds the two to the same list).
-    "ENGINE": Value("the engine torchrun starts: ddp, or zero1 or fsdp (sharded)", r"ddp|zero1|fsdp", "ddp"),
+    "ENGINE": Value(f"the engine torchrun starts: {', '.join(TORCHRUN_ENGINES)}", "|".join(TORCHRUN_ENGINES), "ddp"),
     "RDZV_PORT": Value("torchrun's rendezvous port on the master pod", r"\d+", "29500", 1, 65535),
     "TRAIN_ARGS": Value("training arguments, shell words (not --output_dir/--resume_from_checkpoint/--engine)",
                         r"[^\n]*", "--config configs/demo.yaml"),

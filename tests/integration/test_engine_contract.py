@@ -12,8 +12,8 @@ import pytest
 from probes import engine_probe
 from support.jobs import BIN, REPO, assert_ok, probe_launch, run
 
-from horovod_train.engines import available_engines
-from horovod_train.engines.table import local_launcher
+from horovod_train.engines.joining import implied_engine
+from horovod_train.engines.specs import ENGINES
 from horovod_train.launching import LAUNCHERS
 
 PROBE = [str(BIN / "python"), str(REPO / "tests" / "probes" / "engine_probe.py")]
@@ -23,12 +23,9 @@ def contract_launches() -> list[tuple[str, str]]:
     """(launcher, engine): every launcher that starts ranks here with the engine it implies, then every engine of
     the registry that none implies under the launcher it names for this machine (zero1 and fsdp under torchrun, dp
     as one plain python process)."""
-    launches = [(row.name, row.engine) for row in LAUNCHERS.values() if row.local]
+    launches = [(row.name, implied_engine(row)) for row in LAUNCHERS.values() if row.local]
     implied = {engine for _, engine in launches}
-    return [
-        *launches,
-        *((local_launcher(name), name) for name in available_engines() if name not in implied),
-    ]
+    return [*launches, *((spec.launcher, name) for name, spec in ENGINES.items() if name not in implied)]
 
 
 @pytest.mark.slow

@@ -205,13 +205,13 @@ def test_train_args_pass_through_as_strings() -> None:
 
 
 def test_the_pytorchjob_runs_exactly_the_engines_torchrun_starts() -> None:
-    """ENGINE: every engine of the engine table whose ranks torchrun starts renders (a sharded engine for a model
-    whose replica does not fit a GPU), and no other; render.py keeps its own list (it imports nothing)."""
-    from horovod_train.engines.table import ENGINE_NAMES, local_launcher
+    """ENGINE: every engine row whose ranks torchrun starts renders (a sharded engine for a model whose replica does
+    not fit a GPU), and no other: render.py reads the rows of its checkout."""
+    from horovod_train.engines.specs import ENGINES
 
-    for name in ENGINE_NAMES:
+    for name, spec in ENGINES.items():
         proc = render("pytorchjob-ddp.yaml", {**BASE, "ENGINE": name})
-        if local_launcher(name) != "torchrun":
+        if spec.launcher != "torchrun":
             assert proc.returncode == 2 and f"ENGINE={name!r} is not a valid value" in proc.stderr, name
             continue
         assert proc.returncode == 0, proc.stderr

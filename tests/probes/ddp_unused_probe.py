@@ -25,7 +25,7 @@ class TwoHeads(torch.nn.Module):
 
 def main(find_unused: bool) -> None:
     options = DDPArguments(ddp_find_unused_parameters=find_unused)
-    config = RunConfig(training=TrainingArguments(engine="ddp"), ddp=options)
+    config = RunConfig(training=TrainingArguments(engine="ddp"), engine_options={"ddp": options})
     engine = create_engine(config)
     with engine.running():
         torch.manual_seed(0)

@@ -14,7 +14,13 @@ from horovod_train.bench.gpu import arguments as gpu
 from horovod_train.cli.main import build_parser, hide_gpus_for_use_cpu, main, quiet_libraries
 from horovod_train.common.errors import UsageError
 from horovod_train.config.arguments import FOREIGN_NAMES, FieldType, field_types, option_names, unknown_name_hint
-from horovod_train.config.run_config import SECTIONS, RunConfig, StepIntervals, TrainingArguments, parse_run_config
+from horovod_train.config.run_config import (
+    RunConfig,
+    StepIntervals,
+    TrainingArguments,
+    parse_run_config,
+    sections,
+)
 from horovod_train.engines.horovod.options import HorovodArguments
 
 CHOICE_FIELDS = {
@@ -45,7 +51,7 @@ def _help(*path: str) -> str:
 
 
 def _field_types() -> dict[str, FieldType]:
-    return {name: kind for section in SECTIONS.values() for name, kind in field_types(section).items()}
+    return {name: kind for section in sections().values() for name, kind in field_types(section).items()}
 
 
 def test_every_fixed_set_is_a_literal_whose_values_are_its_domain(tmp_path):
@@ -109,7 +115,7 @@ def test_each_section_checks_itself_when_built():
     with pytest.raises(UsageError, match="--autotune_log without --autotune"):
         HorovodArguments(autotune_log="log.csv")
     with pytest.raises(UsageError, match="--elastic needs --engine horovod"):  # between sections: RunConfig
-        RunConfig(training=TrainingArguments(engine="ddp"), horovod=HorovodArguments(elastic=True))
+        RunConfig(training=TrainingArguments(engine="ddp"), engine_options={"horovod": HorovodArguments(elastic=True)})
 
 
 @pytest.mark.parametrize("autotune_env", [None, "1"])
@@ -121,16 +127,16 @@ def test_elastic_refuses_horovods_autotuner(monkeypatch, autotune_env):
         monkeypatch.setenv("HOROVOD_AUTOTUNE", autotune_env)
     horovod = HorovodArguments(elastic=True, autotune=autotune_env is None)
     with pytest.raises(UsageError, match="--autotune does not work with --elastic"):
-        RunConfig(training=TrainingArguments(engine="horovod"), horovod=horovod)
+        RunConfig(training=TrainingArguments(engine="horovod"), engine_options={"horovod": horovod})
     monkeypatch.setenv("HOROVOD_AUTOTUNE", "0")
-    RunConfig(training=TrainingArguments(engine="horovod"), horovod=HorovodArguments(elastic=True))
+    RunConfig(training=TrainingArguments(engine="horovod"), engine_options={"horovod": HorovodArguments(elastic=True)})
 
 
 def test_engine_options_live_with_their_engine():
     from horovod_train.engines.ddp_options import DDPArguments
     from horovod_train.engines.horovod.options import HorovodArguments as Options
 
-    assert SECTIONS["horovod"] is Options and SECTIONS["ddp"] is DDPArguments
+    assert sections()["horovod"] is Options and sections()["ddp"] is DDPArguments
 
 
 def _bench_gpu(*argv: str) -> dict:

@@ -323,9 +323,9 @@ def test_bench_names_engines_through_the_engine_table():
     table, read through bench/engine_names.py: the whole table in its order, or those named in the order given,
     and a name the table does not hold is refused where bench names it."""
     from horovod_train.bench.engine_names import engine_names
-    from horovod_train.engines.table import ENGINE_NAMES
+    from horovod_train.engines.specs import ENGINES
 
-    assert engine_names() == ENGINE_NAMES
+    assert engine_names() == tuple(ENGINES)
     assert engine_names("single", "horovod") == ("single", "horovod")
     with pytest.raises(LookupError, match="'deepspeed'"):
         engine_names("ddp", "deepspeed")

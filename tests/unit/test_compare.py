@@ -36,7 +36,7 @@ def test_an_earlier_compare_is_not_overwritten_silently(tmp_path, capsys):
 
 
 def test_an_engines_variant_runs_when_named_and_its_arguments_come_last():
-    """fsdp's "zero2" variant (Engine.run_variants) is a run of its own on this machine's table: left out of the
+    """fsdp's "zero2" variant (its row's, engines/specs.py) is a run of its own on this machine's table: left out of the
     default set (compare's table stays one run per engine), chosen by its name or by the engine's name, and its
     train arguments end its command line, after what compare passes through."""
     from horovod_train.launching import compare

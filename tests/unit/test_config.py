@@ -105,3 +105,19 @@ def test_only_an_elastic_run_lets_workers_join_it():
     assert not parse_run_config(["--engine", "horovod"]).workers_join_running_job()
     assert not parse_run_config(["--engine", "ddp"]).workers_join_running_job()
     assert parse_run_config(["--engine", "horovod", "--elastic"]).workers_join_running_job()
+
+
+def test_a_run_config_json_is_read_back_as_a_config_file_and_its_engine_options_typed(tmp_path):
+    """run_config.json holds every argument by its flag name (RunConfig.to_dict, the engines' options too): read back
+    as --config it is the same configuration, each engine's options in its own section, read typed by its class."""
+    from horovod_train.engines.ddp_options import DDPArguments
+    from horovod_train.engines.fsdp_options import FSDPArguments
+
+    given = ["--engine", "fsdp", "--fsdp_reshard_after_forward", "false", "--ddp_backend", "gloo", "--seed", "7"]
+    config = parse_run_config(given)
+    recorded = tmp_path / "run_config.json"
+    recorded.write_text(json.dumps({**config.to_dict()}))
+    again = parse_run_config(["--config", str(recorded)])
+    assert again == config and again.to_dict() == config.to_dict()
+    assert again.options(FSDPArguments).fsdp_reshard_after_forward is False
+    assert again.options(DDPArguments).ddp_backend == "gloo" and again.training.seed == 7

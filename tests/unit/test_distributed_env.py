@@ -11,10 +11,11 @@ from datetime import timedelta
 import pytest
 
 from horovod_train.common.errors import UsageError
-from horovod_train.engines.table import ENGINE_NAMES
+from horovod_train.engines.joining import check_joins, implied_engine
+from horovod_train.engines.specs import names
 from horovod_train.launching import LAUNCHERS, environment
 from horovod_train.launching.base import free_port
-from horovod_train.launching.environment import check_joins, detect
+from horovod_train.launching.environment import detect
 from horovod_train.launching.srun import expand_tasks_per_node
 
 SRUN = {
@@ -94,12 +95,12 @@ LAUNCHER_ENVS = {
 def test_each_launcher_implies_an_engine(launcher, engine):
     """What `doctor` joins with unless --engine says: mpirun is Horovod's launcher as much as horovodrun."""
     found = detect(LAUNCHER_ENVS[launcher], resolve_master=False)
-    assert (found.launcher, found.implied_engine()) == (launcher, engine)
+    assert (found.launcher, implied_engine(LAUNCHERS[found.launcher])) == (launcher, engine)
 
 
 def test_mpirun_without_horovod_implies_ddp(monkeypatch):
     monkeypatch.setitem(sys.modules, "horovod", None)  # `import horovod` fails as where it is not installed
-    assert detect(MPIRUN, resolve_master=False).implied_engine() == "ddp"
+    assert implied_engine(LAUNCHERS[detect(MPIRUN, resolve_master=False).launcher]) == "ddp"
 
 
 def test_bad_launcher_variables_are_usage_errors():
@@ -161,7 +162,7 @@ JOINED_BY = {
     "torchrun": (LAUNCHER_ENVS["torchrun"], {"ddp", "fsdp", "zero1"}),
     "srun": (SRUN, {"ddp", "fsdp", "zero1"}),  # without PMI each task's Horovod would train alone
     "srun --mpi=pmix": (SRUN_PMIX, {"ddp", "fsdp", "zero1", "horovod"}),
-    "plain": ({}, set(ENGINE_NAMES)),  # a world of one
+    "plain": ({}, set(names())),  # a world of one
 }
 
 
@@ -169,7 +170,7 @@ def test_the_matrix_covers_every_launcher_row():
     assert {name.split()[0] for name in JOINED_BY} == set(LAUNCHERS)
 
 
-@pytest.mark.parametrize("engine", ENGINE_NAMES)
+@pytest.mark.parametrize("engine", names())
 @pytest.mark.parametrize("case", JOINED_BY)
 def test_a_launchers_world_is_joined_by_its_engines_and_refused_to_the_others_in_one_line(case, engine):
     env, joining = JOINED_BY[case]
@@ -186,7 +187,7 @@ def test_a_launchers_world_is_joined_by_its_engines_and_refused_to_the_others_in
     assert any(f"use --engine {name}" in line or f", {name}" in line or f"or {name}" in line for name in joining)
 
 
-@pytest.mark.parametrize("engine", ENGINE_NAMES)
+@pytest.mark.parametrize("engine", names())
 @pytest.mark.parametrize("case", [case for case in JOINED_BY if case != "plain"])
 def test_a_world_of_one_is_joined_by_every_engine_that_finds_a_rendezvous_there(case, engine):
     """One process: one-process engines and Horovod (alone) run; torch.distributed needs the launcher's address."""

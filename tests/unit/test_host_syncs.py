@@ -5,6 +5,7 @@ behind .item(), int(tensor) and float(tensor), which on a GPU waits for every qu
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -40,7 +41,7 @@ def test_meter_sums_stay_exact_and_name_the_first_non_finite_step():
 
 def test_the_cli_prints_one_line_and_exits_2_on_a_nan_loss(tmp_path, offline_cache, monkeypatch, capsys):
     NaNFromStep.calls = 0
-    monkeypatch.setitem(engines.ENGINES, "single", NaNFromStep)
+    monkeypatch.setitem(engines.ENGINES, "single", replace(engines.ENGINES["single"], engine=lambda: NaNFromStep))
     out = tmp_path / "run"
     args = [*SMALL_JOB, "--engine", "single", "--max_steps", "6", "--logging_steps", "3", "--output_dir", str(out)]
     with pytest.raises(SystemExit) as exit_info:

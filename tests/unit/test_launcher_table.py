@@ -12,9 +12,10 @@ import pytest
 
 from horovod_train.cli import doctor
 from horovod_train.common.errors import UsageError
+from horovod_train.engines.joining import implied_engine
 from horovod_train.launching import LAUNCHERS, compare, launcher
 from horovod_train.launching.__main__ import main as print_command
-from horovod_train.launching.base import Launcher, Master, RankVariables, positive
+from horovod_train.launching.base import ENV_RENDEZVOUS, Launcher, Master, RankVariables, positive
 from horovod_train.launching.environment import DistEnv, detect
 
 
@@ -22,7 +23,7 @@ class Toyrun(Launcher):
     """A launcher that exports TOY_* variables and takes ``-n N``."""
 
     name = tool = "toyrun"
-    engine = "dp"
+    rendezvous = ENV_RENDEZVOUS  # its ranks meet as torchrun's: it implies the first engine row that does (ddp)
     variables = RankVariables("TOY_RANK", "TOY_LOCAL_RANK", "TOY_SIZE", "TOY_LOCAL_SIZE")
     signalled = ("TOY_RANK",)
     help = "toyrun, a launcher of the tests"
@@ -56,9 +57,9 @@ def toyrun(monkeypatch) -> Launcher:
 def test_a_launcher_added_to_the_table_is_detected_with_its_ranks_master_and_engine(toyrun):
     found = detect(TOY_RANK_3_OF_4)
     assert found == DistEnv("toyrun", 3, 1, 4, 2, "n9", 4242)
-    assert found.implied_engine() == "dp"
+    assert implied_engine(toyrun) == "ddp"
     assert detect({}).launcher == "plain"  # added after plain python, which still catches only the rest
-    assert "dp under toyrun" in doctor.implied_engines()
+    assert "ddp under torchrun and srun and toyrun" in doctor.implied_engines()
 
 
 def test_a_launcher_added_to_the_table_writes_its_command_line(toyrun, capsys):

@@ -189,12 +189,13 @@ HUB_MODEL_OR_DATA = ("transformers", "huggingface_hub", "datasets", "horovod_tra
 
 def test_the_argument_checks_do_no_io_and_read_registries_cheap_to_import():
     """domains.py checks values: it reads no model or tokenizer configuration (model.fit_max_seq_length does, where
-    the run starts building), and the registries it reads (the engine table's names, the schedules, the trackers,
-    GLUE's tasks) import neither torch nor transformers: the CLI parses its arguments before either is needed."""
+    the run starts building), and the registries it and the engine rows read (the schedules, the trackers, GLUE's
+    tasks, the engines' options) import neither torch nor transformers: the CLI parses its arguments before either
+    is needed, and a batch script and launch/k8s/render.py read the engine rows (engines/specs.py) before a job."""
     found = modules()
     direct = imported_modules(found["horovod_train.config.domains"])
     assert not {name for name in direct if f"{name}.".startswith(tuple(f"{m}." for m in HUB_MODEL_OR_DATA))}
-    reached, todo = set(), ["horovod_train.config.domains"]
+    reached, todo = set(), ["horovod_train.config.domains", "horovod_train.engines.specs"]
     while todo:
         name = todo.pop()
         if name not in reached:

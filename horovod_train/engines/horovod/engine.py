@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -17,13 +17,15 @@ from torch.optim import Optimizer
 
 from horovod_train.common.console import write_line
 from horovod_train.common.errors import UsageError
-from horovod_train.config.run_config import RunConfig
 from horovod_train.engines.base import Engine, clip_gradient
 from horovod_train.engines.horovod import elastic, env
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.launching import environment
 from horovod_train.launching.mpirun import Mpirun, check_mpi_world
 from horovod_train.training import amp, phases
+
+if TYPE_CHECKING:  # the engine rows, which config reads, import the engines
+    from horovod_train.config.run_config import RunConfig
 
 
 class HorovodEngine(Engine):

@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from horovod_train.common.errors import UsageError
-from horovod_train.config.domains import Compression, ReduceOp, check_section
+from horovod_train.config.domains import (
+    Number,
+    boolean,
+    check_section,
+    count,
+    one_of,
+    writable_file,
+)
 
 if TYPE_CHECKING:
     from horovod_train.config.run_config import TrainingArguments
+
+Compression = Literal["none", "fp16"]
+ReduceOp = Literal["average", "adasum"]
 
 
 @dataclass
@@ -20,33 +30,53 @@ class HorovodArguments:
 
     _argument_group_name = "--engine horovod arguments"
 
-    scale_lr: bool = field(default=False, metadata={"help": "Multiply the learning rate by the world size."})
-    compression: Compression = field(default="none", metadata={"help": "Gradient compression."})
-    op: ReduceOp = field(default="average", metadata={"help": "Gradient reduction."})
+    scale_lr: bool = field(
+        default=False, metadata={"help": "Multiply the learning rate by the world size.", "domain": boolean}
+    )
+    compression: Compression = field(
+        default="none", metadata={"help": "Gradient compression.", "domain": one_of(Compression)}
+    )
+    op: ReduceOp = field(default="average", metadata={"help": "Gradient reduction.", "domain": one_of(ReduceOp)})
     gradient_predivide_factor: float = field(
-        default=1.0, metadata={"help": "Divide gradients by this before the sum and by size/this after it."}
+        default=1.0,
+        metadata={
+            "help": "Divide gradients by this before the sum and by size/this after it.",
+            "domain": Number(0.0, low_open=True, example="1.0"),
+        },
     )
     # Not --timeline: horovodrun's parser would reject it as an ambiguous prefix of its own --timeline-* options.
-    horovod_timeline: str | None = field(default=None, metadata={"help": "Horovod timeline (HOROVOD_TIMELINE)."})
-    autotune: bool = field(default=False, metadata={"help": "Horovod autotuning (HOROVOD_AUTOTUNE=1)."})
-    autotune_log: str | None = field(default=None, metadata={"help": "Horovod autotune log (HOROVOD_AUTOTUNE_LOG)."})
+    horovod_timeline: str | None = field(
+        default=None, metadata={"help": "Horovod timeline (HOROVOD_TIMELINE).", "domain": writable_file}
+    )
+    autotune: bool = field(
+        default=False, metadata={"help": "Horovod autotuning (HOROVOD_AUTOTUNE=1).", "domain": boolean}
+    )
+    autotune_log: str | None = field(
+        default=None, metadata={"help": "Horovod autotune log (HOROVOD_AUTOTUNE_LOG).", "domain": writable_file}
+    )
     horovod_groups: int | None = field(
         default=None,
         metadata={
             "help": "hvd.DistributedOptimizer gradient groups, 0: per tensor (default: on CPU buckets of "
-            "--horovod_group_mb, on GPU per tensor)."
+            "--horovod_group_mb, on GPU per tensor).",
+            "domain": count(0, example="1"),
         },
     )
     horovod_group_mb: float | None = field(
         default=None,
         metadata={
             "help": "On CPU, group the gradients into buckets of at most this many MiB, in backward order, "
-            "each all-reduced once its gradients are ready (default: 4)."
+            "each all-reduced once its gradients are ready (default: 4).",
+            "domain": Number(0.0, low_open=True, example="4"),
         },
     )
     # Elastic Horovod (horovodrun --min-np/--max-np --host-discovery-script).
-    elastic: bool = field(default=False, metadata={"help": "Survive workers leaving and joining (Horovod)."})
-    elastic_commit_steps: int = field(default=10, metadata={"help": "Steps between elastic state commits."})
+    elastic: bool = field(
+        default=False, metadata={"help": "Survive workers leaving and joining (Horovod).", "domain": boolean}
+    )
+    elastic_commit_steps: int = field(
+        default=10, metadata={"help": "Steps between elastic state commits.", "domain": count(1, example="10")}
+    )
 
     def __post_init__(self) -> None:
         check_section(self)
