@@ -412,6 +412,7 @@ DOMAINS: dict[str, Check] = {
     "ddp_find_unused_parameters": boolean,
     # --engine fsdp
     "fsdp_reshard_after_forward": boolean,
+    "fsdp_replicate_degree": count(0, example="2"),
 }
 
 

@@ -19,9 +19,9 @@ from torch import nn
 from horovod_train import amp
 from horovod_train.config import RunConfig
 from horovod_train.console import write_line
-from horovod_train.engines.base import classification_loss
 from horovod_train.engines.single import SingleEngine, refuse_a_launcher
 from horovod_train.errors import UsageError
+from horovod_train.tasks.single_label import training_loss
 
 
 class LossPerReplica(nn.Module):
@@ -34,7 +34,7 @@ class LossPerReplica(nn.Module):
 
     def forward(self, label_smoothing: float = 0.0, **batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         with amp.autocast_to(batch["labels"].device.type, self.autocast_dtype):  # this replica's thread
-            loss = classification_loss(self.model, batch, label_smoothing)
+            loss = training_loss(self.model, batch, label_smoothing)
         count = torch.tensor([batch["labels"].shape[0]], dtype=loss.dtype, device=loss.device)
         return loss.reshape(1), count
 

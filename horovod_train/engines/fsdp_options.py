@@ -22,5 +22,14 @@ class FSDPArguments:
         },
     )
 
+    fsdp_replicate_degree: int = field(
+        default=0,
+        metadata={
+            "help": "HSDP: this many replicas, each sharding the state over world/degree ranks (torchtitan's "
+            "data_parallel_replicate_degree); 1: shard over the whole world; 0: one replica per node when the job "
+            "spans several nodes of 2+ ranks each, else 1. Must divide the world size."
+        },
+    )
+
     def __post_init__(self) -> None:
         check_section(self)
