@@ -13,7 +13,7 @@ these parts choose, per way of holding the state, what each rank reads and write
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -25,8 +25,21 @@ from horovod_train import checkpoint as ckpt
 from horovod_train.checksums import param_checksum, tensors_checksum
 from horovod_train.engines import state_io
 
-if TYPE_CHECKING:
-    from horovod_train.engines.base import Engine
+
+class Ranks(Protocol):
+    """What a state-I/O part asks of its engine: the ranks, their collectives, the model inside its wrapper."""
+
+    name: str
+    rank: int
+
+    @property
+    def is_main(self) -> bool: ...
+
+    def unwrap(self, model: nn.Module) -> nn.Module: ...
+
+    def gather_objects(self, obj: Any) -> list[Any]: ...
+
+    def barrier(self) -> None: ...
 
 
 class WholeState:
@@ -34,7 +47,7 @@ class WholeState:
     # False: rank 0 writes the state gathered by the methods below, and reads it for every rank.
     sharded = False
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Ranks) -> None:
         self.engine = engine  # its rank, collectives and unwrapped model
 
     def full_model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:

@@ -21,6 +21,9 @@ REPLICATE, SHARD = "replicate", "shard"
 
 @dataclass(frozen=True)
 class ParallelDims:
+    """The world as ``replicate`` groups of ``shard`` ranks each (torchtitan's data_parallel_replicate_degree and
+    data_parallel_shard_degree)."""
+
     replicate: int
     shard: int
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -32,7 +32,16 @@ from horovod_train.errors import UsageError
 
 if TYPE_CHECKING:
     from horovod_train.config import RunConfig
-    from horovod_train.engines.process_group import ProcessGroupEngine
+
+
+class Placed(Protocol):
+    """What a parallelize part asks of its engine: this rank's device and place, the mesh (built at setup)."""
+
+    device: torch.device
+    mesh: DeviceMesh | None
+
+    @property
+    def is_main(self) -> bool: ...
 
 
 class Replicate:
@@ -42,7 +51,7 @@ class Replicate:
 
     forward_is_collective = False
 
-    def __init__(self, engine: ProcessGroupEngine, config: RunConfig, shard_optimizer: bool = False) -> None:
+    def __init__(self, engine: Placed, config: RunConfig, shard_optimizer: bool = False) -> None:
         self.engine, self.options, self.shard_optimizer = engine, config.ddp, shard_optimizer
         if self.options.ddp_bucket_cap_mb <= 0:
             raise UsageError(f"--ddp_bucket_cap_mb must be > 0 (got {self.options.ddp_bucket_cap_mb})", "pass e.g. 25")
@@ -98,7 +107,7 @@ class FullyShard:
 
     forward_is_collective = True  # every block's forward all-gathers
 
-    def __init__(self, engine: ProcessGroupEngine, config: RunConfig) -> None:
+    def __init__(self, engine: Placed, config: RunConfig) -> None:
         self.engine, self.training = engine, config.training
         self.reshard_after_forward = config.fsdp.fsdp_reshard_after_forward
         self.replicate_degree = config.fsdp.fsdp_replicate_degree

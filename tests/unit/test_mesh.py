@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
+from support.launch import free_port
 from torch import nn
 
 from horovod_train.cli import main
@@ -40,14 +41,16 @@ def test_a_replicate_degree_that_shards_nothing_or_does_not_divide_the_world_is_
 
 
 def test_train_refuses_a_bad_replicate_degree_from_rank_0_before_joining(monkeypatch, tmp_path, capsys):
-    """Rank 0 of a 4-rank torchrun job: one line, exit 2, before the rendezvous (no rank waits for another)."""
+    """Rank 0 of a 4-rank torchrun job: one line, exit 2, before the rendezvous (no rank waits for another: past it,
+    the missing ranks would end it after --ddp_timeout in another line)."""
     env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": "1", "TORCHELASTIC_RUN_ID": "x"}  # fmt: skip
+           "MASTER_PORT": str(free_port()), "TORCHELASTIC_RUN_ID": "x"}  # fmt: skip
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exit_info:
-        main(["train", "--engine", "fsdp", "--fsdp_replicate_degree", "3", "--output_dir", str(out)])
+        main(["train", "--engine", "fsdp", "--fsdp_replicate_degree", "3", "--ddp_timeout", "3", "--output_dir",
+              str(out)])  # fmt: skip
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --fsdp_replicate_degree 3 does not divide the world of 4 ranks; fix:"), err
