@@ -8,6 +8,7 @@ torch.distributed or DataParallel.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from abc import ABC, abstractmethod
@@ -19,26 +20,16 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from horovod_train.engines.checkpoint_io import WholeState
+from horovod_train.engines.memory import Replicated
 from horovod_train.engines.payload import broadcast_from_root
 from horovod_train.engines.policy import RunPolicy
-from horovod_train.outputs import checkpoint as ckpt
-from horovod_train.outputs.checksums import param_checksum
-from horovod_train.training import amp, peak_memory
+from horovod_train.training import amp
 
 if TYPE_CHECKING:
     from horovod_train.config.run_config import RunConfig
 
 T = TypeVar("T")
-
-
-def classification_loss(model: nn.Module, batch: dict[str, torch.Tensor], label_smoothing: float) -> torch.Tensor:
-    """The model's own loss, or with label smoothing the cross-entropy transformers' LabelSmoother computes
-    ((1 - eps) * NLL + eps * the mean over classes of -log p: torch's ``label_smoothing``)."""
-    if not label_smoothing:
-        return model(**batch).loss
-    logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
-    logits, labels = logits.float().view(-1, logits.size(-1)), batch["labels"].view(-1)
-    return nn.functional.cross_entropy(logits, labels, label_smoothing=label_smoothing)
 
 
 def clip_gradient(
@@ -60,14 +51,11 @@ def clip_gradient(
 
 class Engine(ABC):
     """Replicated engines (single, dp, horovod, ddp) hold the whole model, its gradients and the optimizer's state
-    on every rank; a sharded engine (zero1: the optimizer's state; fsdp: all three) overrides the methods of the
-    model's state below, which the trainer, its checkpoints, evaluation and results call instead of reading the
-    model or the optimizer themselves."""
+    on every rank; a sharded engine (zero1: the optimizer's state; fsdp: all three) is assembled from other parts:
+    its state-I/O part (``checkpoint_io``) and its memory model (``memory``) here, its parallelize part and mesh in
+    process_group.py."""
 
     name: str = ""
-    # Named variants that compare and bench run beside the engine's default when asked for by name (or by the
-    # engine's name): variant -> its train arguments. fsdp's "zero2" keeps gathered blocks until backward.
-    run_variants: ClassVar[dict[str, tuple[str, ...]]] = {}
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
@@ -141,40 +129,46 @@ class Engine(ABC):
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model
 
-    # ---- the model's state, however it is spread over the ranks ----------------------------------------------
+    # ---- the model's state, however it is spread over the ranks: the state-I/O part (checkpoint_io.py) ---------
+    # The trainer, its checkpoints, evaluation and results call these instead of reading the model or the optimizer.
+    checkpoint_io: ClassVar[type[WholeState]] = WholeState
+
+    @functools.cached_property
+    def checkpointing(self) -> WholeState:
+        return self.checkpoint_io(self)
+
+    @property
+    def sharded_state(self) -> bool:
+        """True where every rank writes and reads its own part of a checkpoint's model and optimizer state
+        (state_io); False: rank 0 writes the state gathered by the methods below, and reads it for every rank."""
+        return self.checkpoint_io.sharded
+
     def full_model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """Collective: the whole model's state dict on rank 0 (for ``save_pretrained`` and checkpoints), {} on the
         others. A replicated engine's are the model's own tensors, not copies."""
-        return self.unwrap(model).state_dict() if self.is_main else {}
+        return self.checkpointing.full_model_state(model)
 
     def load_model_state(self, model: nn.Module, tensors: dict[str, torch.Tensor] | Path) -> None:
         """Load a checkpoint's tensors (every rank holds them, or reads them from the checkpoint directory a Path
         names: a sharded engine's resume) into the prepared model, on every rank."""
-        if isinstance(tensors, Path):
-            tensors = ckpt.read_model_tensors(tensors)
-        module = self.unwrap(model)
-        module.load_state_dict(ckpt.model_state(tensors, module))
+        self.checkpointing.load_model_state(model, tensors)
 
     def full_optimizer_state(self, model: nn.Module, optimizer: Optimizer) -> dict[str, Any] | None:
         """Collective: the optimizer's whole state on rank 0 (None on the others), in torch's format: the
         parameters numbered in the order of ``build_optimizer``'s groups, the same under every engine, so a
         checkpoint continues under another engine or world size."""
-        return optimizer.state_dict() if self.is_main else None
+        return self.checkpointing.full_optimizer_state(model, optimizer)
 
     def load_optimizer_state(self, model: nn.Module, optimizer: Optimizer, state: dict[str, Any]) -> None:
         """Load a checkpoint's whole optimizer state (every rank holds it), after ``prepare``."""
-        load_keeping_implementation(optimizer, state)
-
-    # True where every rank writes and reads its own part of a checkpoint's model and optimizer state (state_io);
-    # False: rank 0 writes the state gathered by the methods above, and reads it for every rank.
-    sharded_state: bool = False
+        self.checkpointing.load_optimizer_state(model, optimizer, state)
 
     def save_state_shards(self, model: nn.Module, optimizer: Optimizer, directory: Path) -> dict[str, str]:
         """Collective (``sharded_state``): write this rank's part of the model and optimizer state into a
         checkpoint's temporary ``directory``; {file inside it: SHA-256} of the files it wrote, for the manifest.
         The optimizer's go to state_io.OPTIMIZER_DIR; the model's to checkpoint.MODEL_FILE, or left for rank 0. A
         failure on any rank is raised on every rank (state_io.on_every_rank), not met in a later collective."""
-        raise NotImplementedError(f"{self.name} writes its checkpoint's state whole, from rank 0")
+        return self.checkpointing.save_state_shards(model, optimizer, directory)
 
     def eval_module(self, model: nn.Module) -> nn.Module:
         """The module evaluation and prediction run (no gradient: no engine wrapper needed)."""
@@ -184,40 +178,48 @@ class Engine(ABC):
     # then run as many forward passes as the others, in evaluation too.
     forward_is_collective: bool = False
 
+    # ---- the memory model's part (memory.py): class methods, asked before any engine exists -------------------
+    memory: ClassVar[type[Replicated]] = Replicated
+
+    @property
+    def replicate_degree(self) -> int:
+        """The ranks that hold the same shard of the state (HSDP's replicas), for the memory model; 1 elsewhere."""
+        return 1
+
     @classmethod
-    def state_bytes_per_rank(cls, params: int, trainable: int, world_size: int) -> float:
+    def state_bytes_per_rank(cls, params: int, trainable: int, world_size: int, replicate_degree: int = 1) -> float:
         """Bytes of training state a rank holds for a model of ``params`` parameters, ``trainable`` of them trained,
-        at ``world_size`` ranks: fp32 weights (4), and for each trained one its gradient (4) and AdamW's two moments
-        (8). A class method: the memory check before start and `bench memory` ask it before any engine exists."""
-        return 4 * params + 12 * trainable
+        at ``world_size`` ranks (the memory check before start and `bench memory` ask it)."""
+        return cls.memory.state_bytes(params, trainable, world_size, replicate_degree)
 
     @classmethod
-    def save_gather_bytes(cls, params: int, trainable: int, world_size: int) -> float:
-        """Bytes rank 0 holds on top of its state while a save gathers the whole model and optimizer there: none
-        where every rank holds them whole already."""
-        return 0.0
+    def save_gather_bytes(cls, params: int, trainable: int, world_size: int, replicate_degree: int = 1) -> float:
+        """Bytes rank 0 holds on top of its state while a save gathers the whole model and optimizer there."""
+        return cls.memory.save_gather_bytes(params, trainable, world_size, replicate_degree)
 
     @classmethod
-    def peak_bytes_per_rank(cls, params: int, trainable: int, world_size: int, activations: float) -> dict[str, float]:
+    def peak_bytes_per_rank(
+        cls, params: int, trainable: int, world_size: int, activations: float, replicate_degree: int = 1
+    ) -> dict[str, float]:
         """The engines' memory model: rank 0's peak, by part (the process's base, the training state as this engine
         spreads it, ``activations``, what a save gathers on rank 0). The memory check before start and `bench fit`
         ask it."""
-        return {
-            "base": peak_memory.BASE_BYTES,
-            "state": cls.state_bytes_per_rank(params, trainable, world_size),
-            "activations": activations,
-            "save gather": cls.save_gather_bytes(params, trainable, world_size),
-        }
+        return cls.memory.peak_bytes(params, trainable, world_size, activations, replicate_degree)
 
     def parameter_checksum(self, model: nn.Module) -> int:
         """Collective: the digest of the whole model's parameters (checksums.param_checksum), the same on every rank
         exactly when the ranks train the same model."""
-        return param_checksum(self.unwrap(model))
+        return self.checkpointing.parameter_checksum(model)
 
     def forward_loss(
         self, model: nn.Module, batch: dict[str, torch.Tensor], label_smoothing: float = 0.0
     ) -> torch.Tensor:
-        return classification_loss(model, batch, label_smoothing)
+        """The forward pass and its loss, the task's (tasks.single_label.training_loss): imported here, as the loop's
+        first step needs it, since the tasks import datasets and transformers, which a process that loads an engine
+        without training (doctor, bench allreduce) does not pay for."""
+        from horovod_train.tasks.single_label import training_loss
+
+        return training_loss(model, batch, label_smoothing)
 
     def accumulation_context(self, model: nn.Module, is_last_micro_step: bool) -> contextlib.AbstractContextManager:
         """Context for a micro-step's forward and backward (DDP skips its all-reduce in it)."""
@@ -228,10 +230,7 @@ class Engine(ABC):
     ) -> torch.Tensor | None:
         """Unscale (fp16's GradScaler), clip the norm of the whole (averaged) gradient, step. Without a scaler:
         clip and step. Returns the gradient's norm before clipping (``clip_gradient``), left on the device."""
-        amp.unscale(optimizer, scaler)
-        norm = clip_gradient(model.parameters(), max_grad_norm)
-        amp.optimizer_step(optimizer, scaler)
-        return norm
+        return clip_whole_and_step(model, optimizer, max_grad_norm, scaler)
 
     @abstractmethod
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -291,10 +290,12 @@ class Engine(ABC):
         pass
 
 
-def load_keeping_implementation(optimizer: Optimizer, state: dict[str, Any]) -> None:
-    """``optimizer.load_state_dict(state)``: the groups' settings come back from the checkpoint, the implementation
-    (fused or not) stays the one this run asked for."""
-    implementation = [group.get("fused") for group in optimizer.param_groups]
-    optimizer.load_state_dict(state)
-    for group, fused in zip(optimizer.param_groups, implementation, strict=True):
-        group["fused"] = fused
+def clip_whole_and_step(
+    model: nn.Module, optimizer: Optimizer, max_grad_norm: float, scaler: Any = None
+) -> torch.Tensor:
+    """Where every rank holds the whole averaged gradient: unscale (fp16's GradScaler), clip its norm, step. Returns
+    the norm before clipping, left on the device (``clip_gradient``)."""
+    amp.unscale(optimizer, scaler)
+    norm = clip_gradient(model.parameters(), max_grad_norm)
+    amp.optimizer_step(optimizer, scaler)
+    return norm

@@ -18,8 +18,8 @@ from torch import nn
 
 from horovod_train.common.console import write_line
 from horovod_train.common.errors import UsageError
-from horovod_train.engines.base import classification_loss
 from horovod_train.engines.single import SingleEngine, refuse_a_launcher
+from horovod_train.tasks.single_label import training_loss
 from horovod_train.training import amp
 
 if TYPE_CHECKING:  # the engine rows, which config reads, import the engines
@@ -36,7 +36,7 @@ class LossPerReplica(nn.Module):
 
     def forward(self, label_smoothing: float = 0.0, **batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         with amp.autocast_to(batch["labels"].device.type, self.autocast_dtype):  # this replica's thread
-            loss = classification_loss(self.model, batch, label_smoothing)
+            loss = training_loss(self.model, batch, label_smoothing)
         count = torch.tensor([batch["labels"].shape[0]], dtype=loss.dtype, device=loss.device)
         return loss.reshape(1), count
 

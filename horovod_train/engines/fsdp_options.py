@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from horovod_train.config.domains import boolean, check_section
+from horovod_train.config.domains import boolean, check_section, count
 
 
 @dataclass
@@ -20,6 +20,16 @@ class FSDPArguments:
             "help": "Free each block's gathered parameters after its forward, gather them again for backward (ZeRO-3); "
             "false keeps them until backward (ZeRO-2: more memory, fewer all-gathers).",
             "domain": boolean,
+        },
+    )
+
+    fsdp_replicate_degree: int = field(
+        default=0,
+        metadata={
+            "help": "HSDP: this many replicas, each sharding the state over world/degree ranks (torchtitan's "
+            "data_parallel_replicate_degree); 1: shard over the whole world; 0: one replica per node when the job "
+            "spans several nodes of 2+ ranks each, else 1. Must divide the world size.",
+            "domain": count(0, example="2"),
         },
     )
 

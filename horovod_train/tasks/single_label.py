@@ -74,7 +74,7 @@ class SingleLabel(TaskShape):
         return logits.argmax(dim=-1, keepdim=True)
 
     def losses(self, logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float) -> torch.Tensor:
-        return nn.functional.cross_entropy(logits.float(), labels, reduction="none", label_smoothing=label_smoothing)
+        return smoothed_cross_entropy(logits, labels, label_smoothing)
 
     def metric_names(self) -> tuple[str, ...]:
         if self.task_name is not None and self.task_name not in glue.REGRESSION_TASKS:
@@ -94,3 +94,20 @@ class SingleLabel(TaskShape):
     @property
     def chance(self) -> float | None:
         return 1 / self.num_labels
+
+
+def smoothed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float) -> torch.Tensor:
+    """Each example's cross-entropy, with ``label_smoothing`` as transformers' LabelSmoother computes it ((1 - eps) *
+    NLL + eps * the mean over classes of -log p: torch's ``label_smoothing``), in float32: the one formula training
+    (``training_loss``) and evaluation (``SingleLabel.losses``) share."""
+    return nn.functional.cross_entropy(logits.float(), labels, reduction="none", label_smoothing=label_smoothing)
+
+
+def training_loss(model: nn.Module, batch: dict[str, torch.Tensor], label_smoothing: float) -> torch.Tensor:
+    """The loss a training step backpropagates (every engine's forward pass calls it): the model's own, which its
+    ``problem_type`` picks, or with --label_smoothing_factor (single-label classification's alone: training.build
+    refuses it for another shape) the batch mean of ``smoothed_cross_entropy``."""
+    if not label_smoothing:
+        return model(**batch).loss
+    logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+    return smoothed_cross_entropy(logits.view(-1, logits.size(-1)), batch["labels"].view(-1), label_smoothing).mean()

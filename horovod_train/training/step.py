@@ -19,7 +19,7 @@ from torch import nn
 
 from horovod_train.common.errors import UsageError
 from horovod_train.config.run_config import TrainingArguments
-from horovod_train.engines.base import Engine, classification_loss
+from horovod_train.engines.base import Engine
 from horovod_train.training import phases
 from horovod_train.training.amp import Precision
 
@@ -119,8 +119,7 @@ def try_step(model: nn.Module, device: torch.device, precision: Precision, batch
         try:
             model.train()
             with precision.autocast():
-                loss = classification_loss(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-                                                   "labels": labels}, 0.0)  # fmt: skip
+                loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss
             loss.backward()
         finally:
             model.zero_grad(set_to_none=True)

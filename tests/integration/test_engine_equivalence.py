@@ -51,6 +51,14 @@ COMPARED = {
     "fsdp": "fsdp-gloo",  # ZeRO-3: resharded after forward
 }
 ZERO2 = ["--fsdp_reshard_after_forward", "false"]
+HSDP = ["--fsdp_replicate_degree", "2"]  # 4 ranks: 2 replicas x 2 shards, a 2-D mesh
+
+
+def torchrun_4(_: int, *args: str) -> list[str]:
+    """HSDP's 2 x 2: four ranks where the other cases launch two (each a quarter of the global batch)."""
+    return torchrun(4, *args)
+
+
 RECOMPUTED = "--gradient_checkpointing"
 # Each engine's accumulating run also recomputes the activations in backward (--gradient_checkpointing,
 # non-reentrant, which DDP's reducer accepts; FSDP gathers a block again for it): neither changes the math, so one
@@ -63,7 +71,12 @@ CASES = {
     "dp-accum-recomputed": (None, "dp", B, 2, RECOMPUTED),
     "zero1-accum-recomputed": (torchrun, "zero1", B // 2, 2, RECOMPUTED),
     "fsdp-zero2-accum-recomputed": (torchrun, "fsdp", B // 2, 2, *ZERO2, RECOMPUTED),  # ZeRO-2
+    # HSDP: gradients reduce-scattered within each replica's 2 ranks, all-reduced across the 2 replicas; it also
+    # checkpoints half-way, 2-D DTensors that RESUMES continues under another engine.
+    "fsdp-hsdp-2x2": (torchrun_4, "fsdp", B // 2, 1, *HSDP, *HALF_WAY),
 }
+# The mesh a case's results must report: an option that fell through to plain FSDP would still train the same.
+MESHES = {"fsdp-hsdp-2x2": {"replicate": 2, "shard": 2}, "fsdp-as-hsdp-at-4": {"replicate": 2, "shard": 2}}
 
 
 def check_run(out: Path, engine: str) -> Path:
@@ -136,6 +149,8 @@ def test_engine_matches_single_process(case, baseline, trained, record_property)
     difference = differences[name]
     rest = max(v for k, v in differences.items() if not k.endswith("attention.self.key.bias"))
     record_property("max_abs_difference", difference)
+    if case in MESHES:
+        assert read_results(params.parent)["mesh"] == MESHES[case]
     message = (
         f"{case} vs single (batch {2 * B}): max-abs parameter difference {difference:.3e} in {name} "
         f"({rest:.3e} over all but the attention key biases)"
@@ -178,11 +193,13 @@ def test_lora_trains_the_same_adapters_under_every_engine(case, lora_baseline, t
 # and per-rank batch that continue it): the global batch stays 2B, which is all a checkpoint asks of a world size.
 # fsdp's and zero1's checkpoints are sharded (every rank wrote its part): each continues at 1 and 4 ranks under a
 # sharded engine (each rank reads its part, resharded) and under the replicated engines (which read it whole); a
-# replicated engine's whole checkpoint continues under both sharded engines. 3 ranks: test_checkpoint_resharding.
+# replicated engine's whole checkpoint continues under both sharded engines. HSDP's (2-D) continues under zero1 on
+# one rank, and fsdp's (1-D) on HSDP's 2 x 2 mesh. 3 ranks: test_checkpoint_resharding. Extra arguments follow.
+SHARDED_SOURCES = ("fsdp", "zero1", "fsdp-hsdp-2x2")
 RESUMES = {
     "fsdp-under-ddp-on-one-rank": ("fsdp", torchrun, "ddp", 1, 2 * B),
-    "fsdp-at-4": ("fsdp", torchrun, "fsdp", 4, B // 2),
-    "fsdp-under-zero1-on-one-rank": ("fsdp", torchrun, "zero1", 1, 2 * B),
+    "fsdp-as-hsdp-at-4": ("fsdp", torchrun, "fsdp", 4, B // 2, *HSDP),
+    "hsdp-under-zero1-on-one-rank": ("fsdp-hsdp-2x2", torchrun, "zero1", 1, 2 * B),
     "fsdp-under-horovod": ("fsdp", horovodrun, "horovod", 2, B),
     "fsdp-under-single": ("fsdp", None, "single", 1, 2 * B),
     "zero1-at-4": ("zero1", torchrun, "zero1", 4, B // 2),
@@ -198,18 +215,20 @@ RESUMES = {
 def test_a_checkpoint_continues_under_another_engine_or_world_size(resume, baseline, trained, tmp_path, cache_dir):
     """A checkpoint holds the plain model and the optimizer state, whole or sharded, so another engine or world size
     continues it: the end is the single process's, within the tolerance."""
-    source, launcher, engine, world, batch = RESUMES[resume]
+    source, launcher, engine, world, batch, *extra = RESUMES[resume]
     checkpoint = trained(source).parent / f"checkpoint-{STEPS // 2}"
     sharded = (checkpoint / "optimizer" / ".metadata").is_file()
-    assert sharded == (source in ("fsdp", "zero1")), f"{checkpoint} is {'' if sharded else 'not '}sharded"
+    assert sharded == (source in SHARDED_SOURCES), f"{checkpoint} is {'' if sharded else 'not '}sharded"
     out = tmp_path / resume
-    args = [*JOB, "--engine", engine, "--per_device_train_batch_size", str(batch), "--output_dir", str(out),
+    args = [*JOB, *extra, "--engine", engine, "--per_device_train_batch_size", str(batch), "--output_dir", str(out),
             "--resume_from_checkpoint", str(checkpoint)]  # fmt: skip
     proc = run(launcher(world, *args), cache_dir, timeout=300) if launcher else train_here(cache_dir, *args)
     assert_ok(proc)
     assert f"resumed from step {STEPS // 2}" in proc.stdout
     results = read_results(out)
     assert (results["engine"], results["world_size"], results["global_step"]) == (engine, world, STEPS)
+    if resume in MESHES:
+        assert results["mesh"] == MESHES[resume]
     difference = max(parameter_differences(baseline, out / "model.safetensors").values())
     print(f"{resume}: max-abs parameter difference to single {difference:.3e}")
     assert difference <= TOLERANCE

@@ -9,8 +9,8 @@ from transformers import BertConfig, BertForSequenceClassification
 from transformers.trainer_pt_utils import LabelSmoother
 
 from horovod_train.config.run_config import parse_run_config
-from horovod_train.engines.base import classification_loss
 from horovod_train.engines.dp import LossPerReplica
+from horovod_train.tasks.single_label import SingleLabel, training_loss
 
 
 def tiny_classifier(num_labels: int = 3) -> BertForSequenceClassification:
@@ -39,10 +39,13 @@ def test_label_smoothing_is_transformers_label_smoother():
     with torch.no_grad():
         outputs = model(**{k: v for k, v in batch.items() if k != "labels"})
         expected = LabelSmoother(0.2)(outputs, batch["labels"])
-        assert classification_loss(model, batch, 0.2).item() == pytest.approx(expected.item(), rel=1e-6)
+        assert training_loss(model, batch, 0.2).item() == pytest.approx(expected.item(), rel=1e-6)
+        # evaluation's per-example losses are the same formula: their mean is the training loss
+        evaluated = SingleLabel(num_labels=3).losses(outputs.logits, batch["labels"], 0.2)
+        assert evaluated.shape == (6,) and evaluated.mean().item() == pytest.approx(expected.item(), rel=1e-6)
         # DataParallel's replicas compute the same loss; 0 is the model's own cross-entropy
         assert LossPerReplica(model)(label_smoothing=0.2, **batch)[0].item() == pytest.approx(expected.item(), rel=1e-6)
-        assert classification_loss(model, batch, 0.0).item() == pytest.approx(model(**batch).loss.item(), rel=1e-6)
+        assert training_loss(model, batch, 0.0).item() == pytest.approx(model(**batch).loss.item(), rel=1e-6)
         assert expected.item() != pytest.approx(model(**batch).loss.item(), rel=1e-3)
 
 

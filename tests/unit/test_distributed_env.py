@@ -221,11 +221,11 @@ def stale_torchrun_shell(monkeypatch, port: int) -> None:
 def test_a_rendezvous_whose_peer_never_comes_says_so_while_waiting_and_ends_in_one_line(monkeypatch, capsys):
     """It waited silently for --ddp_timeout (1800 s), then raised DistStoreError ... 1/2 clients joined."""
     from horovod_train.config.run_config import RunConfig, TrainingArguments
-    from horovod_train.engines import create_engine, ddp
+    from horovod_train.engines import create_engine, rendezvous
 
     port = free_port()
     stale_torchrun_shell(monkeypatch, port)
-    monkeypatch.setattr(ddp, "FIRST_WORD_S", 0.5)  # a real wait, said sooner
+    monkeypatch.setattr(rendezvous, "FIRST_WORD_S", 0.5)  # a real wait, said sooner
     engine = create_engine(RunConfig(training=TrainingArguments(engine="ddp", ddp_timeout=2)))
     with pytest.raises(UsageError) as refused:
         engine.setup()
@@ -238,21 +238,21 @@ def test_a_rendezvous_whose_peer_never_comes_says_so_while_waiting_and_ends_in_o
 
 def test_a_rendezvous_counts_the_ranks_that_came(monkeypatch, capsys):
     """Two real ranks meet (threads of this process, each with its own store connection); rank 1 comes late."""
-    from horovod_train.engines import ddp
+    from horovod_train.engines import rendezvous
 
-    monkeypatch.setattr(ddp, "FIRST_WORD_S", 0.2)
+    monkeypatch.setattr(rendezvous, "FIRST_WORD_S", 0.2)
     port = free_port()
-    place = ddp.Place(f"127.0.0.1:{port} (env://)", [], "mpirun")
+    place = rendezvous.Place(f"127.0.0.1:{port} (env://)", [], "mpirun")
     ranks = [environment.DistEnv("mpirun", rank, rank, 2, 2, "127.0.0.1", port) for rank in (0, 1)]
     stores: dict[int, object] = {}
 
     def join(rank: int) -> None:
-        stores[rank] = ddp.meet(ranks[rank], place, timedelta(seconds=20))
+        stores[rank] = rendezvous.meet(ranks[rank], place, timedelta(seconds=20))
 
     first = threading.Thread(target=join, args=(0,))
     first.start()
     time.sleep(1.0)
     join(1)
     first.join(timeout=20)
-    assert set(stores) == {0, 1} and stores[0].add(ddp.JOINED_KEY, 0) == 2
+    assert set(stores) == {0, 1} and stores[0].add(rendezvous.JOINED_KEY, 0) == 2
     assert f"waiting for 1 of 2 ranks at 127.0.0.1:{port} (env://)" in capsys.readouterr().err

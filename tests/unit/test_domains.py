@@ -130,6 +130,7 @@ BAD: dict[str, list[str]] = {
     "ddp_backend": ["mpi"],
     "ddp_find_unused_parameters": ["x"],
     "fsdp_reshard_after_forward": ["x"],
+    "fsdp_replicate_degree": ["-1", "x"],
 }
 NEEDS = {"autotune_log": ["--autotune"]}  # arguments whose domain is only reached with another one
 

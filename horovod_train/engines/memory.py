@@ -1,0 +1,58 @@
+"""The engines' memory model, one part per way the training state is spread: what a rank holds, and what a save
+gathers on rank 0. Class methods: the memory check before start and `bench memory`/`bench fit` ask them (through
+the engine classes' ``state_bytes_per_rank``, ``save_gather_bytes``, ``peak_bytes_per_rank``) before any engine
+exists. Per trained parameter: fp32 weights (4), gradient (4), AdamW's two moments (8); per frozen one its weights.
+``replicate_degree``: the ranks that hold the same shard (HSDP's replicas), 1 elsewhere.
+"""
+
+from __future__ import annotations
+
+from horovod_train.training import peak_memory
+
+
+class Replicated:
+    """Every rank holds the whole model, its gradients and the optimizer's state (single, dp, horovod, ddp)."""
+
+    @classmethod
+    def state_bytes(cls, params: int, trainable: int, world_size: int, replicate_degree: int = 1) -> float:
+        return 4 * params + 12 * trainable
+
+    @classmethod
+    def save_gather_bytes(cls, params: int, trainable: int, world_size: int, replicate_degree: int = 1) -> float:
+        """Nothing: every rank holds the whole state already."""
+        return 0.0
+
+    @classmethod
+    def peak_bytes(
+        cls, params: int, trainable: int, world_size: int, activations: float, replicate_degree: int = 1
+    ) -> dict[str, float]:
+        """Rank 0's peak, by part: the process's base, the training state, ``activations``, a save's gather."""
+        return {
+            "base": peak_memory.BASE_BYTES,
+            "state": cls.state_bytes(params, trainable, world_size, replicate_degree),
+            "activations": activations,
+            "save gather": cls.save_gather_bytes(params, trainable, world_size, replicate_degree),
+        }
+
+
+class OptimizerSharded(Replicated):
+    """ZeRO-1: the whole model and gradient, AdamW's moments of 1/W of the parameters."""
+
+    @classmethod
+    def state_bytes(cls, params: int, trainable: int, world_size: int, replicate_degree: int = 1) -> float:
+        return 4 * params + 4 * trainable + 8 * trainable / world_size
+
+
+class FullySharded(Replicated):
+    """FSDP: weights, gradients and AdamW's state over the shard group's world/``replicate_degree`` ranks."""
+
+    @classmethod
+    def state_bytes(cls, params: int, trainable: int, world_size: int, replicate_degree: int = 1) -> float:
+        return (4 * params + 12 * trainable) / (world_size // replicate_degree)
+
+    @classmethod
+    def save_gather_bytes(cls, params: int, trainable: int, world_size: int, replicate_degree: int = 1) -> float:
+        """The run's final output, the whole weights gathered on rank 0's CPU (full_model_state) beside its own
+        shard; checkpoints are written in shards, nothing gathered."""
+        shards = world_size // replicate_degree
+        return 4 * params * (shards - 1) / shards
