@@ -14,6 +14,7 @@ from horovod_train.errors import UsageError
 
 PREFIX = "checkpoint-"
 MANIFEST = "manifest.json"
+TRAINER_FILE = "trainer_state.json"  # transformers' name: a checkpoint's, and a finished run's at its top level
 NAME = re.compile(rf"{PREFIX}(\d+)")
 STALE = re.compile(rf"\.{PREFIX}\d+\..*\.tmp|\.{PREFIX}\d+\.previous")
 AUTO, LATEST = "auto", "latest"
@@ -32,6 +33,15 @@ def clean_stale(output_dir: Path) -> None:
             os.rename(path, original)
         else:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def saved_state(checkpoint: Path) -> dict:
+    """A checkpoint's trainer state as written, unverified ({} where unreadable): enough to order checkpoints."""
+    try:
+        state = json.loads((checkpoint / TRAINER_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
 
 
 def unlisted(checkpoint: Path) -> list[str] | None:

@@ -30,7 +30,7 @@ from horovod_train.bench import common, train
 from horovod_train.bench.traced import PARTS, union_ms
 from horovod_train.config import RunConfig
 from horovod_train.errors import UsageError
-from horovod_train.run_directory import claimed
+from horovod_train.run_directory import RunDirectory, claimed
 from horovod_train.tables import format_table
 
 MAIN_PARTS = ("step", *PARTS, "other")
@@ -183,7 +183,7 @@ def launch_recorded(
     """``train`` (writing ``run_dir``) under ``run``'s launcher, each rank recording its steps into ``trace_dir``;
     bench train's row."""
     program = [sys.executable, "-m", "horovod_train.bench.traced", str(trace_dir), "train", "--engine", run.engine]
-    return compare.summarize(run, run_dir, compare.execute(run.launch([*program, *train_args]), log), log)
+    return compare.summarize(run, RunDirectory(run_dir), compare.execute(run.launch([*program, *train_args]), log), log)
 
 
 def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:

@@ -19,7 +19,7 @@ from horovod_train import compare
 from horovod_train.bench import common
 from horovod_train.config import RunConfig, parse_run_config
 from horovod_train.errors import UsageError
-from horovod_train.run_directory import claimed
+from horovod_train.run_directory import RunDirectory, claimed
 from horovod_train.tables import format_table
 
 DEFAULT_CONFIG = "demo"  # horovod_train/configs/demo.yaml, shipped in the package
@@ -239,7 +239,7 @@ def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[compare
             cmd = run.command([*common_args, "--per_device_train_batch_size", batch, "--output_dir", str(run_dir)])
             print(f"[{rep + 1}/{namespace.repeats} {i}/{len(runs)}] {key}", end=" ", flush=True)
             started = time.perf_counter()
-            row = compare.summarize(run, run_dir, compare.execute(cmd, log), log)
+            row = compare.summarize(run, RunDirectory(run_dir), compare.execute(cmd, log), log)
             raw.append({**row, "key": key, "repeat": rep})
             rate = f"{row['samples_per_second']:.1f} samples/s" if row["ok"] else f"FAILED, see {log}"
             print(f"{rate} ({time.perf_counter() - started:.0f}s)", flush=True)

@@ -13,7 +13,7 @@ from horovod_train.engines.base import Engine
 from horovod_train.files import follow_umask
 from horovod_train.peak_memory import peak_memory_mb
 from horovod_train.position import TrainingPosition
-from horovod_train.run_directory import RunDirectory
+from horovod_train.run_directory import RunDirectory, RunFiles
 from horovod_train.tasks.base import TaskShape
 from horovod_train.tasks.registry import chance_accuracy
 from horovod_train.trackers import plot_training_curves
@@ -97,9 +97,8 @@ def write_outputs(
             follow_umask(output_dir / name)
     with run_dir.recording():
         tokenizer.save_pretrained(output_dir)
-        transformers_files.write_predictions(output_dir, predictions, model.config.id2label, shape)
-        name = config.get("run_name") or output_dir.resolve().name
-        title = f"{name}: {results['engine']}, world size {results['world_size']}"
-        plot_training_curves(log_history, output_dir / "training_curves.png", title, chance_accuracy(results))
-        transformers_files.write_model_card(output_dir, config, log_history, results["world_size"])
-        transformers_files.write_results(output_dir, results, train_metrics, state)
+        transformers_files.write_predictions(run_dir, predictions, model.config.id2label, shape)
+        title = f"{run_dir.run_name(config.get('run_name'))}: {results['engine']}, world size {results['world_size']}"
+        plot_training_curves(log_history, output_dir / RunFiles.TRAINING_CURVES, title, chance_accuracy(results))
+        transformers_files.write_model_card(run_dir, config, log_history, results["world_size"])
+        transformers_files.write_results(run_dir, results, train_metrics, state)

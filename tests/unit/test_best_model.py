@@ -11,6 +11,7 @@ from transformers.trainer_pt_utils import LabelSmoother
 from horovod_train.config import parse_run_config
 from horovod_train.engines.base import classification_loss
 from horovod_train.engines.dp import LossPerReplica
+from horovod_train.run_directory import RunDirectory
 
 
 def tiny_classifier(num_labels: int = 3) -> BertForSequenceClassification:
@@ -61,5 +62,5 @@ def test_rotation_spares_the_best_checkpoint_as_transformers_does(tmp_path, keep
     for name in names:
         (tmp_path / name).mkdir()
         (tmp_path / name / "manifest.json").write_text("{}\n")  # rotation deletes only a checkpoint it knows whole
-    Checkpoints(tmp_path, keep, names).rotate(keep_also="checkpoint-8", best=best)
+    Checkpoints(RunDirectory(tmp_path), keep, names).rotate(keep_also="checkpoint-8", best=best)
     assert sorted(p.name for p in tmp_path.iterdir()) == left

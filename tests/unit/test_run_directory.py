@@ -134,7 +134,7 @@ def test_a_run_keeps_every_promise_about_its_directory(tmp_path_factory, runs, h
     assert json.loads((out / "all_results.json").read_text())["global_step"] == 6
     # Everything the run wrote is in its ledger: only the user's files are foreign.
     assert outdir.foreign_entries(out) == sorted({name.split("/")[0] for name in users})
-    kept = [p.name for p in ckpt.list_checkpoints(out)]
+    kept = [p.name for p in outdir.RunDirectory(out).checkpoints()]
     lineage = json.loads((out / kept[-1] / ckpt.TRAINER_FILE).read_text())["lineage"]
     assert kept[-1] == "checkpoint-6" and set(kept) <= set(lineage)
 
@@ -249,7 +249,8 @@ def test_rotation_and_reset_remove_a_checkpoint_only_when_it_holds_nothing_its_m
     assert ckpt_layout.unlisted(out / "checkpoint-2") == ["notes.txt"]
     assert ckpt_layout.unlisted(out / "checkpoint-4") == [] and ckpt_layout.unlisted(out) is None
     kept = snapshot(out / "checkpoint-2")
-    ckpt.Checkpoints(out, keep=1, lineage=["checkpoint-2", "checkpoint-4"]).rotate(keep_also="checkpoint-4")
+    checkpoints = ckpt.Checkpoints(outdir.RunDirectory(out), keep=1, lineage=["checkpoint-2", "checkpoint-4"])
+    checkpoints.rotate(keep_also="checkpoint-4")
     assert snapshot(out / "checkpoint-2") == kept
     assert outdir.foreign_entries(out) == ["checkpoint-2"]
     outdir.reset(out)  # what --overwrite_output_dir removes (the check before refuses such a directory)
@@ -315,7 +316,7 @@ def acquire_as_another_user(directory: Path) -> tuple[int, str]:
             os.setgid(65534)
             os.setuid(65534)
             outdir.OutputDirLock(directory).acquire()
-            code = 0 if (directory / outdir.LOCK_FILE).stat().st_uid == 65534 else 3
+            code = 0 if (directory / outdir.RunFiles.LOCK).stat().st_uid == 65534 else 3
         except UsageError as error:
             os.write(write, str(error).encode())
             code = 2
@@ -337,25 +338,25 @@ def test_a_stale_lock_file_of_another_user_is_replaced(mode):
     shared = Path(tempfile.mkdtemp(prefix="hvt-shared-"))  # pytest's tmp_path is root's alone
     try:
         shared.chmod(0o777)
-        (shared / outdir.LOCK_FILE).write_text('{"host": "n1", "pid": 1, "since": "then"}\n')
-        os.chown(shared / outdir.LOCK_FILE, 12345, 12345)
-        (shared / outdir.LOCK_FILE).chmod(mode)
+        (shared / outdir.RunFiles.LOCK).write_text('{"host": "n1", "pid": 1, "since": "then"}\n')
+        os.chown(shared / outdir.RunFiles.LOCK, 12345, 12345)
+        (shared / outdir.RunFiles.LOCK).chmod(mode)
         assert acquire_as_another_user(shared) == (0, "")
         # Held by a running job of another user: "in use", not a traceback.
         holder = outdir.OutputDirLock(shared)
         holder.acquire()
         try:
-            os.chown(shared / outdir.LOCK_FILE, 12345, 12345)
-            (shared / outdir.LOCK_FILE).chmod(0o644)
+            os.chown(shared / outdir.RunFiles.LOCK, 12345, 12345)
+            (shared / outdir.RunFiles.LOCK).chmod(0o644)
             code, message = acquire_as_another_user(shared)
             assert code == 2 and f"is in use by another job (pid {os.getpid()} on " in message, message
         finally:
             holder.release()
         # In a sticky directory (/tmp's kind) another user's unreadable lock file can be neither opened nor replaced.
         shared.chmod(0o1777)
-        (shared / outdir.LOCK_FILE).write_text("")
-        os.chown(shared / outdir.LOCK_FILE, 12345, 12345)
-        (shared / outdir.LOCK_FILE).chmod(0o600)
+        (shared / outdir.RunFiles.LOCK).write_text("")
+        os.chown(shared / outdir.RunFiles.LOCK, 12345, 12345)
+        (shared / outdir.RunFiles.LOCK).chmod(0o600)
         code, message = acquire_as_another_user(shared)
         assert code == 2 and "can neither open nor replace" in message, message
     finally:

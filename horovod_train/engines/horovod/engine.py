@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -25,6 +25,9 @@ from horovod_train.errors import UsageError
 from horovod_train.launching import environment
 from horovod_train.launching.mpirun import Mpirun, check_mpi_world
 from horovod_train.training import phases
+
+if TYPE_CHECKING:
+    from horovod_train.run_directory import RunDirectory
 
 
 class HorovodEngine(Engine):
@@ -81,8 +84,8 @@ class HorovodEngine(Engine):
     def step_examples(self, per_rank: int) -> int | None:
         return None if self.options.elastic else super().step_examples(per_rank)
 
-    def joins_running_job(self, output_dir: str) -> bool:
-        return self.options.elastic and elastic.joins_running_job(output_dir)
+    def joins_running_job(self, run_dir: RunDirectory) -> bool:
+        return self.options.elastic and elastic.joins_running_job(run_dir)
 
     @property
     def collective_setup(self) -> bool:
