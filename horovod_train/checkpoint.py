@@ -40,15 +40,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from horovod_train import lora
-from horovod_train.checkpoint_layout import (
-    AUTO,
-    LATEST,
-    MANIFEST,
-    TRAINER_FILE,
-    named_checkpoint,
-    saved_state,
-    unlisted,
-)
+from horovod_train.checkpoint_layout import AUTO, LATEST, MANIFEST, TRAINER_FILE
 from horovod_train.digest import sha256
 from horovod_train.engines.state_io import (
     OPTIMIZER_DIR,
@@ -61,7 +53,7 @@ from horovod_train.engines.state_io import (
 from horovod_train.errors import UsageError
 from horovod_train.files import atomic_directory, disk_full, fsync_directory, full_disk_problem, temporary_sibling
 from horovod_train.position import TrainingPosition
-from horovod_train.run_directory import RunDirectory
+from horovod_train.run_directory import RunDirectory, saved_state
 
 MODEL_FILE = "model.safetensors"
 LORA_FILE = "lora_state.safetensors"  # a LoRA run's: what its merged MODEL_FILE does not hold as it trained it
@@ -207,9 +199,8 @@ class Checkpoints:
             others = [name for name in present if name != best]
             doomed = others[: -max(self.keep - 1, 1)]
         for name in doomed:
-            # One that holds what its manifest does not list (put there since it was written) is left whole.
-            if name != keep_also and unlisted(directory / name) == []:
-                shutil.rmtree(directory / name, ignore_errors=True)
+            if name != keep_also:
+                self.run_dir.remove_checkpoint(name)
         self.lineage = [name for name in self.lineage if (directory / name).is_dir()]
 
 
@@ -452,14 +443,13 @@ def load_resumable(
     """The checkpoint ``--resume_from_checkpoint`` names: a directory, or the newest valid one in
     ``run_dir`` (``latest``: one must exist; ``auto``: None if there is none). Newer checkpoints that
     fail verification are reported through ``warn`` and passed over. ``whole``: as ``load_checkpoint``."""
-    if spec not in (AUTO, LATEST):
-        path = named_checkpoint(spec)
-        return path, load_checkpoint(path, whole)
     skipped = []
-    for path in reversed(run_dir.checkpoints()):
+    for path in run_dir.resumable(spec):
         try:
             return path, load_checkpoint(path, whole)
         except UsageError as error:
+            if spec not in (AUTO, LATEST):  # the one named
+                raise
             skipped.append(path.name)
             warn(f"warning: passing over {error.problem}")
     if spec == LATEST:

@@ -10,7 +10,7 @@ which checkpoints are the run's own. The rules (docs/failures.md, "The run direc
   when its holder exits, however it exits.
 - **The ledger** (``.horovod-train-outputs.json``): every top-level name this project wrote in the directory,
   recorded before the file is written; a checkpoint is the project's while it holds only what its manifest lists
-  (``checkpoint_layout.unlisted``). ``--overwrite_output_dir`` removes those, the project's checkpoints and its
+  (``unlisted``). ``--overwrite_output_dir`` removes those, the project's checkpoints and its
   crash leftovers, and nothing else; a directory that holds anything else is refused instead.
 - **No run inside another.** An ``--output_dir`` inside a checkpoint or another run's directory is refused (that
   run's rotation or reset would delete it), except under a name compare or bench recorded for its jobs.
@@ -32,22 +32,10 @@ import shutil
 import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from horovod_train.checkpoint_layout import (
-    AUTO,
-    LATEST,
-    MANIFEST,
-    NAME,
-    PREFIX,
-    STALE,
-    TRAINER_FILE,
-    clean_stale,
-    named_checkpoint,
-    saved_state,
-    unlisted,
-)
+from horovod_train.checkpoint_layout import AUTO, LATEST, MANIFEST, NAME, PREFIX, STALE, TRAINER_FILE
 from horovod_train.domains import writable_below
 from horovod_train.errors import UsageError
 from horovod_train.files import write_json_atomic
@@ -55,7 +43,7 @@ from horovod_train.files import write_json_atomic
 
 class RunFiles:
     """The names of what a run writes at the top of its directory, spelled here alone: everything else asks the
-    ``RunDirectory`` for its files (a checkpoint's own names are checkpoint_layout's)."""
+    ``RunDirectory`` for its files (the names of checkpoints and of what they hold are checkpoint_layout's)."""
 
     LOCK = ".horovod-train.lock"
     LEDGER = ".horovod-train-outputs.json"
@@ -92,6 +80,71 @@ RUN_OUTPUTS = re.compile(
     |tokenizer.*|special_tokens_map\.json|added_tokens\.json|vocab\..*|merges\.txt|.*\.model|chat_template\..*""",
     re.VERBOSE,
 )
+
+
+def clean_stale(output_dir: Path) -> None:
+    """Remove what crashed writes left: temporary checkpoints, and replaced ones whose successor is in
+    place (a replaced one whose successor never arrived is put back)."""
+    if not output_dir.is_dir():
+        return
+    for path in output_dir.iterdir():
+        if not STALE.fullmatch(path.name):
+            continue
+        original = output_dir / path.name[1 : -len(".previous")] if path.name.endswith(".previous") else None
+        if original is not None and not original.exists():
+            os.rename(path, original)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def saved_state(checkpoint: Path) -> dict:
+    """A checkpoint's trainer state as written, unverified ({} where unreadable): enough to order checkpoints."""
+    try:
+        state = json.loads((checkpoint / TRAINER_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def unlisted(checkpoint: Path) -> list[str] | None:
+    """What a checkpoint folder holds besides the files its manifest lists (a run's directory made inside it, a
+    user's file), by relative path, a folder once, sorted; None where it has no readable manifest (not a
+    checkpoint). Only a checkpoint with nothing unlisted is this project's to delete whole: its name and its
+    manifest say who made the folder, not who put things in it since. Nothing else is allowed inside: a checkpoint
+    is written whole in a temporary folder and renamed into place, so it holds no temporaries of its own."""
+    try:
+        manifest = json.loads((checkpoint / MANIFEST).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(manifest, dict):
+        return None
+    files = {*map(str, manifest), MANIFEST}
+    folders = {parent.as_posix() for name in files for parent in PurePosixPath(name).parents} - {"."}
+    found: list[str] = []
+
+    def inside(path: str | os.PathLike) -> str:
+        return Path(path).relative_to(checkpoint).as_posix()
+
+    def unreadable(error: OSError) -> None:  # a folder whose content is unknown counts as unlisted
+        found.append(inside(error.filename))
+
+    for root, dirs, names in os.walk(checkpoint, onerror=unreadable):
+        for name in list(dirs):
+            if inside(Path(root, name)) not in folders or Path(root, name).is_symlink():
+                found.append(inside(Path(root, name)))
+                dirs.remove(name)  # reported once, not descended
+        found += [inside(Path(root, name)) for name in names if inside(Path(root, name)) not in files]
+    return sorted(found)
+
+
+def named_checkpoint(spec: str) -> Path:
+    """The directory ``--resume_from_checkpoint`` names (not auto or latest), which must exist."""
+    path = Path(spec)
+    if not path.is_dir():
+        raise UsageError(
+            f"--resume_from_checkpoint {spec} does not exist", "pass a checkpoint-<step> directory, 'latest' or 'auto'"
+        )
+    return path
 
 
 def entries(path: Path) -> set[str]:
@@ -390,19 +443,31 @@ class RunDirectory:
         found = [p for p in self.path.iterdir() if p.is_dir() and NAME.fullmatch(p.name)]
         return sorted(found, key=lambda p: (saved_state(p).get("save_sequence", 0), int(p.name[len(PREFIX) :])))
 
+    def resumable(self, spec: str) -> list[Path]:
+        """What ``--resume_from_checkpoint`` names, to try newest first: a checkpoint directory (which must exist), or
+        for ``auto`` and ``latest`` this directory's own."""
+        return list(reversed(self.checkpoints())) if spec in (AUTO, LATEST) else [named_checkpoint(spec)]
+
     def resolve(self, reference: str) -> Path:
         """A checkpoint a run state names: a bare name is this directory's own (it moves with the directory);
         an absolute path is a checkpoint elsewhere that a fresh run resumed from (see ``adopt``)."""
         path = Path(reference)
         return path if path.is_absolute() and not _same_dir(path.parent, self.path) else self.path / path.name
 
-    def adopt(self, reference: str | None, source: Path) -> str | None:
-        """A checkpoint name from the state of ``source`` (the checkpoint resumed from), as this run refers to it."""
-        if reference is None:
-            return None
-        found = Path(reference)
-        origin = found if found.is_absolute() else source.parent / found.name
-        return found.name if self.holds(origin) else str(origin.absolute())
+    def adopt(self, trainer_state: dict[str, Any], source: Path) -> bool:
+        """The trainer state of ``source`` (the checkpoint resumed from), made this run's: the lineage of another
+        directory's checkpoint is not this run's to rotate, and the best checkpoint is named as this run refers to
+        it. True: the run continues in place (``source`` is one of its own)."""
+        in_place = self.holds(source)
+        if not in_place:
+            trainer_state["lineage"] = []
+        best = trainer_state.get("best_model_checkpoint")
+        if best is not None:
+            found = Path(best)
+            origin = found if found.is_absolute() else source.parent / found.name
+            best = found.name if self.holds(origin) else str(origin.absolute())
+        trainer_state["best_model_checkpoint"] = best
+        return in_place
 
     # ---- the run's life ----------------------------------------------------------------------
     def claim(self, overwrite: bool, resume: str | None) -> None:
@@ -477,6 +542,12 @@ class RunDirectory:
                 yield created
         finally:
             self.written.update(dict.fromkeys(sorted(created)))
+
+    def remove_checkpoint(self, name: str) -> None:
+        """Rotation's deletion of one of its checkpoints: whole, unless it holds what its manifest does not list
+        (put there since it was written), which is left as it is."""
+        if unlisted(self.path / name) == []:
+            shutil.rmtree(self.path / name, ignore_errors=True)
 
     def wrote_checkpoint(self, checkpoint: Path) -> None:
         """A checkpoint of this run's (its manifest, not the ledger, marks it as the project's)."""

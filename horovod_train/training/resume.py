@@ -31,10 +31,7 @@ def read_checkpoint(
         return None
     path, (tensors, training_state, trainer_state) = found
     compatibility.check(trainer_state["compatibility"], path, warn=warn)
-    in_place = run_dir.holds(path)
-    if not in_place:  # the other directory's checkpoints are not this run's to rotate
-        trainer_state["lineage"] = []
-    trainer_state["best_model_checkpoint"] = run_dir.adopt(trainer_state.get("best_model_checkpoint"), path)
+    in_place = run_dir.adopt(trainer_state, path)
     if best_needed:
         drop_unreadable_best(trainer_state, run_dir, warn)
     tensors = tensors if whole else str(path.resolve())

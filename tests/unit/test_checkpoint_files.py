@@ -12,10 +12,9 @@ import torch
 from support.filesystems import small_filesystem
 
 from horovod_train import checkpoint as ckpt
-from horovod_train.checkpoint_layout import clean_stale
 from horovod_train.errors import UsageError
 from horovod_train.position import TrainingPosition
-from horovod_train.run_directory import RunDirectory
+from horovod_train.run_directory import RunDirectory, clean_stale
 
 COMPATIBILITY = ckpt.Compatibility("tiny", 3, 10, "Linear", 16)
 

@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from support.jobs import SMALL_JOB
 
 from horovod_train import checkpoint as ckpt
-from horovod_train import checkpoint_layout as ckpt_layout
 from horovod_train import run_directory as outdir
 from horovod_train.cli import main
 from horovod_train.errors import UsageError
@@ -246,8 +245,8 @@ def test_rotation_and_reset_remove_a_checkpoint_only_when_it_holds_nothing_its_m
     out = tmp_path / "run"
     shutil.copytree(runs["other"], out)
     (out / "checkpoint-2" / "notes.txt").write_text("mine")
-    assert ckpt_layout.unlisted(out / "checkpoint-2") == ["notes.txt"]
-    assert ckpt_layout.unlisted(out / "checkpoint-4") == [] and ckpt_layout.unlisted(out) is None
+    assert outdir.unlisted(out / "checkpoint-2") == ["notes.txt"]
+    assert outdir.unlisted(out / "checkpoint-4") == [] and outdir.unlisted(out) is None
     kept = snapshot(out / "checkpoint-2")
     checkpoints = ckpt.Checkpoints(outdir.RunDirectory(out), keep=1, lineage=["checkpoint-2", "checkpoint-4"])
     checkpoints.rotate(keep_also="checkpoint-4")
