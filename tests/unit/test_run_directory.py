@@ -264,6 +264,40 @@ def test_a_job_of_compare_or_bench_runs_in_a_name_its_command_recorded_for_it(tm
             outdir.RunDirectory(out / "elsewhere").check_inputs(resume=None)
 
 
+def test_a_file_of_another_origin_under_any_name_the_run_writes_is_refused_by_a_run_continuing_in_place(tmp_path):
+    """Every name RunFiles spells is one the run would replace: a run continuing in place refuses a foreign file
+    there (RUN_OUTPUTS is made from those names, so that a name added there is protected too)."""
+    files = outdir.RunFiles
+    names = [files.CONFIG, files.METRICS, files.TRAIN_RESULTS, files.EVAL_RESULTS, files.TRAINER_STATE, files.FINISHED,
+             files.TRAINING_CURVES, files.MODEL_CARD, files.predictions("test"),
+             files.predictions("test_mismatched")]  # fmt: skip
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / name).write_text("mine")
+        with pytest.raises(UsageError, match=f"holds {name}, which this project did not write and the run would"):
+            outdir.RunDirectory(tmp_path / name).judge(overwrite=False, resume="auto")
+    (tmp_path / "slurm-1.out").mkdir()
+    (tmp_path / "slurm-1.out" / "slurm-1.out").write_text("a scheduler's log")
+    outdir.RunDirectory(tmp_path / "slurm-1.out").judge(overwrite=False, resume="auto")  # a name the run never writes
+
+
+def test_an_elastic_worker_recognises_its_job_by_the_configuration_the_run_wrote(tmp_path, monkeypatch):
+    """The trainer writes the run's configuration and an elastic worker started later reads it, both through the
+    run directory: a worker of the same horovodrun (its rendezvous) joins the running job, one of another does not,
+    nor one where no run has written its configuration yet."""
+    from horovod_train.engines.horovod import elastic
+
+    monkeypatch.setenv("HOROVOD_GLOO_RENDEZVOUS_ADDR", "10.0.0.1")
+    monkeypatch.setenv("HOROVOD_GLOO_RENDEZVOUS_PORT", "4242")
+    run_dir = outdir.RunDirectory(tmp_path / "run")
+    assert not elastic.joins_running_job(run_dir)
+    run_dir.begin(fresh=True)
+    run_dir.write_config({"launch_id": elastic.launch_id(), "engine": "horovod"})
+    assert elastic.joins_running_job(outdir.RunDirectory(tmp_path / "run"))
+    monkeypatch.setenv("HOROVOD_GLOO_RENDEZVOUS_PORT", "4243")  # the next horovodrun on that directory
+    assert not elastic.joins_running_job(outdir.RunDirectory(tmp_path / "run"))
+
+
 def test_a_resume_in_place_widens_and_names_only_what_it_wrote(tmp_path, runs, capsys):
     """Issue 56 items 2 and 8: after a resume in place every *.safetensors in the directory got the umask's mode
     (the user's private.safetensors 0600 -> 0644), and the `wrote` line left out the model and results it
