@@ -555,7 +555,8 @@ class RunDirectory:
 
     def write_config(self, config: dict[str, Any]) -> None:
         """This attempt's configuration, resumed or not: a worker added later recognises its job by it."""
-        write_json_atomic(self.file(RunFiles.CONFIG), config)
+        path = self.file(RunFiles.CONFIG)  # recorded in the ledger first
+        write_json_atomic(path, config)
 
     def read_config(self) -> dict[str, Any]:
         """The configuration the latest attempt here wrote ({} where there is none)."""
