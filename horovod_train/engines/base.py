@@ -28,6 +28,7 @@ from horovod_train.training import amp
 
 if TYPE_CHECKING:
     from horovod_train.config.run_config import RunConfig
+    from horovod_train.outputs.run_directory import RunDirectory
 
 T = TypeVar("T")
 
@@ -122,8 +123,8 @@ class Engine(ABC):
         and the data is re-sharded by examples seen (elastic), so a checkpoint resumes at any world size."""
         return per_rank * self.world_size
 
-    def joins_running_job(self, output_dir: str) -> bool:
-        """True for a worker added to a running job (elastic), which must leave ``output_dir`` as it is."""
+    def joins_running_job(self, run_dir: RunDirectory) -> bool:
+        """True for a worker added to a running job (elastic), which must leave ``run_dir`` as it is."""
         return False
 
     def unwrap(self, model: nn.Module) -> nn.Module:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
 import subprocess
 import sys
@@ -23,9 +22,11 @@ from horovod_train.config.run_config import RunConfig, add_run_arguments, parse_
 from horovod_train.engines.specs import ENGINES, process_group_backend
 from horovod_train.launching import Launcher, launcher
 from horovod_train.launching.base import ONE_PROCESS
-from horovod_train.outputs.run_directory import claimed
+from horovod_train.outputs.run_directory import RunDirectory, claimed
 
 DEFAULT_OUTPUT_DIR = "runs/compare"
+# compare's own files in its directory, beside a run directory per run.
+LOGS, RESULTS, CHART = "logs", "compare.json", "compare.png"
 # Set per run by compare itself, so not passed through from the command line.
 PER_RUN = {"output_dir", "overwrite_output_dir", "engine", "per_device_train_batch_size"}
 
@@ -108,15 +109,14 @@ def execute(cmd: list[str], log: Path, env: Mapping[str, str] | None = None) -> 
         return subprocess.run(cmd, stdout=log_file, stderr=subprocess.STDOUT, check=False, env=env).returncode
 
 
-def summarize(run: Run, run_dir: Path, returncode: int, log: Path) -> dict[str, Any]:
+def summarize(run: Run, run_dir: RunDirectory, returncode: int, log: Path) -> dict[str, Any]:
     """One launched training run's outcome from its output directory."""
     # The launcher as users type it (python, not plain).
     row: dict[str, Any] = {**dataclasses.asdict(run), "launcher": run.row().tool, "ok": False, "log": str(log)}
-    results_file = run_dir / "all_results.json"
-    if returncode != 0 or not results_file.is_file():
+    results = run_dir.read_finished() if returncode == 0 else None
+    if results is None:
         return {**row, "error": f"exit code {returncode}"}
-    results = json.loads(results_file.read_text())
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
+    records = run_dir.read_metrics()
     return {
         **row,
         "ok": True,
@@ -197,21 +197,23 @@ def main(namespace: argparse.Namespace) -> int:
     config = parse_run_config(namespace=namespace)
     world = machine_world_size()
     runs = select_runs(supported_runs(world), namespace.engines)
-    outputs = ["logs", *(run.name for run in runs), "compare.json", "compare.png"]
+    outputs = [LOGS, *(run.name for run in runs), RESULTS, CHART]
     with claimed(config.training.output_dir, config.training.overwrite_output_dir, outputs) as out:
         return run_all(namespace, config, runs, world, out)
 
 
 def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[Run], world: int, out: Path) -> int:
-    (out / "logs").mkdir()
+    (out / LOGS).mkdir()
     batch = config.training.per_device_train_batch_size
     common = passthrough_args(namespace)
     rows = []
     for i, run in enumerate(runs, 1):
         # The same global batch everywhere: W ranks of b, or one process (single, dp) of W x b.
         per_process = batch if run.world_size > 1 else batch * world
-        run_dir, log = out / run.name, out / "logs" / f"{run.name}.log"
-        cmd = run.command([*common, "--per_device_train_batch_size", str(per_process), "--output_dir", str(run_dir)])
+        run_dir, log = RunDirectory(out / run.name), out / LOGS / f"{run.name}.log"
+        cmd = run.command(
+            [*common, "--per_device_train_batch_size", str(per_process), "--output_dir", str(run_dir.path)]
+        )
         print(f"[{i}/{len(runs)}] {run.name}: {run.row().tool}, {run.world_size} process(es)", flush=True)
         started = time.perf_counter()
         returncode = execute(cmd, log)
@@ -220,9 +222,9 @@ def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[Run], w
         print(f"      {status} in {time.perf_counter() - started:.1f}s", flush=True)
 
     global_batch = batch * world * config.training.gradient_accumulation_steps
-    write_json_atomic(out / "compare.json", {"runs": rows, "train_args": common, "global_batch": global_batch})
+    write_json_atomic(out / RESULTS, {"runs": rows, "train_args": common, "global_batch": global_batch})
     print("\n".join(format_table(COLUMNS, table_rows(rows))))
     if any(r["ok"] for r in rows):
-        plot(rows, out / "compare.png")
-    print(f"wrote {out}/: compare.json, compare.png, one directory and log per run")
+        plot(rows, out / CHART)
+    print(f"wrote {out}/: {RESULTS}, {CHART}, one directory and log per run")
     return 0 if all(r["ok"] for r in rows) else 1

@@ -57,13 +57,18 @@ from horovod_train.engines.state_io import (
     read_whole_optimizer,
 )
 from horovod_train.models import lora
-from horovod_train.outputs.checkpoint_layout import AUTO, LATEST, MANIFEST, NAME, PREFIX, named_checkpoint, unlisted
+from horovod_train.outputs.checkpoint_layout import (
+    AUTO,
+    LATEST,
+    MANIFEST,
+    TRAINER_FILE,
+)
+from horovod_train.outputs.run_directory import RunDirectory, saved_state
 from horovod_train.training.position import TrainingPosition
 
 MODEL_FILE = "model.safetensors"
 LORA_FILE = "lora_state.safetensors"  # a LoRA run's: what its merged MODEL_FILE does not hold as it trained it
 STATE_FILE = "training_state.pt"
-TRAINER_FILE = "trainer_state.json"
 Payload = tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]  # tensors, training state, trainer state
 
 
@@ -144,10 +149,11 @@ def mismatch_fix(name: str, saved: Any) -> str:
 
 
 class Checkpoints:
-    """Rank 0's writer of one run's checkpoints, keeping the newest ``keep`` of its lineage (None: all)."""
+    """Rank 0's writer of one run's checkpoints in its directory, keeping the newest ``keep`` of its lineage (None:
+    all)."""
 
-    def __init__(self, output_dir: Path, keep: int | None, lineage: list[str] | None = None) -> None:
-        self.output_dir, self.keep = output_dir, keep
+    def __init__(self, run_dir: RunDirectory, keep: int | None, lineage: list[str] | None = None) -> None:
+        self.run_dir, self.keep = run_dir, keep
         self.lineage = list(lineage or [])
 
     def save(
@@ -172,18 +178,22 @@ class Checkpoints:
             **position.to_dict(),
             "compatibility": asdict(compatibility),
             "config": config,
-            "save_sequence": newest_sequence(self.output_dir) + 1,
+            "save_sequence": self.newest_sequence() + 1,
             "lineage": self.lineage,
         }
         tmp, written = shards or (None, {})
-        with refusing_a_full_disk(self.output_dir, target), atomic_directory(target, replace=True, tmp=tmp) as tmp:
+        with refusing_a_full_disk(target), atomic_directory(target, replace=True, tmp=tmp) as tmp:
             write_files(tmp, model, weights, training_state, trainer_state, write_loadable, written)
+        self.run_dir.wrote_checkpoint(target)
         best = position.best_model_checkpoint  # a path: another directory's, not for this rotation to spare
         self.rotate(keep_also=target.name, best=best if best and "/" not in best else None)
         return target
 
     def target(self, step: int) -> Path:
-        return self.output_dir / f"{PREFIX}{step}"
+        return self.run_dir.checkpoint(step)
+
+    def newest_sequence(self) -> int:
+        return max((saved_state(p).get("save_sequence", 0) for p in self.run_dir.checkpoints()), default=0)
 
     def temporary(self, step: int) -> Path:
         """Rank 0: the temporary directory the ranks of a sharded engine write step ``step``'s checkpoint into, for
@@ -193,16 +203,16 @@ class Checkpoints:
     def rotate(self, keep_also: str, best: str | None = None) -> None:
         """Delete the oldest beyond ``keep``, sparing the best checkpoint as transformers does (a limit of 1
         then keeps two: the best and the newest)."""
-        present = [name for name in self.lineage if (self.output_dir / name).is_dir()]
+        directory = self.run_dir.path
+        present = [name for name in self.lineage if (directory / name).is_dir()]
         doomed = present[: -self.keep] if self.keep else []
         if self.keep and best in present and best != present[-1]:
             others = [name for name in present if name != best]
             doomed = others[: -max(self.keep - 1, 1)]
         for name in doomed:
-            # One that holds what its manifest does not list (put there since it was written) is left whole.
-            if name != keep_also and unlisted(self.output_dir / name) == []:
-                shutil.rmtree(self.output_dir / name, ignore_errors=True)
-        self.lineage = [name for name in self.lineage if (self.output_dir / name).is_dir()]
+            if name != keep_also:
+                self.run_dir.remove_checkpoint(name)
+        self.lineage = [name for name in self.lineage if (directory / name).is_dir()]
 
 
 def sharded_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -244,16 +254,17 @@ def seal(directory: Path, written: dict[str, str] | None = None) -> None:
 
 
 @contextlib.contextmanager
-def refusing_a_full_disk(output_dir: Path, target: Path) -> Iterator[None]:
-    """A full disk while ``target`` is written is a UsageError naming the filesystem (the temporary directory
-    is gone by then, the checkpoints already there are as they were); any other error passes."""
+def refusing_a_full_disk(target: Path) -> Iterator[None]:
+    """A full disk while the checkpoint ``target`` is written is a UsageError naming its run directory's filesystem
+    (the temporary directory is gone by then, the checkpoints already there are as they were); any other error
+    passes."""
     try:
         yield
     except Exception as error:
         if not disk_full(error):
             raise
         raise UsageError(
-            f"{full_disk_problem(error, output_dir)}: {target.name} was not written (the earlier checkpoints are "
+            f"{full_disk_problem(error, target.parent)}: {target.name} was not written (the earlier checkpoints are "
             "intact)",
             "free space there and resume with --resume_from_checkpoint auto, or point --output_dir elsewhere",
         ) from error
@@ -343,25 +354,6 @@ def _fsync_tree(directory: Path) -> None:
             with path.open("rb") as f:
                 os.fsync(f.fileno())
     fsync_directory(directory)
-
-
-def _saved_state(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads((path / TRAINER_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def list_checkpoints(output_dir: Path) -> list[Path]:
-    """Complete checkpoints (renamed into place), oldest saved first (by save order, then step)."""
-    if not output_dir.is_dir():
-        return []
-    found = [p for p in output_dir.iterdir() if p.is_dir() and NAME.fullmatch(p.name)]
-    return sorted(found, key=lambda p: (_saved_state(p).get("save_sequence", 0), int(p.name[len(PREFIX) :])))
-
-
-def newest_sequence(output_dir: Path) -> int:
-    return max((_saved_state(p).get("save_sequence", 0) for p in list_checkpoints(output_dir)), default=0)
 
 
 def verify_checkpoint(path: Path) -> dict[str, Any]:
@@ -457,25 +449,24 @@ def read_model_tensors(path: Path) -> dict[str, torch.Tensor]:
 
 
 def load_resumable(
-    spec: str, output_dir: Path, warn: Callable[[str], None], whole: bool = True
+    spec: str, run_dir: RunDirectory, warn: Callable[[str], None], whole: bool = True
 ) -> tuple[Path, Payload] | None:
     """The checkpoint ``--resume_from_checkpoint`` names: a directory, or the newest valid one in
-    ``output_dir`` (``latest``: one must exist; ``auto``: None if there is none). Newer checkpoints that
+    ``run_dir`` (``latest``: one must exist; ``auto``: None if there is none). Newer checkpoints that
     fail verification are reported through ``warn`` and passed over. ``whole``: as ``load_checkpoint``."""
-    if spec not in (AUTO, LATEST):
-        path = named_checkpoint(spec)
-        return path, load_checkpoint(path, whole)
     skipped = []
-    for path in reversed(list_checkpoints(output_dir)):
+    for path in run_dir.resumable(spec):
         try:
             return path, load_checkpoint(path, whole)
         except UsageError as error:
+            if spec not in (AUTO, LATEST):  # the one named
+                raise
             skipped.append(path.name)
             warn(f"warning: passing over {error.problem}")
     if spec == LATEST:
         found = f"none of {', '.join(skipped)} is valid" if skipped else "there is none"
         raise UsageError(
-            f"--resume_from_checkpoint latest: no valid checkpoint in {output_dir} ({found})",
+            f"--resume_from_checkpoint latest: no valid checkpoint in {run_dir.path} ({found})",
             "pass an earlier checkpoint directory, or 'auto' to start fresh when there is none",
         )
     return None

@@ -23,6 +23,7 @@ from horovod_train.common.files import atomic_directory
 from horovod_train.engines import state_io
 from horovod_train.outputs import checkpoint as ckpt
 from horovod_train.outputs.checkpoint_trainer import write_trainer_checkpoint
+from horovod_train.outputs.run_directory import named_checkpoint
 
 FORMS = ("whole", "sharded")
 TRAINER = "trainer"
@@ -42,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     source, destination = Path(args.source), Path(args.destination)
-    ckpt.named_checkpoint(args.source)
+    named_checkpoint(args.source)
     ckpt.verify_checkpoint(source)
     if destination.exists():
         raise UsageError(f"{destination} exists", "name a new directory: the conversion writes a checkpoint anew")

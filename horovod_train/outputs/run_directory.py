@@ -10,7 +10,7 @@ which checkpoints are the run's own. The rules (docs/failures.md, "The run direc
   when its holder exits, however it exits.
 - **The ledger** (``.horovod-train-outputs.json``): every top-level name this project wrote in the directory,
   recorded before the file is written; a checkpoint is the project's while it holds only what its manifest lists
-  (``checkpoint_layout.unlisted``). ``--overwrite_output_dir`` removes those, the project's checkpoints and its
+  (``unlisted``). ``--overwrite_output_dir`` removes those, the project's checkpoints and its
   crash leftovers, and nothing else; a directory that holds anything else is refused instead.
 - **No run inside another.** An ``--output_dir`` inside a checkpoint or another run's directory is refused (that
   run's rotation or reset would delete it), except under a name compare or bench recorded for its jobs.
@@ -32,7 +32,8 @@ import shutil
 import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 from horovod_train.common.errors import UsageError
 from horovod_train.common.files import write_json_atomic
@@ -44,37 +45,124 @@ from horovod_train.outputs.checkpoint_layout import (
     NAME,
     PREFIX,
     STALE,
-    clean_stale,
-    named_checkpoint,
-    unlisted,
+    TRAINER_FILE,
 )
 
-LOCK_FILE = ".horovod-train.lock"
-LEDGER_FILE = ".horovod-train-outputs.json"
-FINISHED_MARKER = "all_results.json"  # written last by a run that finished
-RUN_CONFIG = "run_config.json"  # this attempt's configuration: an elastic worker recognises its job by it
-METRICS = "metrics.jsonl"
+
+class RunFiles:
+    """The names of what a run writes at the top of its directory, spelled here alone: everything else asks the
+    ``RunDirectory`` for its files (the names of checkpoints and of what they hold are checkpoint_layout's)."""
+
+    LOCK = ".horovod-train.lock"
+    LEDGER = ".horovod-train-outputs.json"
+    CONFIG = "run_config.json"  # this attempt's configuration: an elastic worker recognises its job by it
+    METRICS = "metrics.jsonl"
+    TRAIN_RESULTS = "train_results.json"
+    EVAL_RESULTS = "eval_results.json"
+    TRAINER_STATE = TRAINER_FILE
+    FINISHED = "all_results.json"  # written last by a run that finished
+    PREDICTIONS = "predict_results{}.txt"  # run_glue's: {} is empty for the test split, else _<its suffix>
+    TRAINING_CURVES = "training_curves.png"
+    MODEL_CARD = "README.md"  # as transformers' Trainer names it
+
+    @classmethod
+    def predictions(cls, split: str) -> str:
+        return cls.PREDICTIONS.format("" if split == "test" else f"_{split.removeprefix('test_')}")
+
+    @classmethod
+    def outputs(cls) -> str:
+        """A pattern of the names above that a run writes (not the lock, nor the ledger)."""
+        names = (cls.CONFIG, cls.METRICS, cls.TRAIN_RESULTS, cls.EVAL_RESULTS, cls.TRAINER_STATE, cls.FINISHED,
+                 cls.TRAINING_CURVES, cls.MODEL_CARD)  # fmt: skip
+        return "|".join([*map(re.escape, names), ".*".join(map(re.escape, cls.PREDICTIONS.split("{}")))])
+
+
 TEMPORARY = re.compile(r"\.(?P<name>.+)\.[^.]+\.tmp")  # files.atomic_file's temporaries
 # The top-level names a run may write: its own files, save_pretrained's model and tokenizer files, the trackers'
-# directories. A file of another origin under one of these names would be replaced, so even a run that continues in
-# place refuses it (one under any other name, a SLURM log say, is left alone).
+# directories (and lora's adapter). A file of another origin under one of these names would be replaced, so even a
+# run that continues in place refuses it (one under any other name, a SLURM log say, is left alone).
 RUN_OUTPUTS = re.compile(
-    r"""(all|train|eval)_results\.json|trainer_state\.json|run_config\.json|metrics\.jsonl|predict_results.*\.txt
-    |training_curves\.png|README\.md|adapter|runs|wandb
+    RunFiles.outputs()
+    + r"""|adapter|runs|wandb
     |(generation_)?config\.json|model.*\.safetensors(\.index\.json)?|pytorch_model.*\.bin(\.index\.json)?
     |tokenizer.*|special_tokens_map\.json|added_tokens\.json|vocab\..*|merges\.txt|.*\.model|chat_template\..*""",
     re.VERBOSE,
 )
 
 
+def clean_stale(output_dir: Path) -> None:
+    """Remove what crashed writes left: temporary checkpoints, and replaced ones whose successor is in
+    place (a replaced one whose successor never arrived is put back)."""
+    if not output_dir.is_dir():
+        return
+    for path in output_dir.iterdir():
+        if not STALE.fullmatch(path.name):
+            continue
+        original = output_dir / path.name[1 : -len(".previous")] if path.name.endswith(".previous") else None
+        if original is not None and not original.exists():
+            os.rename(path, original)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def saved_state(checkpoint: Path) -> dict:
+    """A checkpoint's trainer state as written, unverified ({} where unreadable): enough to order checkpoints."""
+    try:
+        state = json.loads((checkpoint / TRAINER_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def unlisted(checkpoint: Path) -> list[str] | None:
+    """What a checkpoint folder holds besides the files its manifest lists (a run's directory made inside it, a
+    user's file), by relative path, a folder once, sorted; None where it has no readable manifest (not a
+    checkpoint). Only a checkpoint with nothing unlisted is this project's to delete whole: its name and its
+    manifest say who made the folder, not who put things in it since. Nothing else is allowed inside: a checkpoint
+    is written whole in a temporary folder and renamed into place, so it holds no temporaries of its own."""
+    try:
+        manifest = json.loads((checkpoint / MANIFEST).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(manifest, dict):
+        return None
+    files = {*map(str, manifest), MANIFEST}
+    folders = {parent.as_posix() for name in files for parent in PurePosixPath(name).parents} - {"."}
+    found: list[str] = []
+
+    def inside(path: str | os.PathLike) -> str:
+        return Path(path).relative_to(checkpoint).as_posix()
+
+    def unreadable(error: OSError) -> None:  # a folder whose content is unknown counts as unlisted
+        found.append(inside(error.filename))
+
+    for root, dirs, names in os.walk(checkpoint, onerror=unreadable):
+        for name in list(dirs):
+            if inside(Path(root, name)) not in folders or Path(root, name).is_symlink():
+                found.append(inside(Path(root, name)))
+                dirs.remove(name)  # reported once, not descended
+        found += [inside(Path(root, name)) for name in names if inside(Path(root, name)) not in files]
+    return sorted(found)
+
+
+def named_checkpoint(spec: str) -> Path:
+    """The directory ``--resume_from_checkpoint`` names (not auto or latest), which must exist."""
+    path = Path(spec)
+    if not path.is_dir():
+        raise UsageError(
+            f"--resume_from_checkpoint {spec} does not exist", "pass a checkpoint-<step> directory, 'latest' or 'auto'"
+        )
+    return path
+
+
 def entries(path: Path) -> set[str]:
     """The directory's top-level names, less the lock file (a killed holder leaves it behind)."""
-    return {p.name for p in path.iterdir()} - {LOCK_FILE} if path.is_dir() else set()
+    return {p.name for p in path.iterdir()} - {RunFiles.LOCK} if path.is_dir() else set()
 
 
 def read_ledger(path: Path) -> dict:
     try:
-        ledger = json.loads((path / LEDGER_FILE).read_text())
+        ledger = json.loads((path / RunFiles.LEDGER).read_text())
         return ledger if isinstance(ledger, dict) and isinstance(ledger.get("entries"), list) else {"entries": []}
     except (OSError, ValueError):
         return {"entries": []}
@@ -87,7 +175,7 @@ def recorded(path: Path) -> set[str]:
 def is_own(path: Path, name: str, ledger: set[str]) -> bool:
     """Written by this project: in the ledger, a checkpoint holding only what its manifest lists (as set aside
     for its replacement, too), or a leftover of our writes."""
-    if name in ledger or name == LEDGER_FILE:
+    if name in ledger or name == RunFiles.LEDGER:
         return True
     if NAME.fullmatch(name) or (STALE.fullmatch(name) and name.endswith(".previous")):
         return unlisted(path / name) == []
@@ -132,13 +220,13 @@ def record(path: Path, *names: str, holds_runs: bool = False) -> None:
     entries, runs_below = set(map(str, ledger["entries"])), ledger.get("holds_runs") is True or holds_runs
     if not set(names) <= entries or runs_below != (ledger.get("holds_runs") is True):
         data = {"written_by": "horovod-train", "entries": sorted(entries | set(names))}
-        write_json_atomic(path / LEDGER_FILE, {**data, **({"holds_runs": True} if runs_below else {})})
+        write_json_atomic(path / RunFiles.LEDGER, {**data, **({"holds_runs": True} if runs_below else {})})
 
 
 def stamps(path: Path) -> dict[str, tuple[int, int, int]]:
     """Each top-level name's (inode, mtime, size): a file replaced or rewritten in place changes one of them."""
     found = {}
-    for name in entries(path) - {LEDGER_FILE}:
+    for name in entries(path) - {RunFiles.LEDGER}:
         with contextlib.suppress(FileNotFoundError):
             stat = (path / name).lstat()
             found[name] = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
@@ -182,7 +270,7 @@ def refuse_nested(path: Path) -> None:
                 "--overwrite_output_dir would delete with this run in it",
                 "give the run a directory outside that run's (e.g. a sibling of it)",
             )
-        if not ((ancestor / LEDGER_FILE).is_file() or (ancestor / LOCK_FILE).exists()):
+        if not ((ancestor / RunFiles.LEDGER).is_file() or (ancestor / RunFiles.LOCK).exists()):
             continue
         ledger, below = read_ledger(ancestor), target.relative_to(ancestor).parts[0]
         if ledger.get("holds_runs") is True and below in ledger["entries"]:
@@ -249,7 +337,7 @@ class OutputDirLock:
 
     def __init__(self, output_dir: Path) -> None:
         self.output_dir = output_dir
-        self.path = output_dir / LOCK_FILE
+        self.path = output_dir / RunFiles.LOCK
         self.fd: int | None = None
         self.created: list[Path] = []  # directories made to hold the lock, removed again if the run wrote nothing
 
@@ -304,7 +392,7 @@ class OutputDirLock:
             pass
         except PermissionError:
             raise UsageError(
-                f"--output_dir {self.output_dir} has a lock file {LOCK_FILE} of another user that this user "
+                f"--output_dir {self.output_dir} has a lock file {RunFiles.LOCK} of another user that this user "
                 "can neither open nor replace",
                 f"remove {self.path} once no job of that user runs there, or choose another --output_dir",
             ) from None
@@ -356,19 +444,38 @@ class RunDirectory:
     def checkpoint(self, step: int) -> Path:
         return self.path / f"{PREFIX}{step}"
 
+    def checkpoints(self) -> list[Path]:
+        """Its complete checkpoints (renamed into place), oldest saved first (by save order, then step)."""
+        if not self.path.is_dir():
+            return []
+        found = [p for p in self.path.iterdir() if p.is_dir() and NAME.fullmatch(p.name)]
+        return sorted(found, key=lambda p: (saved_state(p).get("save_sequence", 0), int(p.name[len(PREFIX) :])))
+
+    def resumable(self, spec: str) -> list[Path]:
+        """What ``--resume_from_checkpoint`` names, to try newest first: a checkpoint directory (which must exist), or
+        for ``auto`` and ``latest`` this directory's own."""
+        return list(reversed(self.checkpoints())) if spec in (AUTO, LATEST) else [named_checkpoint(spec)]
+
     def resolve(self, reference: str) -> Path:
         """A checkpoint a run state names: a bare name is this directory's own (it moves with the directory);
         an absolute path is a checkpoint elsewhere that a fresh run resumed from (see ``adopt``)."""
         path = Path(reference)
         return path if path.is_absolute() and not _same_dir(path.parent, self.path) else self.path / path.name
 
-    def adopt(self, reference: str | None, source: Path) -> str | None:
-        """A checkpoint name from the state of ``source`` (the checkpoint resumed from), as this run refers to it."""
-        if reference is None:
-            return None
-        found = Path(reference)
-        origin = found if found.is_absolute() else source.parent / found.name
-        return found.name if self.holds(origin) else str(origin.absolute())
+    def adopt(self, trainer_state: dict[str, Any], source: Path) -> bool:
+        """The trainer state of ``source`` (the checkpoint resumed from), made this run's: the lineage of another
+        directory's checkpoint is not this run's to rotate, and the best checkpoint is named as this run refers to
+        it. True: the run continues in place (``source`` is one of its own)."""
+        in_place = self.holds(source)
+        if not in_place:
+            trainer_state["lineage"] = []
+        best = trainer_state.get("best_model_checkpoint")
+        if best is not None:
+            found = Path(best)
+            origin = found if found.is_absolute() else source.parent / found.name
+            best = found.name if self.holds(origin) else str(origin.absolute())
+        trainer_state["best_model_checkpoint"] = best
+        return in_place
 
     # ---- the run's life ----------------------------------------------------------------------
     def claim(self, overwrite: bool, resume: str | None) -> None:
@@ -390,7 +497,7 @@ class RunDirectory:
         under the lock. A lock file there may be a running job's, whose "in use" is ``claim``'s to say: the
         directory is not judged."""
         self.check_inputs(resume)
-        if not (self.path / LOCK_FILE).exists():
+        if not (self.path / RunFiles.LOCK).exists():
             self.judge(overwrite, resume)
 
     def check_inputs(self, resume: str | None) -> None:
@@ -411,9 +518,10 @@ class RunDirectory:
         if not self.path.is_dir():
             return
         refuse_foreign(self.path, "starting over")
-        if not overwrite and (self.path / FINISHED_MARKER).exists():
+        if not overwrite and (self.path / RunFiles.FINISHED).exists():
             raise UsageError(
-                f"--output_dir {self.path} holds a finished run ({FINISHED_MARKER}) and no valid checkpoint to resume",
+                f"--output_dir {self.path} holds a finished run ({RunFiles.FINISHED}) and no valid checkpoint to "
+                "resume",
                 "pass --overwrite_output_dir to replace it, or choose another --output_dir",
             )
 
@@ -443,9 +551,38 @@ class RunDirectory:
         finally:
             self.written.update(dict.fromkeys(sorted(created)))
 
+    def remove_checkpoint(self, name: str) -> None:
+        """Rotation's deletion of one of its checkpoints: whole, unless it holds what its manifest does not list
+        (put there since it was written), which is left as it is."""
+        if unlisted(self.path / name) == []:
+            shutil.rmtree(self.path / name, ignore_errors=True)
+
     def wrote_checkpoint(self, checkpoint: Path) -> None:
         """A checkpoint of this run's (its manifest, not the ledger, marks it as the project's)."""
         self.written[checkpoint.name] = None
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        """This attempt's configuration, resumed or not: a worker added later recognises its job by it."""
+        path = self.file(RunFiles.CONFIG)  # recorded in the ledger first
+        write_json_atomic(path, config)
+
+    def read_config(self) -> dict[str, Any]:
+        """The configuration the latest attempt here wrote ({} where there is none)."""
+        return _read_json(self.path / RunFiles.CONFIG) or {}
+
+    def read_finished(self, global_step: int | None = None) -> dict[str, Any] | None:
+        """The results of a run that finished here (its last file written; at ``global_step`` if one is given),
+        else None."""
+        results = _read_json(self.path / RunFiles.FINISHED)
+        return results if results is not None and global_step in (None, results.get("global_step")) else None
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """The records the run logged (--logging_steps), in order."""
+        return [json.loads(line) for line in (self.path / RunFiles.METRICS).read_text().splitlines() if line]
+
+    def run_name(self, given: str | None) -> str:
+        """What trackers and the model card call the run: --run_name, else the directory's name."""
+        return given or self.path.resolve().name
 
     def outputs(self) -> list[str]:
         """What this process wrote that is still there (rotation removes checkpoints), directories with a ``/``."""
@@ -454,6 +591,15 @@ class RunDirectory:
 
     def release(self) -> None:
         self.lock.release()
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object's file, or None where it is missing, unreadable or not an object."""
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def _inside(path: Path, directory: Path) -> bool:

@@ -16,31 +16,28 @@ from typing import Any
 
 from horovod_train.common.files import atomic_file, write_json_atomic
 from horovod_train.models.model import TINY_BERT
+from horovod_train.outputs.run_directory import RunDirectory, RunFiles
 from horovod_train.tasks.base import TaskShape
 
 
-def write_results(output_dir: Path, results: dict[str, Any], train_metrics: dict[str, Any], state: dict) -> None:
-    epoch = {"epoch": state["epoch"]}
+def write_results(run_dir: RunDirectory, results: dict[str, Any], train_metrics: dict[str, Any], state: dict) -> None:
+    epoch, path = {"epoch": state["epoch"]}, run_dir.path
     evals = {k: v for k, v in results.items() if k.startswith("eval_") and not k.endswith("_per_rank")}
-    write_json_atomic(output_dir / "train_results.json", {**train_metrics, **epoch})
-    write_json_atomic(output_dir / "eval_results.json", {**evals, **epoch})
-    write_json_atomic(output_dir / "trainer_state.json", state)
-    write_json_atomic(output_dir / "all_results.json", {**results, **epoch})  # last: it marks a finished run
+    write_json_atomic(path / RunFiles.TRAIN_RESULTS, {**train_metrics, **epoch})
+    write_json_atomic(path / RunFiles.EVAL_RESULTS, {**evals, **epoch})
+    write_json_atomic(path / RunFiles.TRAINER_STATE, state)
+    write_json_atomic(path / RunFiles.FINISHED, {**results, **epoch})  # last: it marks a finished run
 
 
 def write_predictions(
-    output_dir: Path, predictions: dict[str, list], id2label: dict[int, str], shape: TaskShape
+    run_dir: RunDirectory, predictions: dict[str, list], id2label: dict[int, str], shape: TaskShape
 ) -> None:
     """run_glue's format: a header ``index\\tprediction``, then one line per example, its prediction as the
     task's shape writes it (``shape.shown``: run_glue's and run_classification's cells)."""
     for split, labels in predictions.items():
-        suffix = "" if split == "test" else f"_{split.removeprefix('test_')}"
         lines = ["index\tprediction", *(f"{i}\t{shape.shown(label, id2label)}" for i, label in enumerate(labels))]
-        with atomic_file(output_dir / f"predict_results{suffix}.txt") as f:
+        with atomic_file(run_dir.path / RunFiles.predictions(split)) as f:
             f.write("\n".join(lines) + "\n")
-
-
-MODEL_CARD = "README.md"
 
 
 def model_card_hyperparameters(config: dict[str, Any], world_size: int) -> dict[str, Any]:
@@ -88,7 +85,7 @@ def dataset_named(config: dict[str, Any]) -> str:
     return config["dataset_name"]
 
 
-def write_model_card(output_dir: Path, config: dict[str, Any], log_history: list[dict[str, Any]], world_size: int):
+def write_model_card(run_dir: RunDirectory, config: dict[str, Any], log_history: list[dict[str, Any]], world_size: int):
     """README.md as the Trainer's create_model_card writes it (transformers' TrainingSummary): the model, what it was
     fine-tuned from, the data, the evaluation results, the hyperparameters and the results table of each
     evaluation."""
@@ -98,7 +95,7 @@ def write_model_card(output_dir: Path, config: dict[str, Any], log_history: list
     base = config["model_name_or_path"]
     on_hub = base != TINY_BERT and not Path(base).exists()  # the card links a hub model; a local one has no page
     summary = TrainingSummary(
-        model_name=config.get("run_name") or output_dir.resolve().name,
+        model_name=run_dir.run_name(config.get("run_name")),
         finetuned_from=base if on_hub else None,
         tasks="text-classification",
         dataset=dataset_named(config),
@@ -108,5 +105,5 @@ def write_model_card(output_dir: Path, config: dict[str, Any], log_history: list
         hyperparameters=model_card_hyperparameters(config, world_size),
         source="trainer",
     )
-    with atomic_file(output_dir / MODEL_CARD) as f:
+    with atomic_file(run_dir.path / RunFiles.MODEL_CARD) as f:
         f.write(summary.to_model_card())

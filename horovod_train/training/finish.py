@@ -12,7 +12,7 @@ from horovod_train.config.run_config import TrainingArguments
 from horovod_train.engines.base import Engine
 from horovod_train.models import lora
 from horovod_train.outputs import transformers_files
-from horovod_train.outputs.run_directory import RunDirectory
+from horovod_train.outputs.run_directory import RunDirectory, RunFiles
 from horovod_train.outputs.trackers import plot_training_curves
 from horovod_train.tasks.base import TaskShape
 from horovod_train.tasks.registry import chance_accuracy
@@ -98,9 +98,8 @@ def write_outputs(
             follow_umask(output_dir / name)
     with run_dir.recording():
         tokenizer.save_pretrained(output_dir)
-        transformers_files.write_predictions(output_dir, predictions, model.config.id2label, shape)
-        name = config.get("run_name") or output_dir.resolve().name
-        title = f"{name}: {results['engine']}, world size {results['world_size']}"
-        plot_training_curves(log_history, output_dir / "training_curves.png", title, chance_accuracy(results))
-        transformers_files.write_model_card(output_dir, config, log_history, results["world_size"])
-        transformers_files.write_results(output_dir, results, train_metrics, state)
+        transformers_files.write_predictions(run_dir, predictions, model.config.id2label, shape)
+        title = f"{run_dir.run_name(config.get('run_name'))}: {results['engine']}, world size {results['world_size']}"
+        plot_training_curves(log_history, output_dir / RunFiles.TRAINING_CURVES, title, chance_accuracy(results))
+        transformers_files.write_model_card(run_dir, config, log_history, results["world_size"])
+        transformers_files.write_results(run_dir, results, train_metrics, state)

@@ -13,7 +13,6 @@ import torch
 from horovod_train.config.run_config import TrainingArguments
 from horovod_train.data.loaders import ahead_on_device
 from horovod_train.engines.base import Engine
-from horovod_train.outputs import checkpoint as ckpt
 from horovod_train.training import amp
 from horovod_train.training.evaluation import Evaluator
 from horovod_train.training.metrics import Meter, audit_epoch
@@ -173,9 +172,9 @@ class TrainingLoop:
         if self.saver.last_saved_step != position.global_step:
             self.save_checkpoint(position)
         self.engine.barrier()  # no rank exits (its launcher would end the job) before the checkpoint is complete
-        saved = f"saved {ckpt.PREFIX}{position.global_step}"
+        saved = self.parts.checkpoints.target(position.global_step)
         raise TrainingStopped(
-            f"stopped by {received} at step {position.global_step}: {saved} in {self.parts.checkpoints.output_dir}; "
+            f"stopped by {received} at step {position.global_step}: saved {saved.name} in {saved.parent}; "
             "continue with --resume_from_checkpoint auto"
         )
 

@@ -1,11 +1,9 @@
-"""Resuming: rank 0 finds, verifies and reads the checkpoint and every rank loads it; a run that had already
-finished at that step is recognised by its results."""
+"""Resuming: rank 0 finds, verifies and reads the checkpoint and every rank loads it (a run that had already
+finished at that step is the run directory's to recognise: ``RunDirectory.read_finished``)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -13,7 +11,7 @@ import torch
 from horovod_train.common.errors import UsageError
 from horovod_train.engines.base import Engine
 from horovod_train.outputs import checkpoint as ckpt
-from horovod_train.outputs.run_directory import FINISHED_MARKER, RunDirectory
+from horovod_train.outputs.run_directory import RunDirectory
 from horovod_train.training import amp, rng
 from horovod_train.training.progress import Console
 from horovod_train.training.rank_zero import RankZero
@@ -27,16 +25,13 @@ def read_checkpoint(
     under ``trainer_state``, and whether the run continues in place. None: ``auto`` found no valid checkpoint
     (and the run may start fresh). ``whole``: False where every rank reads its own part of the model and optimizer
     state (Engine.sharded_state): ``tensors`` is then the checkpoint's directory."""
-    found = ckpt.load_resumable(spec, run_dir.path, warn=warn, whole=whole)
+    found = ckpt.load_resumable(spec, run_dir, warn=warn, whole=whole)
     if found is None:
         run_dir.check_start_over(overwrite)
         return None
     path, (tensors, training_state, trainer_state) = found
     compatibility.check(trainer_state["compatibility"], path, warn=warn)
-    in_place = run_dir.holds(path)
-    if not in_place:  # the other directory's checkpoints are not this run's to rotate
-        trainer_state["lineage"] = []
-    trainer_state["best_model_checkpoint"] = run_dir.adopt(trainer_state.get("best_model_checkpoint"), path)
+    in_place = run_dir.adopt(trainer_state, path)
     if best_needed:
         drop_unreadable_best(trainer_state, run_dir, warn)
     tensors = tensors if whole else str(path.resolve())
@@ -58,7 +53,7 @@ def drop_unreadable_best(trainer_state: dict[str, Any], run_dir: RunDirectory, w
 
 
 def load_checkpoint(
-    rank_zero: RankZero, console: Console, output_dir: Path, read: Callable[[], Any]
+    rank_zero: RankZero, console: Console, run_dir: RunDirectory, read: Callable[[], Any]
 ) -> dict[str, Any] | None:
     """Rank 0 reads (``read``) and broadcasts the checkpoint, every rank gets it or raises the same error. The
     training state, with the model's tensors under ``tensors`` (the engine loads them into the prepared model), the
@@ -66,7 +61,7 @@ def load_checkpoint(
     valid checkpoint, the run starts fresh."""
     resumed = rank_zero.read_for_all(read)
     if resumed is None:
-        console.log(f"no valid checkpoint in {output_dir}: starting fresh")
+        console.log(f"no valid checkpoint in {run_dir.path}: starting fresh")
         return None
     trainer_state = resumed["trainer_state"]
     console.log(f"resumed from step {trainer_state['global_step']} (epoch {trainer_state['epoch']})")
@@ -87,12 +82,3 @@ def restore_rng(resumed: dict[str, Any], engine: Engine) -> None:
     """Each rank its own generators (a rank beyond the saved world takes rank 0's)."""
     states = resumed["rng"]
     rng.restore(states[engine.rank] if engine.rank < len(states) else states[0])
-
-
-def read_finished_results(output_dir: Path, global_step: int) -> dict[str, Any] | None:
-    """The results of a run that finished at ``global_step`` (its last file written), else None."""
-    try:
-        results = json.loads((output_dir / FINISHED_MARKER).read_text())
-    except (OSError, ValueError):
-        return None
-    return results if results.get("global_step") == global_step else None

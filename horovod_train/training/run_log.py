@@ -10,7 +10,7 @@ from typing import Any
 from tqdm import tqdm
 
 from horovod_train.engines.base import Engine
-from horovod_train.outputs.run_directory import METRICS, RunDirectory
+from horovod_train.outputs.run_directory import RunDirectory, RunFiles
 from horovod_train.outputs.trackers import Trackers
 from horovod_train.tasks.scores import METRIC_NAMES
 from horovod_train.training.parts import RunPlan
@@ -54,7 +54,7 @@ class RunLog:
                                      if k in record})  # fmt: skip
         self.trackers.log(record, position.global_step)
         if self.engine.is_main:
-            with self.run_dir.file(METRICS).open("a") as f:
+            with self.run_dir.file(RunFiles.METRICS).open("a") as f:
                 f.write(json.dumps(record) + "\n")
         speed = f"{record['samples_per_second']:.1f}"
         if self.console.show_bar:  # the bar shows the elapsed time and the ETA itself

@@ -56,7 +56,7 @@ class CheckpointSaver:
         engine, checkpoints = self.engine, self.parts.checkpoints
 
         def temporary() -> str:
-            with ckpt.refusing_a_full_disk(checkpoints.output_dir, checkpoints.target(step)):
+            with ckpt.refusing_a_full_disk(checkpoints.target(step)):
                 return str(checkpoints.temporary(step))
 
         directory = Path(RankZero(engine).read_for_all(temporary))
@@ -66,7 +66,7 @@ class CheckpointSaver:
             if engine.is_main:
                 shutil.rmtree(directory, ignore_errors=True)
             if disk_full(error):
-                with ckpt.refusing_a_full_disk(checkpoints.output_dir, checkpoints.target(step)):
+                with ckpt.refusing_a_full_disk(checkpoints.target(step)):
                     raise
             raise
         return directory, {name: digest for part in engine.gather_objects(written) for name, digest in part.items()}
@@ -83,7 +83,7 @@ class CheckpointSaver:
             **self.precision.state_dict(),
         }
         model, tokenizer = self.engine.unwrap(self.parts.model), self.parts.tokenizer
-        saved = self.parts.checkpoints.save(
+        self.parts.checkpoints.save(
             model,
             position,
             self.parts.compatibility,
@@ -93,7 +93,6 @@ class CheckpointSaver:
             weights=weights,
             shards=shards,
         )
-        self.run_dir.wrote_checkpoint(saved)
 
     def track_best(self, position: TrainingPosition, evaluation: dict[str, Any] | None) -> None:
         """A checkpoint written right after an evaluation competes on --metric_for_best_model (every rank
@@ -104,7 +103,7 @@ class CheckpointSaver:
         if best is None or (value > best if self.greater_is_better else value < best):
             position.best_metric = value
             # A name, not a path: the run directory may be moved between a checkpoint and its resume.
-            position.best_model_checkpoint = f"{ckpt.PREFIX}{position.global_step}"
+            position.best_model_checkpoint = self.run_dir.checkpoint(position.global_step).name
 
 
 def load_best_weights(

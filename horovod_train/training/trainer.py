@@ -10,14 +10,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from horovod_train.common.files import write_json_atomic
 from horovod_train.config.run_config import RunConfig
 from horovod_train.data.labels import task_line
 from horovod_train.data.sources import default_cache_dir
 from horovod_train.data.splits import eval_split_names
 from horovod_train.engines.base import Engine
 from horovod_train.outputs import checkpoint as ckpt
-from horovod_train.outputs.run_directory import FINISHED_MARKER, RUN_CONFIG, RunDirectory
+from horovod_train.outputs.run_directory import RunDirectory, RunFiles
 from horovod_train.outputs.trackers import Trackers
 from horovod_train.training import amp, build, finish, resume, rng
 from horovod_train.training.evaluation import Evaluator
@@ -37,13 +36,12 @@ class Trainer:
         self.config = config
         self.engine = engine
         self.args = config.training
-        self.output_dir = Path(self.args.output_dir)
         self.cache_dir = Path(config.model.cache_dir) if config.model.cache_dir else default_cache_dir()
         self.precision = amp.Precision.from_args(self.args, engine.device)  # fp32: no autocast, no scaler
         if self.args.tf32 and engine.device.type == "cuda":
             amp.enable_tf32()
         self.console = Console(engine)  # rank 0's log lines; setup() starts the progress bar
-        self.run_dir = RunDirectory(self.output_dir)  # rank 0 claims it first thing in setup(): one job per directory
+        self.run_dir = RunDirectory(self.args.output_dir)  # rank 0 claims it first in setup(): one job per directory
         # What setup() sets, in its order:
         self.signals = StopSignals([])  # the --checkpoint_signals, watched from setup() on
         self.rank_zero = RankZero(engine)  # knows whether this worker joins a running job
@@ -76,7 +74,7 @@ class Trainer:
         rng.seed_everything(args.seed)
         # A worker added to a running job: it gets the job's state when it joins (the others are training,
         # so its setup takes part in no collective, and it loads no checkpoint) and writes nothing.
-        self.rank_zero = RankZero(engine, joining=engine.joins_running_job(args.output_dir))
+        self.rank_zero = RankZero(engine, joining=engine.joins_running_job(self.run_dir))
         # Locked before it is judged (a second job hears "in use"), and judged before anything is read.
         self.rank_zero.first(lambda: self.run_dir.claim(args.overwrite_output_dir, args.resume_from_checkpoint))
         self.parts, resumed = self.build_parts()
@@ -86,12 +84,12 @@ class Trainer:
             resume.restore_training_state(resumed, engine, self.parts.model, self.parts.optimizer, self.precision)
             if in_place and self.parts.policy.finished(position):
                 self.finished_before = self.rank_zero.read_in_setup(
-                    lambda: resume.read_finished_results(self.output_dir, position.global_step)
+                    lambda: self.run_dir.read_finished(position.global_step)
                 )
             if self.finished_before is not None:
                 self.console.log(
-                    f"the run in {self.output_dir} had already finished at step {position.global_step}: "
-                    f"nothing to train, {FINISHED_MARKER} left as it was"
+                    f"the run in {self.run_dir.path} had already finished at step {position.global_step}: "
+                    f"nothing to train, {RunFiles.FINISHED} left as it was"
                 )
                 return None
         # Every input has been validated: only now is anything written.
@@ -131,7 +129,7 @@ class Trainer:
         plan = build.plan_run(args, len(train_loader), engine.world_size)
         policy = engine.policy(model, optimizer, train_loader.sampler, len(train_set), self.precision.scaler)
         lineage = resumed["trainer_state"].get("lineage", []) if resumed else []  # [] for a checkpoint from elsewhere
-        checkpoints = ckpt.Checkpoints(self.run_dir.path, args.save_total_limit, lineage)
+        checkpoints = ckpt.Checkpoints(self.run_dir, args.save_total_limit, lineage)
         parts = RunParts(
             tokenizer=tokenizer, tokenized=tokenized, compatibility=compatibility, model=model, optimizer=optimizer,
             train_set=train_set, train_loader=train_loader, plan=plan, policy=policy, checkpoints=checkpoints,
@@ -149,17 +147,16 @@ class Trainer:
                 self.console.warn, best_needed=args.load_best_model_at_end, whole=not self.engine.sharded_state,
             )  # fmt: skip
 
-        return resume.load_checkpoint(self.rank_zero, self.console, self.output_dir, read)
+        return resume.load_checkpoint(self.rank_zero, self.console, self.run_dir, read)
 
     def write_run_config(self, fresh: bool) -> None:
         self.run_dir.begin(fresh)
-        # This attempt's configuration, resumed or not: a worker added later recognises its job by it.
-        write_json_atomic(self.run_dir.file(RUN_CONFIG), {**self.config.to_dict(), **self.engine.describe()})
+        self.run_dir.write_config({**self.config.to_dict(), **self.engine.describe()})
 
     def start_trackers(self) -> Trackers:
-        name = self.args.run_name or self.output_dir.resolve().name
+        name = self.run_dir.run_name(self.args.run_name)
         with self.run_dir.recording():
-            return Trackers.create(self.args.report_to, self.output_dir, name, self.config.to_dict())
+            return Trackers.create(self.args.report_to, self.run_dir.path, name, self.config.to_dict())
 
     def run_line(self, parts: RunParts) -> str:
         engine = self.engine

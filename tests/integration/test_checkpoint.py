@@ -19,6 +19,7 @@ from support.jobs import SMALL_JOB, assert_ok, horovodrun, read_results, run, to
 from horovod_train.common.digest import sha256
 from horovod_train.common.errors import UsageError
 from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.outputs.run_directory import RunDirectory
 
 pytestmark = pytest.mark.slow
 
@@ -151,7 +152,7 @@ def test_checkpoints_are_pruned_and_verified(tmp_path, cache_dir):
         "2",
     ]
     assert_ok(train_here(cache_dir, "--engine", "single", *args, "--output_dir", str(out)))
-    assert [p.name for p in ckpt.list_checkpoints(out)] == ["checkpoint-8", "checkpoint-12"]
+    assert [p.name for p in RunDirectory(out).checkpoints()] == ["checkpoint-8", "checkpoint-12"]
     assert not list(out.glob(".checkpoint-*")), "no temporary checkpoint directory may be left behind"
     state = ckpt.verify_checkpoint(out / "checkpoint-12")
     assert state["global_step"] == 12

@@ -12,7 +12,7 @@ from support.filesystems import fill, small_filesystem
 from support.jobs import SMALL_JOB, assert_ok, mpirun, run, train_here
 
 from horovod_train.outputs import checkpoint as ckpt
-from horovod_train.outputs.run_directory import record
+from horovod_train.outputs.run_directory import RunDirectory, record
 
 
 def train(tmp_path: Path, cache_dir: Path, out: Path, *args: str):
@@ -24,14 +24,14 @@ def train(tmp_path: Path, cache_dir: Path, out: Path, *args: str):
 def test_rotation_follows_the_lineage_after_resuming_from_an_older_checkpoint(tmp_path, cache_dir):
     out = tmp_path / "run"
     assert_ok(train(tmp_path, cache_dir, out, "--max_steps", "40", "--save_steps", "10"))
-    assert [p.name for p in ckpt.list_checkpoints(out)] == ["checkpoint-34", "checkpoint-40"]  # epoch end, last
+    assert [p.name for p in RunDirectory(out).checkpoints()] == ["checkpoint-34", "checkpoint-40"]  # epoch end, last
     # Back to step 34 (say, the run diverged after it), now keeping one checkpoint.
     args = ["--max_steps", "38", "--save_steps", "2", "--save_total_limit", "1"]
     assert_ok(train(tmp_path, cache_dir, out, *args, "--resume_from_checkpoint", str(out / "checkpoint-34")))
     # checkpoint-34 and -36 (this lineage) made way for checkpoint-38; checkpoint-40, of the abandoned
     # future, stays and is not mistaken for the newest.
-    assert {p.name for p in ckpt.list_checkpoints(out)} == {"checkpoint-38", "checkpoint-40"}
-    assert ckpt.load_resumable("auto", out, warn=print)[0].name == "checkpoint-38"
+    assert {p.name for p in RunDirectory(out).checkpoints()} == {"checkpoint-38", "checkpoint-40"}
+    assert ckpt.load_resumable("auto", RunDirectory(out), warn=print)[0].name == "checkpoint-38"
     state = json.loads((out / "checkpoint-38" / ckpt.TRAINER_FILE).read_text())
     assert state["lineage"][-1] == "checkpoint-38" and "checkpoint-40" not in state["lineage"]
 

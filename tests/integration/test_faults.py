@@ -21,6 +21,7 @@ from support.processes import find_rank_process, wait_for
 
 from horovod_train.launching import LAUNCHERS
 from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.outputs.run_directory import RunDirectory
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +78,7 @@ def test_killed_rank_stops_the_job_and_leaves_its_checkpoints_intact(engine, tmp
     print(f"{engine}: exit {job.returncode} {detected:.1f}s after kill -9 of rank 1")
     assert job.returncode != 0, output[-3000:]
 
-    saved = ckpt.list_checkpoints(out)
+    saved = RunDirectory(out).checkpoints()
     assert saved, "the checkpoints written before the kill must remain"
     for path in saved:
         ckpt.verify_checkpoint(path)  # raises if truncated or corrupted

@@ -26,6 +26,7 @@ from support.jobs import BIN, REPO, SMALL_JOB, base_env, train_here
 from support.launch import free_port
 
 from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.outputs.run_directory import RunDirectory
 
 K8S = REPO / "launch" / "k8s"
 CRDS = REPO / "tests" / "data" / "k8s_crds"
@@ -367,7 +368,7 @@ def test_pod_sigterm_checkpoints_and_the_restarted_pod_resumes(launch: str, tmp_
     assert job.returncode == stopped_exit, output[-3000:]
     assert "[pod] SIGTERM: checkpoint signal to ranks:" in output
     assert decoy_alive and not decoy_got.exists(), "pod.sh signalled a process outside its pod"
-    saved = ckpt.list_checkpoints(out)
+    saved = RunDirectory(out).checkpoints()
     assert saved, output[-3000:]
     step = ckpt.verify_checkpoint(saved[-1])["global_step"]
     assert 20 <= step < MAX_STEPS and f"stopped by SIGUSR1 at step {step}: saved checkpoint-{step}" in output

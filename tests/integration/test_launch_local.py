@@ -28,6 +28,7 @@ from support.launch import (
 from support.processes import wait_for
 
 from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.outputs.run_directory import RunDirectory
 from horovod_train.training.stopping import STOPPED_EXIT_CODE
 
 SHELL_SCRIPTS = sorted(
@@ -217,7 +218,7 @@ def test_mpirun_script_trains_with_documented_flags_and_horovod_env_and_passes_s
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
     assert job.returncode == STOPPED_EXIT_CODE, output[-3000:]
-    step = ckpt.verify_checkpoint(ckpt.list_checkpoints(out)[-1])["global_step"]
+    step = ckpt.verify_checkpoint(RunDirectory(out).checkpoints()[-1])["global_step"]
     assert 0 < step < 400 and f"stopped by SIGUSR1 at step {step}: saved checkpoint-{step}" in output, output[-3000:]
 
     command = effective_command(output, "mpirun")

@@ -32,6 +32,7 @@ from horovod_train.config.run_config import parse_run_config
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.engines.single import SingleEngine
 from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.outputs.run_directory import RunDirectory
 from horovod_train.training.position import TrainingPosition
 from horovod_train.training.stopping import TrainingStopped
 from horovod_train.training.trainer import Trainer
@@ -201,7 +202,7 @@ def test_a_run_stopped_at_any_step_resumes_exactly(draws: tuple[Job, int], workd
         full = train_in_process(job, root / "full", cache_dir)
         with pytest.raises(TrainingStopped, match=f"at step {stop}:"):
             train_in_process(job, root / "stopped", cache_dir, engine_class=stopping_engine(stop - 1))
-        assert (root / "stopped" / f"{ckpt.PREFIX}{stop}").is_dir()
+        assert (RunDirectory(root / "stopped").checkpoint(stop)).is_dir()
         resumed = train_in_process(job, root / "stopped", cache_dir, "--resume_from_checkpoint", "auto")
         diff = max_abs_diff(parameters(root / "full"), parameters(root / "stopped"))
         assert diff == 0.0, f"{job} stopped at {stop}: max-abs {diff:.3e}"
@@ -233,7 +234,7 @@ def test_two_ranks_resume_exactly_from_a_checkpoint_of_any_step(engine: str, tmp
     assert_ok(run(torchrun(2, *args, "--output_dir", str(root / "full")), cache_dir))
     resumed = root / "resumed"
     resumed.mkdir()
-    shutil.copytree(root / "full" / f"{ckpt.PREFIX}{stop}", resumed / f"{ckpt.PREFIX}{stop}")
+    shutil.copytree(RunDirectory(root / "full").checkpoint(stop), RunDirectory(resumed).checkpoint(stop))
     proc = run(torchrun(2, *args, "--output_dir", str(resumed), "--resume_from_checkpoint", "auto"), cache_dir)
     assert_ok(proc)
     assert f"resumed from step {stop}" in proc.stdout

@@ -92,7 +92,7 @@ def test_a_second_job_in_the_same_output_dir_is_refused_until_the_first_is_gone(
     first = start(cache_dir, out)
     try:
         wait_for_steps(first, out)
-        holder = json.loads((out / outdir.LOCK_FILE).read_text())
+        holder = json.loads((out / outdir.RunFiles.LOCK).read_text())
         before = {name for name in os.listdir(out)}
         proc = train(cache_dir, out, "--max_steps", "4", "--overwrite_output_dir")
         one_error_line(proc, f"is in use by another job (pid {holder['pid']} on {holder['host']}")
@@ -104,9 +104,9 @@ def test_a_second_job_in_the_same_output_dir_is_refused_until_the_first_is_gone(
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
             first.wait()
-    assert (out / outdir.LOCK_FILE).exists()
+    assert (out / outdir.RunFiles.LOCK).exists()
     assert_ok(train(cache_dir, out, "--max_steps", "4", "--overwrite_output_dir"))
-    assert not (out / outdir.LOCK_FILE).exists()  # released, and the lock file removed, at the end
+    assert not (out / outdir.RunFiles.LOCK).exists()  # released, and the lock file removed, at the end
 
 
 def test_auto_resume_of_a_finished_run_rewrites_nothing(tmp_path, cache_dir):

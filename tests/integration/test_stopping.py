@@ -31,6 +31,7 @@ from support.processes import find_rank_process, wait_for
 
 from horovod_train.launching import launcher as launcher_row
 from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.outputs.run_directory import RunDirectory
 from horovod_train.training.stopping import STOPPED_EXIT_CODE
 
 pytestmark = pytest.mark.slow
@@ -121,7 +122,7 @@ def test_stop_signal_checkpoints_at_the_next_step_and_auto_resume_completes(
 
     output, before, seconds, code = signal_and_wait(job, deliver, out)
     assert code == exit_code, output[-3000:]
-    saved = ckpt.list_checkpoints(out)
+    saved = RunDirectory(out).checkpoints()
     assert saved, output[-3000:]
     step = ckpt.verify_checkpoint(saved[-1])["global_step"]
     assert before <= step < MAX_STEPS, (before, step)
@@ -179,7 +180,7 @@ def test_sigkill_while_stopping_leaves_valid_checkpoints_and_auto_resumes_from_t
 
     output, before, _, code = signal_and_wait(job, deliver, out)
     assert code == -signal.SIGKILL, f"the job ended with {code} before SIGKILL reached it:\n{output[-3000:]}"
-    saved = ckpt.list_checkpoints(out)
+    saved = RunDirectory(out).checkpoints()
     for path in saved:
         ckpt.verify_checkpoint(path)
     newest = ckpt.verify_checkpoint(saved[-1])["global_step"] if saved else 0
@@ -204,7 +205,7 @@ def test_no_checkpoint_signals_means_the_default_action(tmp_path, cache_dir):
         cwd=REPO, env=base_env(cache_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     _, _, _, code = signal_and_wait(proc, lambda: proc.send_signal(signal.SIGTERM), out)
-    assert code == -signal.SIGTERM and not ckpt.list_checkpoints(out)
+    assert code == -signal.SIGTERM and not RunDirectory(out).checkpoints()
 
 
 def after_close(received: bool) -> subprocess.CompletedProcess:

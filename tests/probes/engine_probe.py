@@ -18,6 +18,7 @@ from horovod_train.config.run_config import RunConfig, TrainingArguments
 from horovod_train.engines import create_engine
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.outputs.checksums import tensors_checksum
+from horovod_train.outputs.run_directory import RunDirectory
 from horovod_train.training.amp import Precision
 from horovod_train.training.evaluation import fill_forwards, forwards_to_fill
 
@@ -146,7 +147,7 @@ def probe(engine, out: Path) -> dict:
     report["state"] = model_state(engine, model, optimizer)
     report["evaluated_unevenly"] = evaluate_unevenly(engine, model)
     report["default_policy"] = type(engine.policy(model, optimizer, None, 100)) is RunPolicy
-    report["joins_running_job"] = engine.joins_running_job(str(out))
+    report["joins_running_job"] = engine.joins_running_job(RunDirectory(out))
     return report
 
 

@@ -15,6 +15,7 @@ from horovod_train.config.run_config import RunConfig
 from horovod_train.data.loaders import LengthGroupedSampler
 from horovod_train.engines.single import SingleEngine
 from horovod_train.outputs.checkpoint import Checkpoints, Compatibility, load_checkpoint
+from horovod_train.outputs.run_directory import RunDirectory
 from horovod_train.training import amp
 from horovod_train.training.position import TrainingPosition
 
@@ -133,7 +134,7 @@ def test_scaler_state_is_saved_in_checkpoints(tmp_path):
     position = TrainingPosition(global_step=1, steps_in_epoch=1)
     compatibility = Compatibility("tiny", 3, 10, "Linear", 32)
     state = {"optimizer": optimizer.state_dict(), amp.SCALER_KEY: scaler.state_dict()}
-    path = Checkpoints(tmp_path, keep=1).save(model, position, compatibility, {}, state)
+    path = Checkpoints(RunDirectory(tmp_path), keep=1).save(model, position, compatibility, {}, state)
     training_state = load_checkpoint(path)[1]  # weights_only=True
     assert training_state[amp.SCALER_KEY]["scale"] == 512.0
 

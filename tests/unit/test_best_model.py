@@ -10,6 +10,7 @@ from transformers.trainer_pt_utils import LabelSmoother
 
 from horovod_train.config.run_config import parse_run_config
 from horovod_train.engines.dp import LossPerReplica
+from horovod_train.outputs.run_directory import RunDirectory
 from horovod_train.tasks.single_label import SingleLabel, training_loss
 
 
@@ -64,5 +65,5 @@ def test_rotation_spares_the_best_checkpoint_as_transformers_does(tmp_path, keep
     for name in names:
         (tmp_path / name).mkdir()
         (tmp_path / name / "manifest.json").write_text("{}\n")  # rotation deletes only a checkpoint it knows whole
-    Checkpoints(tmp_path, keep, names).rotate(keep_also="checkpoint-8", best=best)
+    Checkpoints(RunDirectory(tmp_path), keep, names).rotate(keep_also="checkpoint-8", best=best)
     assert sorted(p.name for p in tmp_path.iterdir()) == left

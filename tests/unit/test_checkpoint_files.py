@@ -13,7 +13,7 @@ from support.filesystems import small_filesystem
 
 from horovod_train.common.errors import UsageError
 from horovod_train.outputs import checkpoint as ckpt
-from horovod_train.outputs.checkpoint_layout import clean_stale
+from horovod_train.outputs.run_directory import RunDirectory, clean_stale
 from horovod_train.training.position import TrainingPosition
 
 COMPATIBILITY = ckpt.Compatibility("tiny", 3, 10, "Linear", 16)
@@ -30,7 +30,7 @@ class BrokenModel(torch.nn.Linear):
 
 
 def test_replacing_a_checkpoint_keeps_the_old_one_until_the_new_one_is_complete(tmp_path):
-    checkpoints = ckpt.Checkpoints(tmp_path, keep=1)
+    checkpoints = ckpt.Checkpoints(RunDirectory(tmp_path), keep=1)
     first = save(checkpoints, torch.nn.Linear(2, 2), 5)
     with pytest.raises(OSError, match="disk full"):  # the same step saved again (epoch end), and the write fails
         save(checkpoints, BrokenModel(2, 2), 5)
@@ -41,7 +41,7 @@ def test_replacing_a_checkpoint_keeps_the_old_one_until_the_new_one_is_complete(
 
 
 def test_crash_leftovers_are_cleaned_and_a_set_aside_checkpoint_is_put_back(tmp_path):
-    checkpoints = ckpt.Checkpoints(tmp_path, keep=5)
+    checkpoints = ckpt.Checkpoints(RunDirectory(tmp_path), keep=5)
     for step in (5, 10):
         save(checkpoints, torch.nn.Linear(2, 2), step)
     (tmp_path / "checkpoint-10").rename(tmp_path / ".checkpoint-10.previous")  # a crash between the renames
@@ -49,7 +49,7 @@ def test_crash_leftovers_are_cleaned_and_a_set_aside_checkpoint_is_put_back(tmp_
     (tmp_path / ".checkpoint-15.k2j3.tmp").mkdir()  # a crash while writing
     clean_stale(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-10", "checkpoint-5"]
-    assert ckpt.load_resumable("latest", tmp_path, warn=print)[0].name == "checkpoint-10"
+    assert ckpt.load_resumable("latest", RunDirectory(tmp_path), warn=print)[0].name == "checkpoint-10"
 
 
 MIB = 1 << 20
@@ -61,7 +61,7 @@ def test_a_full_disk_is_a_one_line_error_and_the_earlier_checkpoint_stays_valid(
     state: it used to say ``RuntimeError: [enforce fail at inline_container.cc:672]``) and a plain write (the
     trainer state). One line naming the filesystem and the fix; the temporary directory is removed."""
     with small_filesystem(tmp_path / "disk", MIB) as disk:
-        checkpoints = ckpt.Checkpoints(disk, keep=1)
+        checkpoints = ckpt.Checkpoints(RunDirectory(disk), keep=1)
         first = save(checkpoints, torch.nn.Linear(2, 2), 5)
         model, state, config = torch.nn.Linear(2, 2), {"optimizer": {}, "rng": []}, {}
         if writer == "SafetensorError":
@@ -80,4 +80,4 @@ def test_a_full_disk_is_a_one_line_error_and_the_earlier_checkpoint_stays_valid(
         assert "checkpoint-10 was not written" in line and "--output_dir elsewhere" in refused.value.fix
         assert [p.name for p in disk.iterdir()] == ["checkpoint-5"]  # no temporary left
         assert ckpt.verify_checkpoint(first)["global_step"] == 5
-        assert ckpt.load_resumable("latest", disk, warn=print)[0] == first
+        assert ckpt.load_resumable("latest", RunDirectory(disk), warn=print)[0] == first

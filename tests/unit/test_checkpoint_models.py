@@ -8,6 +8,7 @@ import torch
 import transformers
 
 from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.outputs.run_directory import RunDirectory
 from horovod_train.training.position import TrainingPosition
 
 SMALL = dict(vocab_size=96, num_labels=3)
@@ -57,7 +58,7 @@ def test_a_checkpoint_round_trips_every_model_family(tmp_path, family):
         assert shares_memory(model), "the family should tie tensors, or this case tests nothing"
     position = TrainingPosition(global_step=3, steps_in_epoch=3)
     compatibility = ckpt.Compatibility("tiny", 3, SMALL["vocab_size"], type(model).__name__, 16)
-    path = ckpt.Checkpoints(tmp_path, keep=None).save(
+    path = ckpt.Checkpoints(RunDirectory(tmp_path), keep=None).save(
         model, position, compatibility, {}, {"optimizer": {}, "rng": []}, write_loadable=model.config.save_pretrained
     )
     tensors, _, state = ckpt.load_checkpoint(path)

@@ -16,6 +16,7 @@ from support.jobs import SMALL_JOB, assert_ok, cli_here, train_here
 from support.models import model_dir
 
 from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.outputs.run_directory import RunDirectory
 from horovod_train.training.build import decay_groups
 from horovod_train.training.schedule import Schedule
 
@@ -54,7 +55,7 @@ def source(tmp_path_factory, cache_dir) -> Path:
     assert_ok(train_here(cache_dir, "--engine", "single", "--model_name_or_path", str(model_dir(root, "llama")),
                          *job, "--max_steps", str(MAX_STEPS), "--save_steps", str(SAVED_STEP),
                          "--output_dir", str(root / "run")))  # fmt: skip
-    return root / "run" / f"{ckpt.PREFIX}{SAVED_STEP}"
+    return RunDirectory(root / "run").checkpoint(SAVED_STEP)
 
 
 def convert(source: Path, destination: Path):

@@ -13,6 +13,7 @@ from horovod_train.common.errors import UsageError
 from horovod_train.config.run_config import parse_run_config
 from horovod_train.models import lora
 from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.outputs.run_directory import RunDirectory
 from horovod_train.training.position import TrainingPosition
 
 ENCODER = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
@@ -110,7 +111,7 @@ def test_a_lora_checkpoint_loads_as_the_merged_model_and_resumes_bit_for_bit(nam
     model = trained_lora_model(name)
     position = TrainingPosition(global_step=6, steps_in_epoch=6)
     compatibility = ckpt.Compatibility("tiny", 3, 64, type(model).__name__, 16, **lora.settings(model))
-    path = ckpt.Checkpoints(tmp_path, keep=None).save(
+    path = ckpt.Checkpoints(RunDirectory(tmp_path), keep=None).save(
         model, position, compatibility, {}, {"optimizer": {}, "rng": []}, write_loadable=model.config.save_pretrained
     )
     trained = {k: v.clone() for k, v in model.state_dict().items()}
@@ -146,7 +147,9 @@ def test_a_lora_checkpoint_of_the_earlier_format_still_resumes_exactly(tmp_path,
     model = trained_lora_model("bert")
     position = TrainingPosition(global_step=6, steps_in_epoch=6)
     compatibility = ckpt.Compatibility("tiny", 3, 64, type(model).__name__, 16)
-    path = ckpt.Checkpoints(tmp_path, keep=None).save(model, position, compatibility, {}, {"optimizer": {}, "rng": []})
+    path = ckpt.Checkpoints(RunDirectory(tmp_path), keep=None).save(
+        model, position, compatibility, {}, {"optimizer": {}, "rng": []}
+    )
     assert not (path / ckpt.LORA_FILE).exists()
     tensors, _, _ = ckpt.load_checkpoint(path)
     resumed = lora.wrap(model_of("bert"), lora.LoraOptions(r=4, alpha=8, dropout=0.0))

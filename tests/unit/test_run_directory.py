@@ -21,7 +21,6 @@ from horovod_train.cli.main import main
 from horovod_train.common.errors import UsageError
 from horovod_train.common.files import current_umask
 from horovod_train.outputs import checkpoint as ckpt
-from horovod_train.outputs import checkpoint_layout as ckpt_layout
 from horovod_train.outputs import run_directory as outdir
 
 pytestmark = pytest.mark.slow
@@ -134,7 +133,7 @@ def test_a_run_keeps_every_promise_about_its_directory(tmp_path_factory, runs, h
     assert json.loads((out / "all_results.json").read_text())["global_step"] == 6
     # Everything the run wrote is in its ledger: only the user's files are foreign.
     assert outdir.foreign_entries(out) == sorted({name.split("/")[0] for name in users})
-    kept = [p.name for p in ckpt.list_checkpoints(out)]
+    kept = [p.name for p in outdir.RunDirectory(out).checkpoints()]
     lineage = json.loads((out / kept[-1] / ckpt.TRAINER_FILE).read_text())["lineage"]
     assert kept[-1] == "checkpoint-6" and set(kept) <= set(lineage)
 
@@ -246,10 +245,11 @@ def test_rotation_and_reset_remove_a_checkpoint_only_when_it_holds_nothing_its_m
     out = tmp_path / "run"
     shutil.copytree(runs["other"], out)
     (out / "checkpoint-2" / "notes.txt").write_text("mine")
-    assert ckpt_layout.unlisted(out / "checkpoint-2") == ["notes.txt"]
-    assert ckpt_layout.unlisted(out / "checkpoint-4") == [] and ckpt_layout.unlisted(out) is None
+    assert outdir.unlisted(out / "checkpoint-2") == ["notes.txt"]
+    assert outdir.unlisted(out / "checkpoint-4") == [] and outdir.unlisted(out) is None
     kept = snapshot(out / "checkpoint-2")
-    ckpt.Checkpoints(out, keep=1, lineage=["checkpoint-2", "checkpoint-4"]).rotate(keep_also="checkpoint-4")
+    checkpoints = ckpt.Checkpoints(outdir.RunDirectory(out), keep=1, lineage=["checkpoint-2", "checkpoint-4"])
+    checkpoints.rotate(keep_also="checkpoint-4")
     assert snapshot(out / "checkpoint-2") == kept
     assert outdir.foreign_entries(out) == ["checkpoint-2"]
     outdir.reset(out)  # what --overwrite_output_dir removes (the check before refuses such a directory)
@@ -262,6 +262,40 @@ def test_a_job_of_compare_or_bench_runs_in_a_name_its_command_recorded_for_it(tm
         outdir.RunDirectory(out / "single").check_inputs(resume=None)
         with pytest.raises(UsageError, match="lies inside .*compare, the directory of another run"):
             outdir.RunDirectory(out / "elsewhere").check_inputs(resume=None)
+
+
+def test_a_file_of_another_origin_under_any_name_the_run_writes_is_refused_by_a_run_continuing_in_place(tmp_path):
+    """Every name RunFiles spells is one the run would replace: a run continuing in place refuses a foreign file
+    there (RUN_OUTPUTS is made from those names, so that a name added there is protected too)."""
+    files = outdir.RunFiles
+    names = [files.CONFIG, files.METRICS, files.TRAIN_RESULTS, files.EVAL_RESULTS, files.TRAINER_STATE, files.FINISHED,
+             files.TRAINING_CURVES, files.MODEL_CARD, files.predictions("test"),
+             files.predictions("test_mismatched")]  # fmt: skip
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / name).write_text("mine")
+        with pytest.raises(UsageError, match=f"holds {name}, which this project did not write and the run would"):
+            outdir.RunDirectory(tmp_path / name).judge(overwrite=False, resume="auto")
+    (tmp_path / "slurm-1.out").mkdir()
+    (tmp_path / "slurm-1.out" / "slurm-1.out").write_text("a scheduler's log")
+    outdir.RunDirectory(tmp_path / "slurm-1.out").judge(overwrite=False, resume="auto")  # a name the run never writes
+
+
+def test_an_elastic_worker_recognises_its_job_by_the_configuration_the_run_wrote(tmp_path, monkeypatch):
+    """The trainer writes the run's configuration and an elastic worker started later reads it, both through the
+    run directory: a worker of the same horovodrun (its rendezvous) joins the running job, one of another does not,
+    nor one where no run has written its configuration yet."""
+    from horovod_train.engines.horovod import elastic
+
+    monkeypatch.setenv("HOROVOD_GLOO_RENDEZVOUS_ADDR", "10.0.0.1")
+    monkeypatch.setenv("HOROVOD_GLOO_RENDEZVOUS_PORT", "4242")
+    run_dir = outdir.RunDirectory(tmp_path / "run")
+    assert not elastic.joins_running_job(run_dir)
+    run_dir.begin(fresh=True)
+    run_dir.write_config({"launch_id": elastic.launch_id(), "engine": "horovod"})
+    assert elastic.joins_running_job(outdir.RunDirectory(tmp_path / "run"))
+    monkeypatch.setenv("HOROVOD_GLOO_RENDEZVOUS_PORT", "4243")  # the next horovodrun on that directory
+    assert not elastic.joins_running_job(outdir.RunDirectory(tmp_path / "run"))
 
 
 def test_a_resume_in_place_widens_and_names_only_what_it_wrote(tmp_path, runs, capsys):
@@ -315,7 +349,7 @@ def acquire_as_another_user(directory: Path) -> tuple[int, str]:
             os.setgid(65534)
             os.setuid(65534)
             outdir.OutputDirLock(directory).acquire()
-            code = 0 if (directory / outdir.LOCK_FILE).stat().st_uid == 65534 else 3
+            code = 0 if (directory / outdir.RunFiles.LOCK).stat().st_uid == 65534 else 3
         except UsageError as error:
             os.write(write, str(error).encode())
             code = 2
@@ -337,25 +371,25 @@ def test_a_stale_lock_file_of_another_user_is_replaced(mode):
     shared = Path(tempfile.mkdtemp(prefix="hvt-shared-"))  # pytest's tmp_path is root's alone
     try:
         shared.chmod(0o777)
-        (shared / outdir.LOCK_FILE).write_text('{"host": "n1", "pid": 1, "since": "then"}\n')
-        os.chown(shared / outdir.LOCK_FILE, 12345, 12345)
-        (shared / outdir.LOCK_FILE).chmod(mode)
+        (shared / outdir.RunFiles.LOCK).write_text('{"host": "n1", "pid": 1, "since": "then"}\n')
+        os.chown(shared / outdir.RunFiles.LOCK, 12345, 12345)
+        (shared / outdir.RunFiles.LOCK).chmod(mode)
         assert acquire_as_another_user(shared) == (0, "")
         # Held by a running job of another user: "in use", not a traceback.
         holder = outdir.OutputDirLock(shared)
         holder.acquire()
         try:
-            os.chown(shared / outdir.LOCK_FILE, 12345, 12345)
-            (shared / outdir.LOCK_FILE).chmod(0o644)
+            os.chown(shared / outdir.RunFiles.LOCK, 12345, 12345)
+            (shared / outdir.RunFiles.LOCK).chmod(0o644)
             code, message = acquire_as_another_user(shared)
             assert code == 2 and f"is in use by another job (pid {os.getpid()} on " in message, message
         finally:
             holder.release()
         # In a sticky directory (/tmp's kind) another user's unreadable lock file can be neither opened nor replaced.
         shared.chmod(0o1777)
-        (shared / outdir.LOCK_FILE).write_text("")
-        os.chown(shared / outdir.LOCK_FILE, 12345, 12345)
-        (shared / outdir.LOCK_FILE).chmod(0o600)
+        (shared / outdir.RunFiles.LOCK).write_text("")
+        os.chown(shared / outdir.RunFiles.LOCK, 12345, 12345)
+        (shared / outdir.RunFiles.LOCK).chmod(0o600)
         code, message = acquire_as_another_user(shared)
         assert code == 2 and "can neither open nor replace" in message, message
     finally:

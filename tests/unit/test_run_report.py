@@ -90,7 +90,7 @@ def test_the_wrote_line_names_everything_the_run_wrote_and_nothing_else(logged_r
     out, lines = logged_run
     (wrote,) = [line for line in lines if line.startswith("wrote ")]
     names = wrote.removeprefix(f"wrote {out}/: ").split(", ")
-    on_disk = {p.name + ("/" if p.is_dir() else "") for p in out.iterdir()} - {run_directory.LEDGER_FILE}
+    on_disk = {p.name + ("/" if p.is_dir() else "") for p in out.iterdir()} - {run_directory.RunFiles.LEDGER}
     assert sorted(names) == sorted(on_disk), wrote
     assert {"checkpoint-6/", "adapter/", "runs/", "training_curves.png", "model.safetensors"} <= set(names)
     assert "checkpoint-2/" not in names  # rotated away

@@ -22,7 +22,7 @@ from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
 from horovod_train.config import domains
 from horovod_train.launching import compare
-from horovod_train.outputs.run_directory import claimed
+from horovod_train.outputs.run_directory import RunDirectory, claimed
 from horovod_train.training.peak_memory import activation_bytes, memory_available, node_bytes
 
 ARCHITECTURES: dict[str, Callable[[], Any]] = {
@@ -269,7 +269,7 @@ def train_runs(args: argparse.Namespace, runs: list[compare.Run], batches: dict[
                     run_dir, log = out / "runs" / key, out / "logs" / f"{key}.log"
                     log.parent.mkdir(parents=True, exist_ok=True)
                     cmd = run.command(train_args(config_dir, mode, batches[name], args, run_dir))
-                    summary = compare.summarize(run, run_dir, compare.execute(cmd, log), log)
+                    summary = compare.summarize(run, RunDirectory(run_dir), compare.execute(cmd, log), log)
                     row = {**head, **measured_row(run, summary, run_dir, mode, args.lora_r)}
                 else:
                     done = [r for r in rows if r["architecture"] == name and r["run"] == run.name

@@ -33,7 +33,7 @@ from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
 from horovod_train.config.run_config import RunConfig
 from horovod_train.launching import compare
-from horovod_train.outputs.run_directory import claimed
+from horovod_train.outputs.run_directory import RunDirectory, claimed
 
 MAIN_PARTS = ("step", *PARTS, "other")
 TIMELINE_PARTS = {
@@ -186,7 +186,7 @@ def launch_recorded(
     bench train's row."""
     program = [sys.executable, "-m", "horovod_train", "train", "--engine", run.engine, *train_args]
     env = {**os.environ, TRACE_DIR_VARIABLE: str(trace_dir)}  # each rank's command line records (runs/traced.py)
-    return compare.summarize(run, run_dir, compare.execute(run.launch(program, env), log, env), log)
+    return compare.summarize(run, RunDirectory(run_dir), compare.execute(run.launch(program, env), log, env), log)
 
 
 def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:

@@ -21,7 +21,7 @@ from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
 from horovod_train.config.run_config import RunConfig, parse_run_config
 from horovod_train.launching import compare
-from horovod_train.outputs.run_directory import claimed
+from horovod_train.outputs.run_directory import RunDirectory, claimed
 
 DEFAULT_CONFIG = "demo"  # horovod_train/configs/demo.yaml, shipped in the package
 DEFAULT_MAX_STEPS = 300
@@ -240,7 +240,7 @@ def run_all(namespace: argparse.Namespace, config: RunConfig, runs: list[compare
             cmd = run.command([*common_args, "--per_device_train_batch_size", batch, "--output_dir", str(run_dir)])
             print(f"[{rep + 1}/{namespace.repeats} {i}/{len(runs)}] {key}", end=" ", flush=True)
             started = time.perf_counter()
-            row = compare.summarize(run, run_dir, compare.execute(cmd, log), log)
+            row = compare.summarize(run, RunDirectory(run_dir), compare.execute(cmd, log), log)
             raw.append({**row, "key": key, "repeat": rep})
             rate = f"{row['samples_per_second']:.1f} samples/s" if row["ok"] else f"FAILED, see {log}"
             print(f"{rate} ({time.perf_counter() - started:.0f}s)", flush=True)

@@ -10,11 +10,9 @@ each epoch end.
 from __future__ import annotations
 
 import copy
-import json
 import os
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import nn
@@ -22,6 +20,9 @@ from torch.optim import Optimizer
 
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.training.position import TrainingPosition
+
+if TYPE_CHECKING:
+    from horovod_train.outputs.run_directory import RunDirectory
 
 T = TypeVar("T")
 
@@ -140,11 +141,7 @@ def launch_id() -> str | None:
     return f"{addr}:{port}" if addr and port else None
 
 
-def joins_running_job(output_dir: str) -> bool:
-    """True for a worker that an elastic job adds later: the output directory already belongs to its job."""
+def joins_running_job(run_dir: RunDirectory) -> bool:
+    """True for a worker that an elastic job adds later: the run directory's configuration is its job's."""
     current = launch_id()
-    try:
-        recorded = json.loads((Path(output_dir) / "run_config.json").read_text()).get("launch_id")
-    except (OSError, ValueError):
-        return False
-    return current is not None and recorded == current
+    return current is not None and run_dir.read_config().get("launch_id") == current

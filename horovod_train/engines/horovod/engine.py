@@ -27,6 +27,9 @@ from horovod_train.training import amp, phases
 if TYPE_CHECKING:  # the engine rows, which config reads, import the engines
     from horovod_train.config.run_config import RunConfig
 
+if TYPE_CHECKING:
+    from horovod_train.outputs.run_directory import RunDirectory
+
 
 class HorovodEngine(Engine):
     name = "horovod"
@@ -82,8 +85,8 @@ class HorovodEngine(Engine):
     def step_examples(self, per_rank: int) -> int | None:
         return None if self.options.elastic else super().step_examples(per_rank)
 
-    def joins_running_job(self, output_dir: str) -> bool:
-        return self.options.elastic and elastic.joins_running_job(output_dir)
+    def joins_running_job(self, run_dir: RunDirectory) -> bool:
+        return self.options.elastic and elastic.joins_running_job(run_dir)
 
     @property
     def collective_setup(self) -> bool:
