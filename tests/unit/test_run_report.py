@@ -181,7 +181,7 @@ def test_each_log_line_records_the_last_steps_gradient_norm_as_hfs_trainer_names
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     training = [entry for entry in history if "loss" in entry]
     assert [e["step"] for e in training] == [2, 4, 6] and all(e["grad_norm"] > 0 for e in training), training
-    records = [json.loads(line) for line in (out / run_directory.METRICS).read_text().splitlines()]
+    records = [json.loads(line) for line in (out / run_directory.RunFiles.METRICS).read_text().splitlines()]
     assert [r["grad_norm"] for r in records] == [e["grad_norm"] for e in training]
     (board,) = (out / "runs").iterdir()
     events = EventAccumulator(str(board)).Reload()
