@@ -194,3 +194,17 @@ def test_mpirun_places_one_rank_per_host(hosts, tmp_path, cache_dir) -> None:
     maps = mpirun_maps(stdout)
     assert maps and all(m == {"hostA": [0], "hostB": [1]} for m in maps), stdout[-3000:]
     check_training(out, "mpi")
+
+
+def test_fsdp_under_mpirun_on_two_hosts_is_hsdp_one_replica_per_host(hosts, tmp_path, cache_dir) -> None:
+    """HSDP's default across hosts: mpirun starts two ranks on each host, `--engine fsdp` meets over env:// (the
+    address agreed over MPI) and builds one replica per host, the state sharded over a host's ranks (a 2 x 2 mesh);
+    every rank ends with the same parameters."""
+    remote = ["-H", "hostA:2,hostB:2", *SSH, "--ssh-identity-file", str(hosts.key), "--network-interfaces", NIC]
+    out = tmp_path / "run"
+    launch_on_a(hosts, "mpirun.sh", *remote, "--", *LAUNCH_JOB, "--engine", "fsdp", "--output_dir", str(out),
+                cwd=tmp_path, env=launch_env(cache_dir))  # fmt: skip
+    results = read_results(out)
+    assert results["world_size"] == 4 and results["engine"] == "fsdp", results
+    assert results["mesh"] == {"replicate": 2, "shard": 2}, results
+    assert len(set(results["param_checksum_per_rank"])) == 1, results

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from support import launch as net  # the namespaces that make the nodes
-from support.jobs import BIN
+from support.jobs import BIN, read_results
 from support.launch import LAUNCH_JOB, free_port, launch_env, rank_map
 from support.machine import SESSION, machine_lock
 from support.slurm import (
@@ -141,6 +141,22 @@ def test_job_runs_one_rank_on_each_node(cluster, uninterrupted, tmp_path, cache_
     results = check_training(out, engine)
     if engine == "horovod":
         assert results["controller"] == "mpi", results
+
+
+def test_fsdp_across_two_nodes_is_hsdp_one_replica_per_node(cluster, tmp_path, cache_dir) -> None:
+    """HSDP's default on several nodes: srun starts one torchrun a node, each its node's two ranks; one replica per
+    node, the state sharded over a node's ranks (a 2 x 2 mesh: all-gathers inside a node, the gradient's all-reduce
+    across), every rank ending with the same parameters."""
+    out = tmp_path / "run"
+    env = launch_env(cache_dir, HVT_RDZV_PORT=str(free_port()), HVT_ENGINE="fsdp")
+    job = cluster.submit("ddp_torchrun", *LAUNCH_JOB, "--output_dir", str(out), env=env, workdir=tmp_path, nodes=2,
+                         tasks=2)[0]  # fmt: skip
+    output = assert_completed(cluster.wait(job, timeout=480))
+    assert "2 node(s) (nodeA,nodeB), 2 task(s) per node" in output, output[-3000:]
+    results = read_results(out)
+    assert results["world_size"] == 4 and results["engine"] == "fsdp", results
+    assert results["mesh"] == {"replicate": 2, "shard": 2}, results
+    assert len(set(results["param_checksum_per_rank"])) == 1, results
 
 
 def test_warning_signal_reaches_both_nodes_and_the_requeued_job_resumes(cluster, uninterrupted, tmp_path, cache_dir):
