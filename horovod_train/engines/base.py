@@ -199,6 +199,12 @@ class Engine(ABC):
         return cls.memory.save_gather_bytes(params, trainable, world_size, replicate_degree)
 
     @classmethod
+    def buffer_bytes_per_rank(cls, trainable: int, fusion_bytes: float) -> float:
+        """What the engine's reduction holds beside the gradients (Horovod's fusion buffer, DataParallel's sum on
+        its first GPU); `bench fit` asks it."""
+        return cls.memory.buffer_bytes(trainable, fusion_bytes)
+
+    @classmethod
     def peak_bytes_per_rank(
         cls, params: int, trainable: int, world_size: int, activations: float, replicate_degree: int = 1
     ) -> dict[str, float]:

@@ -23,6 +23,11 @@ class Replicated:
         return 0.0
 
     @classmethod
+    def buffer_bytes(cls, trainable: int, fusion_bytes: float) -> float:
+        """What the engine's reduction holds beside the gradients on a GPU (`bench fit`): nothing here."""
+        return 0.0
+
+    @classmethod
     def peak_bytes(
         cls, params: int, trainable: int, world_size: int, activations: float, replicate_degree: int = 1
     ) -> dict[str, float]:
@@ -33,6 +38,23 @@ class Replicated:
             "activations": activations,
             "save gather": cls.save_gather_bytes(params, trainable, world_size, replicate_degree),
         }
+
+
+class FusionBuffered(Replicated):
+    """Horovod: the whole state on every rank, and a fusion buffer (HOROVOD_FUSION_THRESHOLD, at most the
+    gradients) the all-reduce packs gradients into."""
+
+    @classmethod
+    def buffer_bytes(cls, trainable: int, fusion_bytes: float) -> float:
+        return min(fusion_bytes, 4 * trainable)
+
+
+class GatheredOnOne(Replicated):
+    """nn.DataParallel: the replicas' gradients are summed on the first GPU, a second gradient's worth there."""
+
+    @classmethod
+    def buffer_bytes(cls, trainable: int, fusion_bytes: float) -> float:
+        return 4 * trainable
 
 
 class OptimizerSharded(Replicated):

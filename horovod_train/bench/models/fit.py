@@ -91,12 +91,10 @@ def trainable(model: Model, mode: str) -> int:
 
 
 def engine_extra(model: Model, mode: str, engine: str, fusion_bytes: float = DEFAULT_FUSION) -> float:
-    grads = gradient_bytes(model, mode)
-    if engine == "horovod":
-        return min(fusion_bytes, grads)
-    if engine == "dp":
-        return grads
-    return 0.0
+    """What ``engine``'s reduction holds beside the gradients, as the engines' memory model counts it."""
+    from horovod_train.engines.specs import spec_of
+
+    return spec_of(engine).memory_model().buffer_bytes_per_rank(trainable(model, mode), fusion_bytes)
 
 
 def activation_bytes(model: Model, mode: str, batch: int, act: Activations) -> float:
