@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-METRIC_MODULES = Path(__file__).parent.parent / "evaluate_modules"
+METRIC_MODULES = Path(__file__).parent / "evaluate_modules"
 
 
 def _sklearn() -> ModuleType:

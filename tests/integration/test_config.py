@@ -17,5 +17,5 @@ def test_a_wheel_ships_the_demo_config_and_the_mpirun_flags(tmp_path):
     build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path)]
     subprocess.run([*build, str(source)], check=True, capture_output=True, timeout=300)
     names = zipfile.ZipFile(next(tmp_path.glob("horovod_train-*.whl"))).namelist()
-    for shipped in ("configs/demo.yaml", "launching/mpirun_flags.txt", "evaluate_modules/accuracy/accuracy.py"):
+    for shipped in ("configs/demo.yaml", "launching/mpirun_flags.txt", "tasks/evaluate_modules/accuracy/accuracy.py"):
         assert f"horovod_train/{shipped}" in names
