@@ -130,6 +130,12 @@ class Engine(ABC):
         others. A replicated engine's are the model's own tensors, not copies."""
         return self.unwrap(model).state_dict() if self.is_main else {}
 
+    def model_shards(self, model: nn.Module) -> dict[str, torch.Tensor] | None:
+        """Where no rank holds the whole model (fsdp): every rank's shards of the model's tensors (DTensors, each
+        tied tensor once), which the final output gathers one at a time (engines/pretrained.py). None where rank 0
+        holds the model whole: the final output is then ``full_model_state``'s, by ``save_pretrained``."""
+        return None
+
     def load_model_state(self, model: nn.Module, tensors: dict[str, torch.Tensor] | Path) -> None:
         """Load a checkpoint's tensors (every rank holds them, or reads them from the checkpoint directory a Path
         names: a sharded engine's resume) into the prepared model, on every rank."""
@@ -175,21 +181,23 @@ class Engine(ABC):
         return 4 * params + 12 * trainable
 
     @classmethod
-    def save_gather_bytes(cls, params: int, trainable: int, world_size: int) -> float:
-        """Bytes rank 0 holds on top of its state while a save gathers the whole model and optimizer there: none
-        where every rank holds them whole already."""
+    def save_gather_bytes(cls, params: int, trainable: int, world_size: int, largest: int = 0) -> float:
+        """Bytes a rank holds on top of its state while a save gathers what it does not hold (``largest``: the
+        elements of the model's largest tensor): none where every rank holds the model and optimizer whole."""
         return 0.0
 
     @classmethod
-    def peak_bytes_per_rank(cls, params: int, trainable: int, world_size: int, activations: float) -> dict[str, float]:
-        """The engines' memory model: rank 0's peak, by part (the process's base, the training state as this engine
-        spreads it, ``activations``, what a save gathers on rank 0). The memory check before start and `bench fit`
-        ask it."""
+    def peak_bytes_per_rank(
+        cls, params: int, trainable: int, world_size: int, activations: float, largest: int = 0
+    ) -> dict[str, float]:
+        """The engines' memory model: a rank's peak, by part (the process's base, the training state as this engine
+        spreads it, ``activations``, what a save gathers; ``largest``: the elements of the model's largest tensor).
+        The memory check before start and `bench fit` ask it."""
         return {
             "base": peak_memory.BASE_BYTES,
             "state": cls.state_bytes_per_rank(params, trainable, world_size),
             "activations": activations,
-            "save gather": cls.save_gather_bytes(params, trainable, world_size),
+            "save gather": cls.save_gather_bytes(params, trainable, world_size, largest),
         }
 
     def parameter_checksum(self, model: nn.Module) -> int:

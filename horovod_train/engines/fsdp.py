@@ -11,8 +11,9 @@ The launchers, process group and collectives are DDP's (NCCL on GPUs, Gloo on CP
 the model on the meta device; once sharded, every rank's shards are filled from rank 0's model, so no rank but 0
 ever holds the whole model. A checkpoint is written by every rank at once, nobody gathering (state_io): each rank
 writes its shards' rows into the whole model's ``model.safetensors`` and its optimizer shards with DCP, and
-resuming reads only its own part, at any world size; another engine reads it whole. The final output holds the
-whole model, gathered on rank 0 one tensor at a time.
+resuming reads only its own part, at any world size; another engine reads it whole. The final output is written
+from the shards too (``model_shards``): one tensor gathered whole at a time, written by rank 0 and freed
+(engines/pretrained.py).
 
 ``--bf16`` is FSDP's mixed precision (bf16 parameters in forward and backward, fp32 gradient reduction and
 master weights). Refused, each in one line: ``--fp16`` (its loss scaler would have to see every rank's shards of
@@ -129,6 +130,9 @@ class FSDPEngine(DDPEngine):
         # One tensor gathered at a time, kept on rank 0's CPU only.
         return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
+    def model_shards(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        return self.distinct_state(model)
+
     def load_model_state(self, model: nn.Module, tensors: dict[str, torch.Tensor] | Path) -> None:
         # Each rank copies the rows of its own shards: from whole tensors, or read from a checkpoint's model file.
         if isinstance(tensors, Path):
@@ -193,10 +197,10 @@ class FSDPEngine(DDPEngine):
         return (4 * params + 12 * trainable) / world_size
 
     @classmethod
-    def save_gather_bytes(cls, params: int, trainable: int, world_size: int) -> float:
-        """The run's final output, the whole weights gathered on rank 0's CPU (full_model_state); checkpoints are
-        written in shards (save_state_shards), nothing gathered."""
-        return 4 * params * (world_size - 1) / world_size
+    def save_gather_bytes(cls, params: int, trainable: int, world_size: int, largest: int = 0) -> float:
+        """The run's final output: one fp32 tensor whole at a time, on every rank (``model_shards``,
+        engines/pretrained.py); checkpoints are written in shards (save_state_shards), nothing gathered."""
+        return 4 * largest
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "reshard_after_forward": self.reshard_after_forward,
