@@ -130,11 +130,12 @@ class Engine(ABC):
         others. A replicated engine's are the model's own tensors, not copies."""
         return self.unwrap(model).state_dict() if self.is_main else {}
 
-    def model_shards(self, model: nn.Module) -> dict[str, torch.Tensor] | None:
-        """Where no rank holds the whole model (fsdp): every rank's shards of the model's tensors (DTensors, each
-        tied tensor once), which the final output gathers one at a time (engines/pretrained.py). None where rank 0
-        holds the model whole: the final output is then ``full_model_state``'s, by ``save_pretrained``."""
-        return None
+    def write_model_shards(self, model: nn.Module, directory: Path, max_shard_size: int | str) -> bool:
+        """Collective, where no rank holds the whole model (fsdp): write the final model into ``directory`` in
+        ``save_pretrained``'s layout from every rank's shards, one tensor gathered at a time (engines/pretrained.py),
+        and return True. False where rank 0 holds the model whole: the final output is then its ``save_pretrained``
+        of ``full_model_state``."""
+        return False
 
     def load_model_state(self, model: nn.Module, tensors: dict[str, torch.Tensor] | Path) -> None:
         """Load a checkpoint's tensors (every rank holds them, or reads them from the checkpoint directory a Path

@@ -12,7 +12,7 @@ the model on the meta device; once sharded, every rank's shards are filled from 
 ever holds the whole model. A checkpoint is written by every rank at once, nobody gathering (state_io): each rank
 writes its shards' rows into the whole model's ``model.safetensors`` and its optimizer shards with DCP, and
 resuming reads only its own part, at any world size; another engine reads it whole. The final output is written
-from the shards too (``model_shards``): one tensor gathered whole at a time, written by rank 0 and freed
+from the shards too (``write_model_shards``): one tensor gathered whole at a time, written by rank 0 and freed
 (engines/pretrained.py).
 
 ``--bf16`` is FSDP's mixed precision (bf16 parameters in forward and backward, fp32 gradient reduction and
@@ -39,7 +39,7 @@ from torch.optim import Optimizer
 
 from horovod_train import checkpoint as ckpt
 from horovod_train.checksums import tensors_checksum
-from horovod_train.engines import state_io
+from horovod_train.engines import pretrained, state_io
 from horovod_train.engines.base import load_keeping_implementation
 from horovod_train.engines.ddp import DDPEngine
 from horovod_train.errors import UsageError
@@ -130,8 +130,10 @@ class FSDPEngine(DDPEngine):
         # One tensor gathered at a time, kept on rank 0's CPU only.
         return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
-    def model_shards(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        return self.distinct_state(model)
+    def write_model_shards(self, model: nn.Module, directory: Path, max_shard_size: int | str) -> bool:
+        pretrained.write_from_shards(model, self.distinct_state(model), directory, max_shard_size, self.is_main,
+                                     self.gather_objects)  # fmt: skip
+        return True
 
     def load_model_state(self, model: nn.Module, tensors: dict[str, torch.Tensor] | Path) -> None:
         # Each rank copies the rows of its own shards: from whole tensors, or read from a checkpoint's model file.
@@ -198,7 +200,7 @@ class FSDPEngine(DDPEngine):
 
     @classmethod
     def save_gather_bytes(cls, params: int, trainable: int, world_size: int, largest: int = 0) -> float:
-        """The run's final output: one fp32 tensor whole at a time, on every rank (``model_shards``,
+        """The run's final output: one fp32 tensor whole at a time, on every rank (``write_model_shards``,
         engines/pretrained.py); checkpoints are written in shards (save_state_shards), nothing gathered."""
         return 4 * largest
 

@@ -11,7 +11,6 @@ import torch
 
 from horovod_train import lora, transformers_files
 from horovod_train.config import TrainingArguments
-from horovod_train.engines import pretrained
 from horovod_train.engines.base import Engine
 from horovod_train.files import follow_umask
 from horovod_train.peak_memory import peak_memory_mb
@@ -84,12 +83,9 @@ def write_model(engine: Engine, model: torch.nn.Module, run_dir: RunDirectory, m
     ``max_shard_size``, with an index where there are several). Where no rank holds the whole model (fsdp), each
     tensor is gathered whole, written by rank 0 and freed in turn (engines/pretrained.py); else rank 0's
     ``save_pretrained`` writes the whole model it holds."""
-    shards = engine.model_shards(model)
-    if shards is not None:
-        with run_dir.recording() if engine.is_main else contextlib.nullcontext():
-            pretrained.write_from_shards(engine.unwrap(model), shards, run_dir.path, max_shard_size, engine.is_main,
-                                         engine.gather_objects)  # fmt: skip
-        return
+    with run_dir.recording() if engine.is_main else contextlib.nullcontext():
+        if engine.write_model_shards(model, run_dir.path, max_shard_size):
+            return
     weights = engine.full_model_state(model)
     if not engine.is_main:
         return
