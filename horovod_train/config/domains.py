@@ -287,6 +287,18 @@ def save_safetensors(name: str, value: Any) -> None:
                          "default; from_pretrained reads it)", "drop --save_safetensors false")  # fmt: skip
 
 
+# save_pretrained's max_shard_size as a string: a positive number and a unit, which huggingface_hub's split parses
+# (parse_size_to_int: units of 1000; tests/unit/test_domains.py holds the two to the same values).
+SHARD_SIZE = re.compile(r"\s*(\d+\.?\d*|\.\d+)\s*[KMGT]B\s*", re.IGNORECASE)
+
+
+def shard_size(name: str, value: Any) -> None:
+    size = SHARD_SIZE.fullmatch(str(value))
+    if size is None or float(size.group(1)) <= 0:
+        raise UsageError(f"--{name} {value} is not a size",
+                         f"give a number and a unit of KB, MB, GB or TB, e.g. --{name} 5GB")  # fmt: skip
+
+
 def task(name: str, value: Any) -> None:
     check_task(value)
 
@@ -371,6 +383,7 @@ DOMAINS: dict[str, Check] = {
     "save_strategy": one_of(Strategy),
     "save_steps": StepsOrRatio(0, "500"),
     "save_total_limit": count(1, fix="pass --save_strategy no to write no checkpoints, or None to keep them all"),
+    "max_shard_size": shard_size,
     "resume_from_checkpoint": checkpoint,
     "checkpoint_signals": stop_signals,
     "ddp_timeout": count(1, TIMEOUT_MAX_S, example="1800"),

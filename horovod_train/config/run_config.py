@@ -48,6 +48,7 @@ PACKAGED_CONFIGS = "configs"  # horovod_train/configs/<name>.yaml, found by name
 # --logging_steps's default: every 50 steps, or more often where that would leave a short run's curve with a few
 # points: at least one every 2% of the run (a 75-step run logs every 2 steps).
 LOGGING_STEPS, LOGGING_SHARE = 50, 0.02
+MAX_SHARD_SIZE = "50GB"  # save_pretrained's default (transformers 5; 4.x's was 5GB)
 STEP_INTERVALS = ("logging_steps", "eval_steps", "save_steps")  # steps, or a ratio of the run's (transformers')
 
 
@@ -361,6 +362,14 @@ class TrainingArguments:
     )
     save_total_limit: int | None = field(
         default=2, metadata={"help": "Newest checkpoints of the run kept (None: all, as in transformers)."}
+    )
+    max_shard_size: str = field(
+        default=MAX_SHARD_SIZE,
+        metadata={
+            "help": "The final model's safetensors files are at most this size (save_pretrained's max_shard_size: "
+            "digits and a unit, 5GB, 500MB; a larger model is split into model-0000N-of-0000M.safetensors with "
+            "model.safetensors.index.json)."
+        },
     )
     resume_from_checkpoint: str | None = field(
         default=None,

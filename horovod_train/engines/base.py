@@ -149,6 +149,13 @@ class Engine(ABC):
         others. A replicated engine's are the model's own tensors, not copies."""
         return self.checkpointing.full_model_state(model)
 
+    def write_model_shards(self, model: nn.Module, directory: Path, max_shard_size: int | str) -> bool:
+        """Collective, where no rank holds the whole model (fsdp): write the final model into ``directory`` in
+        ``save_pretrained``'s layout from every rank's shards, one tensor gathered at a time (engines/pretrained.py),
+        and return True. False where rank 0 holds the model whole: the final output is then its ``save_pretrained``
+        of ``full_model_state``."""
+        return self.checkpointing.write_model_shards(model, directory, max_shard_size)
+
     def load_model_state(self, model: nn.Module, tensors: dict[str, torch.Tensor] | Path) -> None:
         """Load a checkpoint's tensors (every rank holds them, or reads them from the checkpoint directory a Path
         names: a sharded engine's resume) into the prepared model, on every rank."""
@@ -194,9 +201,12 @@ class Engine(ABC):
         return cls.memory.state_bytes(params, trainable, world_size, replicate_degree)
 
     @classmethod
-    def save_gather_bytes(cls, params: int, trainable: int, world_size: int, replicate_degree: int = 1) -> float:
-        """Bytes rank 0 holds on top of its state while a save gathers the whole model and optimizer there."""
-        return cls.memory.save_gather_bytes(params, trainable, world_size, replicate_degree)
+    def save_gather_bytes(
+        cls, params: int, trainable: int, world_size: int, replicate_degree: int = 1, largest: int = 0
+    ) -> float:
+        """Bytes a rank holds on top of its state while a save gathers what it does not hold (``largest``: the
+        elements of the model's largest tensor): none where every rank holds the model and optimizer whole."""
+        return cls.memory.save_gather_bytes(params, trainable, world_size, replicate_degree, largest)
 
     @classmethod
     def buffer_bytes_per_rank(cls, trainable: int, fusion_bytes: float) -> float:
@@ -206,12 +216,18 @@ class Engine(ABC):
 
     @classmethod
     def peak_bytes_per_rank(
-        cls, params: int, trainable: int, world_size: int, activations: float, replicate_degree: int = 1
+        cls,
+        params: int,
+        trainable: int,
+        world_size: int,
+        activations: float,
+        replicate_degree: int = 1,
+        largest: int = 0,
     ) -> dict[str, float]:
-        """The engines' memory model: rank 0's peak, by part (the process's base, the training state as this engine
-        spreads it, ``activations``, what a save gathers on rank 0). The memory check before start and `bench fit`
-        ask it."""
-        return cls.memory.peak_bytes(params, trainable, world_size, activations, replicate_degree)
+        """The engines' memory model: a rank's peak, by part (the process's base, the training state as this engine
+        spreads it, ``activations``, what a save gathers; ``largest``: the elements of the model's largest tensor).
+        The memory check before start and `bench fit` ask it."""
+        return cls.memory.peak_bytes(params, trainable, world_size, activations, replicate_degree, largest)
 
     def parameter_checksum(self, model: nn.Module) -> int:
         """Collective: the digest of the whole model's parameters (checksums.param_checksum), the same on every rank

@@ -21,7 +21,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.optim import Optimizer
 
-from horovod_train.engines import state_io
+from horovod_train.engines import pretrained, state_io
 from horovod_train.outputs import checkpoint as ckpt
 from horovod_train.outputs.checksums import param_checksum, tensors_checksum
 
@@ -68,6 +68,10 @@ class WholeState:
 
     def save_state_shards(self, model: nn.Module, optimizer: Optimizer, directory: Path) -> dict[str, str]:
         raise NotImplementedError(f"{self.engine.name} writes its checkpoint's state whole, from rank 0")
+
+    def write_model_shards(self, model: nn.Module, directory: Path, max_shard_size: int | str) -> bool:
+        """False: rank 0 holds the model whole, and writes the final output with its ``save_pretrained``."""
+        return False
 
     def parameter_checksum(self, model: nn.Module) -> int:
         return param_checksum(self.engine.unwrap(model))
@@ -122,6 +126,14 @@ class Shards(WholeState):
                 state_io.load_model_rows(model.state_dict(), source)
         else:
             state_io.load_model_rows(model.state_dict(), tensors)
+
+    def write_model_shards(self, model: nn.Module, directory: Path, max_shard_size: int | str) -> bool:
+        """The final model from the shards, in save_pretrained's layout: a tensor gathered whole, written by rank 0
+        and freed at a time (engines/pretrained.py)."""
+        engine = self.engine
+        pretrained.write_from_shards(model, distinct_state(model), directory, max_shard_size, engine.is_main,
+                                     engine.gather_objects)  # fmt: skip
+        return True
 
     def save_state_shards(self, model: nn.Module, optimizer: Optimizer, directory: Path) -> dict[str, str]:
         engine, model_file = self.engine, directory / ckpt.MODEL_FILE

@@ -17,8 +17,9 @@ sharding parallelize.FullyShard. Ranks other than 0 build the model on the meta 
 shards are filled from rank 0's model, so no rank but 0 ever holds the whole model. A checkpoint is written by every
 rank at once, nobody gathering (checkpoint_io.Shards): each rank writes its shards' rows into the whole model's
 ``model.safetensors`` and its optimizer shards with DCP, and resuming reads only its own part, at any world size or
-mesh; another engine reads it whole. The final output holds the
-whole model, gathered on rank 0 one tensor at a time.
+mesh; another engine reads it whole. The final output is written
+from the shards too (``write_model_shards``): one tensor gathered whole at a time, written by rank 0 and freed
+(engines/pretrained.py).
 
 ``--bf16`` is FSDP's mixed precision (bf16 parameters in forward and backward, fp32 gradient reduction and
 master weights). Refused, each in one line: ``--fp16`` (its loss scaler would have to see every rank's shards of

@@ -18,7 +18,9 @@ class Replicated:
         return 4 * params + 12 * trainable
 
     @classmethod
-    def save_gather_bytes(cls, params: int, trainable: int, world_size: int, replicate_degree: int = 1) -> float:
+    def save_gather_bytes(
+        cls, params: int, trainable: int, world_size: int, replicate_degree: int = 1, largest: int = 0
+    ) -> float:
         """Nothing: every rank holds the whole state already."""
         return 0.0
 
@@ -29,14 +31,21 @@ class Replicated:
 
     @classmethod
     def peak_bytes(
-        cls, params: int, trainable: int, world_size: int, activations: float, replicate_degree: int = 1
+        cls,
+        params: int,
+        trainable: int,
+        world_size: int,
+        activations: float,
+        replicate_degree: int = 1,
+        largest: int = 0,
     ) -> dict[str, float]:
-        """Rank 0's peak, by part: the process's base, the training state, ``activations``, a save's gather."""
+        """A rank's peak, by part: the process's base, the training state, ``activations``, a save's gather
+        (``largest``: the elements of the model's largest tensor)."""
         return {
             "base": peak_memory.BASE_BYTES,
             "state": cls.state_bytes(params, trainable, world_size, replicate_degree),
             "activations": activations,
-            "save gather": cls.save_gather_bytes(params, trainable, world_size, replicate_degree),
+            "save gather": cls.save_gather_bytes(params, trainable, world_size, replicate_degree, largest),
         }
 
 
@@ -73,8 +82,9 @@ class FullySharded(Replicated):
         return (4 * params + 12 * trainable) / (world_size // replicate_degree)
 
     @classmethod
-    def save_gather_bytes(cls, params: int, trainable: int, world_size: int, replicate_degree: int = 1) -> float:
-        """The run's final output, the whole weights gathered on rank 0's CPU (full_model_state) beside its own
-        shard; checkpoints are written in shards, nothing gathered."""
-        shards = world_size // replicate_degree
-        return 4 * params * (shards - 1) / shards
+    def save_gather_bytes(
+        cls, params: int, trainable: int, world_size: int, replicate_degree: int = 1, largest: int = 0
+    ) -> float:
+        """The run's final output: one fp32 tensor whole at a time, on every rank (``write_model_shards``,
+        engines/pretrained.py); checkpoints are written in shards, nothing gathered."""
+        return 4 * largest

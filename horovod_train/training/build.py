@@ -171,7 +171,10 @@ def check_memory(config: RunConfig, engine: Engine, tokenizer: Any, tokenized: D
     activations = peak_memory.activation_bytes(
         shape.config, args.per_device_train_batch_size, config.data.max_seq_length, args.gradient_checkpointing
     )
-    parts = engine.peak_bytes_per_rank(params, trainable, engine.world_size, activations, engine.replicate_degree)
+    largest = max((t.numel() for t in shape.state_dict().values()), default=0)
+    parts = engine.peak_bytes_per_rank(
+        params, trainable, engine.world_size, activations, engine.replicate_degree, largest
+    )
     ranks = engine.local_world_size if engine.device.type == "cpu" else 1
     peak_memory.check_peak_fits(engine.name, params, parts, ranks, engine.device)
 

@@ -1,8 +1,10 @@
-"""The end of a run: every rank's checksum and peak memory gathered into the results, and the files rank 0
-writes (model, tokenizer, predictions, training curves, model card, transformers' results files)."""
+"""The end of a run: every rank's checksum and peak memory gathered into the results, the model (written by rank 0,
+gathered a tensor at a time where the engine shards it), and the files rank 0 writes (tokenizer, predictions,
+training curves, model card, transformers' results files)."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -77,25 +79,38 @@ def trainer_state(args: TrainingArguments, run_dir: RunDirectory, plan: RunPlan,
     }
 
 
-def write_outputs(
-    run_dir: RunDirectory, model: torch.nn.Module, weights: dict[str, torch.Tensor], tokenizer: Any,
-    predictions: dict[str, list], shape: TaskShape, log_history: list[dict[str, Any]], results: dict[str, Any],
-    train_metrics: dict[str, Any], state: dict, config: dict[str, Any],
-) -> None:  # fmt: skip
-    """Rank 0's files (``predictions`` of the test splits, written as the task's ``shape`` writes them);
-    all_results.json last: it marks a finished run. ``weights``: ``model``'s whole state dict (gathered where
-    the engine shards the model)."""
-    output_dir = run_dir.path
+def write_model(engine: Engine, model: torch.nn.Module, run_dir: RunDirectory, max_shard_size: int | str) -> None:
+    """Collective: the model users take away, in ``save_pretrained``'s layout (safetensors files of at most
+    ``max_shard_size``, with an index where there are several). Where no rank holds the whole model (fsdp), each
+    tensor is gathered whole, written by rank 0 and freed in turn (engines/pretrained.py); else rank 0's
+    ``save_pretrained`` writes the whole model it holds."""
+    with run_dir.recording() if engine.is_main else contextlib.nullcontext():
+        if engine.write_model_shards(model, run_dir.path, max_shard_size):
+            return
+    weights = engine.full_model_state(model)
+    if not engine.is_main:
+        return
+    output_dir, model = run_dir.path, engine.unwrap(model)
     with run_dir.recording() as saved:
         if lora.is_peft(model):  # the adapter as peft saves it, and beside it the model it makes, for pipeline()
             model.save_pretrained(output_dir / lora.ADAPTER_DIR)
             model = lora.merge_in_place(model)  # the model's last use
             weights = model.state_dict()
-        model.save_pretrained(output_dir, state_dict=weights)
+        model.save_pretrained(output_dir, state_dict=weights, max_shard_size=max_shard_size)
     # safetensors writes 0600 whatever the umask; only what save_pretrained just wrote is the run's to widen
     for name in sorted(saved):
         if name.endswith(".safetensors"):
             follow_umask(output_dir / name)
+
+
+def write_outputs(
+    run_dir: RunDirectory, model: torch.nn.Module, tokenizer: Any, predictions: dict[str, list], shape: TaskShape,
+    log_history: list[dict[str, Any]], results: dict[str, Any], train_metrics: dict[str, Any], state: dict,
+    config: dict[str, Any],
+) -> None:  # fmt: skip
+    """Rank 0's files but the model's (write_model: before these), ``predictions`` of the test splits written as
+    the task's ``shape`` writes them; all_results.json last: it marks a finished run."""
+    output_dir = run_dir.path
     with run_dir.recording():
         tokenizer.save_pretrained(output_dir)
         transformers_files.write_predictions(run_dir, predictions, model.config.id2label, shape)

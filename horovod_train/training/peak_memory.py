@@ -60,13 +60,14 @@ def activation_bytes(model_config: Any, batch: int, seq: int, gradient_checkpoin
 
 
 def node_bytes(parts: dict[str, float], ranks: int) -> float:
-    """``ranks`` sharing one memory at rank 0's peak ``parts``, less what rank 0 alone gathers to save."""
-    return sum(parts.values()) * ranks - parts.get("save gather", 0.0) * (ranks - 1)
+    """``ranks`` sharing one memory, each at the peak ``parts`` (a save's gather too: fsdp's final output gathers
+    each tensor on every rank)."""
+    return sum(parts.values()) * ranks
 
 
 def check_peak_fits(engine: str, params: int, parts: dict[str, float], ranks: int, device: torch.device) -> None:
     """Refuse, before the model is built, a run whose ``ranks`` on one device's memory (a node's RAM on CPU, else
-    one GPU) cannot peak within the memory free now: ``parts`` is rank 0's peak as the engines' memory model counts
+    one GPU) cannot peak within the memory free now: ``parts`` is a rank's peak as the engines' memory model counts
     it (Engine.peak_bytes_per_rank)."""
     need, free = node_bytes(parts, ranks), memory_available(device)
     if need <= free:
@@ -74,7 +75,7 @@ def check_peak_fits(engine: str, params: int, parts: dict[str, float], ranks: in
     where = f"{ranks} ranks on this node" if ranks > 1 else f"on {device}"
     counted = ", ".join(f"{name} {value / GIB:.1f}" for name, value in parts.items() if value)
     raise UsageError(
-        f"--engine {engine} needs {need / GIB:.1f} GiB ({where}) for {params / 1e6:.0f}M parameters (rank 0's peak: "
+        f"--engine {engine} needs {need / GIB:.1f} GiB ({where}) for {params / 1e6:.0f}M parameters (a rank's peak: "
         f"{counted} GiB) but {free / GIB:.1f} GiB is free",
         "run fewer ranks per node, shard the state with --engine fsdp, add --gradient_checkpointing, lower "
         "--per_device_train_batch_size or --max_seq_length, train LoRA adapters (--use_peft), or use a smaller model",

@@ -198,10 +198,10 @@ class Trainer:
         found = finish.gather_results(engine, parts.model, parts.plan, position, evaluation, train_metrics,
                                        wall_time_s)  # fmt: skip
         predictions = loop.evaluator.predict() if self.args.do_predict else {}
-        weights = engine.full_model_state(parts.model)  # rank 0's, gathered where the model is sharded
+        finish.write_model(engine, parts.model, self.run_dir, self.args.max_shard_size)
         if engine.is_main:
             state = finish.trainer_state(self.args, self.run_dir, parts.plan, position)
-            finish.write_outputs(self.run_dir, engine.unwrap(parts.model), weights, parts.tokenizer, predictions,
+            finish.write_outputs(self.run_dir, engine.unwrap(parts.model), parts.tokenizer, predictions,
                                   loop.evaluator.shape, position.log_history, found, train_metrics, state,
                                   self.config.to_dict())  # fmt: skip
         return found

@@ -38,6 +38,10 @@ HALF_WAY = ["--save_strategy", "steps", "--save_steps", str(STEPS // 2)]
 # collective forward must keep in step.
 UNEVEN_EVAL = ["--max_eval_samples", "79", "--per_device_eval_batch_size", "13"]
 COMPARE = [str(BIN / "python"), "-m", "horovod_train", "compare"]
+# The compared runs' final models are split as save_pretrained splits a larger one (tiny-bert's 1.4 MB in 3 files):
+# fsdp's gathered a tensor at a time from the shards (engines/pretrained.py), the others' by save_pretrained.
+SPLIT = ["--max_shard_size", "500KB"]
+INDEX = "model.safetensors.index.json"
 # compare's default runs on a CPU machine, in its order: each a case of test_engine_matches_single_process but
 # single, which the compare test holds to the others by their losses.
 COMPARED_RUNS = ["horovod-gloo", "horovod-mpi", "ddp-gloo", "fsdp-gloo", "zero1-gloo", "single", "dp"]
@@ -95,8 +99,18 @@ def train(out: Path, cache_dir: Path, launcher, engine: str, batch: int, accum: 
     return check_run(out, engine)
 
 
+def final_weights(path: Path) -> dict[str, torch.Tensor]:
+    """A run's final weights: ``path`` (model.safetensors), or the files the index beside it names (a model split
+    at --max_shard_size, as compare's runs are)."""
+    index = path.parent / "model.safetensors.index.json"
+    if not index.is_file():
+        return load_file(path)
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    return {name: tensor for file in files for name, tensor in load_file(path.parent / file).items()}
+
+
 def parameter_differences(a: Path, b: Path) -> dict[str, float]:
-    x, y = load_file(a), load_file(b)
+    x, y = final_weights(a), final_weights(b)
     assert x.keys() == y.keys()
     return {k: (x[k].double() - y[k].double()).abs().max().item() for k in x}
 
@@ -112,7 +126,7 @@ def compared(tmp_path_factory, cache_dir) -> tuple[subprocess.CompletedProcess, 
     """`compare` on the job, launched once: its exit status and output, and its directory (a run's failure is its
     own case's, so nothing is asserted here)."""
     out = tmp_path_factory.mktemp("compared") / "compare"
-    args = [*JOB, *HALF_WAY, *UNEVEN_EVAL, "--per_device_train_batch_size", str(B), "--output_dir", str(out)]
+    args = [*JOB, *HALF_WAY, *UNEVEN_EVAL, *SPLIT, "--per_device_train_batch_size", str(B), "--output_dir", str(out)]
     return run([*COMPARE, *args], cache_dir, timeout=600), out
 
 
@@ -236,12 +250,20 @@ def test_a_checkpoint_continues_under_another_engine_or_world_size(resume, basel
 
 @pytest.mark.slow
 def test_an_fsdp_run_ends_with_a_model_that_from_pretrained_and_a_pipeline_load(trained):
+    """Written from the shards a tensor at a time, split at --max_shard_size with transformers' index:
+    from_pretrained loads every tensor, and the model is the trained one bit for bit (the ranks' checksum)."""
     from transformers import AutoModelForSequenceClassification, pipeline
 
+    from horovod_train.outputs.checksums import param_checksum
+
     out = trained("fsdp").parent
-    model = AutoModelForSequenceClassification.from_pretrained(out)
-    saved = load_file(out / "model.safetensors")
+    files = set(json.loads((out / INDEX).read_text())["weight_map"].values())
+    assert len(files) == 3 and not (out / "model.safetensors").exists(), files
+    model, loading = AutoModelForSequenceClassification.from_pretrained(out, output_loading_info=True)
+    assert not any(loading.values()), loading
+    saved = final_weights(out / "model.safetensors")
     assert all(torch.equal(model.state_dict()[name], tensor) for name, tensor in saved.items())
+    assert param_checksum(model) == read_results(out)["param_checksum_per_rank"][0]
     predicted = pipeline("text-classification", model=str(out), device="cpu")("a lamp. a lamp moves.")
     assert predicted[0]["label"] in model.config.label2id
 
@@ -266,7 +288,7 @@ def test_compare_runs_every_engine_on_the_same_job(compared):
     header = "engine        launcher    world  samples/s  tokens/s  train loss  val acc  peak MiB/rank"
     assert header in proc.stdout
     for r in runs:
-        assert r["name"] in proc.stdout and (out / r["name"] / "model.safetensors").is_file()
+        assert r["name"] in proc.stdout and (out / r["name"] / INDEX).is_file()
         assert (out / "logs" / f"{r['name']}.log").is_file()
     assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Global batch 2 x B on a CPU machine: one process (single, dp) reads batches of 2B.

@@ -15,7 +15,7 @@ from horovod_train.bench.runs import memory
 from horovod_train.cli.main import main
 from horovod_train.launching import compare
 
-MODEL = fit.Model("toy", params=10**9, hidden=1000, layers=10, trainable_lora=10**6)
+MODEL = fit.Model("toy", params=10**9, hidden=1000, layers=10, trainable_lora=10**6, largest=10**8)
 ACT = fit.Activations(seq=100, hidden=1000, layer=4e6, rest=1e6)
 
 
@@ -76,10 +76,10 @@ def test_a_mode_not_run_is_computed_from_a_measured_one_and_marked():
 
 def test_each_engine_decides_what_a_rank_holds_and_so_what_runs(monkeypatch):
     """1e9 parameters at 2 ranks: ddp 16 GB per rank, zero1 4 + 4 + 8/2 = 12 GB, fsdp 16/2 = 8 GB (and its "zero2"
-    variant the same); with 26 GB free, a 2 GB margin and the memory check's peak (a 1 GiB base a rank, rank 0's
-    save gather: none for zero1, whose checkpoints are sharded; fsdp's final output, 2 GB of weights), fsdp runs
-    (2 x 9.07 + 2 + 2 = 22.1) and ddp and zero1 are not run (2 x 17.07 + 2 = 36.1, 2 x 13.07 + 2 = 28.1: zero1 ran
-    when the guard counted the state alone, 2 x 12 + 1.5)."""
+    variant the same); with 26 GB free, a 2 GB margin and the memory check's peak (a 1 GiB base a rank, a save's
+    gather: none for zero1, whose checkpoints are sharded; fsdp's final output, its largest tensor whole on each
+    rank, 0.4 GB), fsdp runs (2 x 9.47 + 2 = 20.9) and ddp and zero1 are not run (2 x 17.07 + 2 = 36.1,
+    2 x 13.07 + 2 = 28.1: zero1 ran when the guard counted the state alone, 2 x 12 + 1.5)."""
     runs = {name: compare.Run(name, engine, "torchrun", 2) for name, engine in
             [("ddp", "ddp"), ("zero1", "zero1"), ("fsdp", "fsdp"), ("fsdp-zero2", "fsdp")]}  # fmt: skip
     per_rank = {name: memory.state_bytes(MODEL, "full", run) for name, run in runs.items()}

@@ -101,6 +101,7 @@ BAD: dict[str, list[str]] = {
     "save_strategy": ["always"],
     "save_steps": ["-1", "3.5"],
     "save_total_limit": ["0", "-2"],
+    "max_shard_size": ["5", "5 GiB", "GB", "0MB"],
     "resume_from_checkpoint": ["", "{long}"],
     "checkpoint_signals": ["SIGKILL", "SIGSTOP", "SIGCHLD", "SIGSEGV", "SIGNOPE", "TERM,TERM", ""],
     "ddp_timeout": ["0", "-5", "100000000000000", "1e14"],
@@ -431,3 +432,16 @@ def test_train_doctor_and_bench_allreduce_refuse_a_bad_knob_before_starting(monk
     with pytest.raises(UsageError, match="HOROVOD_FUSION_THRESHOLD='64MB'"):
         _module("allreduce").validate(build_parser().parse_args(["bench", "allreduce", "--output_dir", str(out)]))
     assert not out.exists()
+
+
+def test_max_shard_size_takes_what_save_pretrained_parses():
+    """The domain of --max_shard_size is the sizes above 0 that huggingface_hub parses (save_pretrained's split)."""
+    from huggingface_hub.serialization._base import parse_size_to_int
+
+    for value in ["5GB", "500mb", " 1.5 TB", "0.2KB", ".5GB", "5", "5 GiB", "GB", "0MB", "5G", "-1GB", "5XB"]:
+        try:
+            parsed = parse_size_to_int(value) > 0
+        except ValueError:
+            parsed = False
+        size = domains.SHARD_SIZE.fullmatch(value)
+        assert (size is not None and float(size.group(1)) > 0) == parsed, value

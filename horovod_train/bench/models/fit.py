@@ -61,6 +61,7 @@ class Model:
     hidden: int
     layers: int
     trainable_lora: int  # trainable parameters with LoRA (adapters + head)
+    largest: int = 0  # elements of its largest tensor (what fsdp's final output gathers at once)
 
 
 def is_lora(mode: str) -> bool:

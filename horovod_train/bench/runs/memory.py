@@ -107,7 +107,8 @@ def describe(name: str, config: Any, lora_r: int = 8) -> fit.Model:
     params, _ = count(config, "full")
     _, lora_grads = count(config, "lora", lora_r)
     trainable = sum(lora_grads) // fit.GRAD_BYTES
-    return fit.Model(name, params, config.hidden_size, config.num_hidden_layers, trainable)
+    largest = max(t.numel() for t in build_on_meta(config, "full").state_dict().values())
+    return fit.Model(name, params, config.hidden_size, config.num_hidden_layers, trainable, largest)
 
 
 def qwen25_models(lora_r: int = 8) -> list[fit.Model]:
@@ -160,7 +161,9 @@ def runnable(model: fit.Model, mode: str, run: compare.Run, margin_gb: float, ac
     from horovod_train.engines import available_engines
 
     engine = available_engines()[run.engine]
-    parts = engine.peak_bytes_per_rank(model.params, fit.trainable(model, mode), run.world_size, activations)
+    parts = engine.peak_bytes_per_rank(
+        model.params, fit.trainable(model, mode), run.world_size, activations, largest=model.largest
+    )
     return node_bytes(parts, run.world_size) + margin_gb * fit.GB <= memory_available()
 
 
