@@ -363,6 +363,14 @@ class TrainingArguments:
     save_total_limit: int | None = field(
         default=2, metadata={"help": "Newest checkpoints of the run kept (None: all, as in transformers)."}
     )
+    save_async: bool = field(
+        default=False,
+        metadata={
+            "help": "fsdp, zero1: training goes on while every rank writes its shards of a checkpoint, which appears "
+            "(manifest, rename, rotation) once all are written; the next save, a stop or the end waits for it "
+            "(torchtitan's checkpoint.async_mode). Other engines write their whole state at once as before."
+        },
+    )
     resume_from_checkpoint: str | None = field(
         default=None,
         metadata={

@@ -27,6 +27,7 @@ from horovod_train.engines.policy import RunPolicy
 
 if TYPE_CHECKING:
     from horovod_train.config import RunConfig
+    from horovod_train.engines.state_io import BackgroundWrite
 
 T = TypeVar("T")
 
@@ -152,11 +153,15 @@ class Engine(ABC):
     # False: rank 0 writes the state gathered by the methods above, and reads it for every rank.
     sharded_state: bool = False
 
-    def save_state_shards(self, model: nn.Module, optimizer: Optimizer, directory: Path) -> dict[str, str]:
+    def save_state_shards(
+        self, model: nn.Module, optimizer: Optimizer, directory: Path, background: BackgroundWrite | None = None
+    ) -> dict[str, str]:
         """Collective (``sharded_state``): write this rank's part of the model and optimizer state into a
         checkpoint's temporary ``directory``; {file inside it: SHA-256} of the files it wrote, for the manifest.
         The optimizer's go to state_io.OPTIMIZER_DIR; the model's to checkpoint.MODEL_FILE, or left for rank 0. A
-        failure on any rank is raised on every rank (state_io.on_every_rank), not met in a later collective."""
+        failure on any rank is raised on every rank (state_io.on_every_rank), not met in a later collective.
+        ``background`` (--save_async): copy the state now, leave the writes to it and
+        answer {} (state_io.written_digests)."""
         raise NotImplementedError(f"{self.name} writes its checkpoint's state whole, from rank 0")
 
     def eval_module(self, model: nn.Module) -> nn.Module:

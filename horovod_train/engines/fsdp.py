@@ -139,13 +139,19 @@ class FSDPEngine(DDPEngine):
 
     sharded_state = True
 
-    def save_state_shards(self, model: nn.Module, optimizer: Optimizer, directory: Path) -> dict[str, str]:
+    def save_state_shards(
+        self,
+        model: nn.Module,
+        optimizer: Optimizer,
+        directory: Path,
+        background: state_io.BackgroundWrite | None = None,
+    ) -> dict[str, str]:
         model_file = directory / ckpt.MODEL_FILE
         state_io.on_every_rank(self.gather_objects, lambda: state_io.write_model_rows(
-            self.distinct_state(model), model_file, self.is_main, self.barrier))  # fmt: skip
+            self.distinct_state(model), model_file, self.is_main, self.barrier, background))  # fmt: skip
         state_io.on_every_rank(self.gather_objects, lambda: state_io.save_optimizer_shards(
-            optimizer.state_dict()["state"], directory / state_io.OPTIMIZER_DIR))  # fmt: skip
-        return state_io.digests(directory, state_io.written_by(directory, self.rank))
+            optimizer.state_dict()["state"], directory / state_io.OPTIMIZER_DIR, background))  # fmt: skip
+        return state_io.written_digests(directory, self.rank, background)
 
     def distinct_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """The model's state dict (its shards) with each tied tensor once, under the name ``save_pretrained`` keeps

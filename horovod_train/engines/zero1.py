@@ -31,13 +31,19 @@ class Zero1Engine(DDPEngine):
 
     sharded_state = True
 
-    def save_state_shards(self, model: nn.Module, optimizer: Optimizer, directory: Path) -> dict[str, str]:
+    def save_state_shards(
+        self,
+        model: nn.Module,
+        optimizer: Optimizer,
+        directory: Path,
+        background: state_io.BackgroundWrite | None = None,
+    ) -> dict[str, str]:
         # The model is whole on every rank: rank 0 writes it. The optimizer: each rank the parameters it steps.
         indices = state_io.parameter_indices(optimizer)
         local = {indices[id(p)]: entry for p, entry in optimizer.optim.state.items()}
         state_io.on_every_rank(self.gather_objects, lambda: state_io.save_optimizer_shards(
-            local, directory / state_io.OPTIMIZER_DIR))  # fmt: skip
-        return state_io.digests(directory, state_io.written_by(directory, self.rank))
+            local, directory / state_io.OPTIMIZER_DIR, background))  # fmt: skip
+        return state_io.written_digests(directory, self.rank, background)
 
     def load_optimizer_state(self, model: nn.Module, optimizer: Optimizer, state: dict[str, Any]) -> None:
         state = state_io.optimizer_source(state)
