@@ -1,8 +1,9 @@
 """A sharded checkpoint (fsdp's, zero1's: every rank wrote its own part) saved at 2 ranks continues at 3, where
 every rank's part of each tensor differs from the saver's, to the uninterrupted run's parameters. The other world
 sizes (1, 4) and engines: test_engine_equivalence's resumes, on its 2-rank runs (a global batch of 16 has no 3).
-Saved beside training (--save_async): the same checkpoint, and a rank killed in the middle of such a save leaves the
-previous one, which `auto` resumes to the uninterrupted run's parameters."""
+Saved beside training (--save_async): the run at 3 writes its own so, the checkpoint is the synchronous one's, and a
+rank killed in the middle of such a save leaves the previous one, which `auto` resumes to the uninterrupted run's
+parameters."""
 
 from __future__ import annotations
 
@@ -53,17 +54,21 @@ def test_a_sharded_checkpoint_of_two_ranks_continues_at_three(engine, uninterrup
     checkpoint = full / f"checkpoint-{STEPS // 2}"
     manifest = json.loads((checkpoint / "manifest.json").read_text())
     assert {"optimizer/.metadata", "optimizer/__0_0.distcp", "optimizer/__1_0.distcp"} <= set(manifest), manifest
-    proc = run(torchrun(3, *args, "--per_device_train_batch_size", str(GLOBAL_BATCH // 3), "--output_dir",
-                        str(resumed), "--resume_from_checkpoint", str(checkpoint)), cache_dir)  # fmt: skip
+    three = ["--per_device_train_batch_size", str(GLOBAL_BATCH // 3), "--save_async"]
+    proc = run(torchrun(3, *args, *three, "--output_dir", str(resumed), "--resume_from_checkpoint", str(checkpoint)),
+               cache_dir)  # fmt: skip
     assert_ok(proc)
     assert f"resumed from step {STEPS // 2}" in proc.stdout
     assert (read_results(resumed)["world_size"], read_results(resumed)["global_step"]) == (3, STEPS)
     difference = max_abs_diff(full, resumed)
     print(f"{engine} saved at 2 ranks, resumed at 3: max-abs parameter difference {difference:.3e}")
     assert difference <= TOLERANCE
-    # The run at 3 wrote its own checkpoints sharded in 3.
-    assert {f"__{rank}_0.distcp" for rank in range(3)} <= {p.name for p in (resumed / f"checkpoint-{STEPS}" /
-                                                                            "optimizer").iterdir()}  # fmt: skip
+    # The run at 3 wrote its own checkpoints sharded in 3, beside training (--save_async): complete, every rank's
+    # files listed, the model the one the run ended with.
+    last = resumed / f"checkpoint-{STEPS}"
+    assert ckpt.verify_checkpoint(last)["global_step"] == STEPS
+    assert {f"optimizer/__{rank}_0.distcp" for rank in range(3)} <= set(ckpt.manifest_files(last))
+    assert max_abs_diff(last, resumed) == 0.0
 
 
 def test_a_rank_killed_in_a_save_beside_training_leaves_the_previous_checkpoint_which_auto_resumes(
