@@ -41,6 +41,7 @@ from horovod_train.checksums import tensors_checksum
 from horovod_train.engines import state_io
 from horovod_train.engines.base import load_keeping_implementation
 from horovod_train.engines.ddp import DDPEngine
+from horovod_train.engines.state_io import BackgroundWrite
 from horovod_train.errors import UsageError
 
 if TYPE_CHECKING:
@@ -140,11 +141,7 @@ class FSDPEngine(DDPEngine):
     sharded_state = True
 
     def save_state_shards(
-        self,
-        model: nn.Module,
-        optimizer: Optimizer,
-        directory: Path,
-        background: state_io.BackgroundWrite | None = None,
+        self, model: nn.Module, optimizer: Optimizer, directory: Path, background: BackgroundWrite | None = None
     ) -> dict[str, str]:
         model_file = directory / ckpt.MODEL_FILE
         state_io.on_every_rank(self.gather_objects, lambda: state_io.write_model_rows(

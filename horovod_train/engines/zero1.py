@@ -20,6 +20,7 @@ from torch.optim import Optimizer
 
 from horovod_train.engines import state_io
 from horovod_train.engines.ddp import DDPEngine
+from horovod_train.engines.state_io import BackgroundWrite
 
 
 class Zero1Engine(DDPEngine):
@@ -32,11 +33,7 @@ class Zero1Engine(DDPEngine):
     sharded_state = True
 
     def save_state_shards(
-        self,
-        model: nn.Module,
-        optimizer: Optimizer,
-        directory: Path,
-        background: state_io.BackgroundWrite | None = None,
+        self, model: nn.Module, optimizer: Optimizer, directory: Path, background: BackgroundWrite | None = None
     ) -> dict[str, str]:
         # The model is whole on every rank: rank 0 writes it. The optimizer: each rank the parameters it steps.
         indices = state_io.parameter_indices(optimizer)
