@@ -22,12 +22,13 @@ from torch.optim import Optimizer
 from horovod_train import amp, peak_memory
 from horovod_train import checkpoint as ckpt
 from horovod_train.checksums import param_checksum
+from horovod_train.engines import state_io
 from horovod_train.engines.payload import broadcast_from_root
 from horovod_train.engines.policy import RunPolicy
+from horovod_train.engines.state_io import BackgroundWrite
 
 if TYPE_CHECKING:
     from horovod_train.config import RunConfig
-    from horovod_train.engines.state_io import BackgroundWrite
 
 T = TypeVar("T")
 
@@ -163,6 +164,15 @@ class Engine(ABC):
         ``background`` (--save_async): copy the state now, leave the writes to it and
         answer {} (state_io.written_digests)."""
         raise NotImplementedError(f"{self.name} writes its checkpoint's state whole, from rank 0")
+
+    def background_write(self) -> BackgroundWrite:
+        """Collective the first time: this rank's part of a save beside training (--save_async), for
+        ``save_state_shards`` to stage into; its ``start`` writes, in a thread."""
+        return BackgroundWrite()
+
+    def on_every_rank(self, work: Callable[[], T]) -> T:
+        """Collective: ``work`` on every rank, its failure on any rank raised on every rank (state_io.on_every_rank)."""
+        return state_io.on_every_rank(self.gather_objects, work)
 
     def eval_module(self, model: nn.Module) -> nn.Module:
         """The module evaluation and prediction run (no gradient: no engine wrapper needed)."""

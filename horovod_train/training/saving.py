@@ -15,7 +15,6 @@ from typing import Any
 from horovod_train import amp, rng
 from horovod_train import checkpoint as ckpt
 from horovod_train.config import RunConfig
-from horovod_train.engines import state_io
 from horovod_train.engines.base import Engine
 from horovod_train.files import disk_full
 from horovod_train.position import TrainingPosition
@@ -70,7 +69,7 @@ class CheckpointSaver:
         goes on; once every rank's files are written, rank 0's thread writes the rest, the manifest last, and renames
         the checkpoint into place (``complete`` waits for that). Until then the newest checkpoint is the previous."""
         engine, step = self.engine, position.global_step
-        background = state_io.BackgroundWrite()
+        background = engine.background_write()
         directory = self.temporary(step)
         with self.discarding(directory, step):
             engine.save_state_shards(self.parts.model, self.parts.optimizer, directory, background)
@@ -100,7 +99,7 @@ class CheckpointSaver:
         step, directory, writing = self.pending
         self.pending = None
         with self.discarding(directory, step):
-            saved = state_io.on_every_rank(self.engine.gather_objects, writing.result)
+            saved = self.engine.on_every_rank(writing.result)
         if saved is not None:
             self.run_dir.wrote_checkpoint(saved)
 
