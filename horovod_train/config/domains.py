@@ -384,6 +384,7 @@ DOMAINS: dict[str, Check] = {
     "save_steps": StepsOrRatio(0, "500"),
     "save_total_limit": count(1, fix="pass --save_strategy no to write no checkpoints, or None to keep them all"),
     "max_shard_size": shard_size,
+    "save_async": boolean,
     "resume_from_checkpoint": checkpoint,
     "checkpoint_signals": stop_signals,
     "ddp_timeout": count(1, TIMEOUT_MAX_S, example="1800"),

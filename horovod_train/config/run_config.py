@@ -371,6 +371,14 @@ class TrainingArguments:
             "model.safetensors.index.json)."
         },
     )
+    save_async: bool = field(
+        default=False,
+        metadata={
+            "help": "fsdp, zero1: training goes on while every rank writes its shards of a checkpoint, which appears "
+            "(manifest, rename, rotation) once all are written; the next save, a stop or the end waits for it "
+            "(torchtitan's checkpoint.async_mode). Other engines write their whole state at once as before."
+        },
+    )
     resume_from_checkpoint: str | None = field(
         default=None,
         metadata={

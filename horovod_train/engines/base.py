@@ -20,10 +20,12 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from horovod_train.engines import state_io
 from horovod_train.engines.checkpoint_io import WholeState
 from horovod_train.engines.memory import Replicated
 from horovod_train.engines.payload import broadcast_from_root
 from horovod_train.engines.policy import RunPolicy
+from horovod_train.engines.state_io import BackgroundWrite
 from horovod_train.training import amp
 
 if TYPE_CHECKING:
@@ -171,12 +173,25 @@ class Engine(ABC):
         """Load a checkpoint's whole optimizer state (every rank holds it), after ``prepare``."""
         self.checkpointing.load_optimizer_state(model, optimizer, state)
 
-    def save_state_shards(self, model: nn.Module, optimizer: Optimizer, directory: Path) -> dict[str, str]:
+    def save_state_shards(
+        self, model: nn.Module, optimizer: Optimizer, directory: Path, background: BackgroundWrite | None = None
+    ) -> dict[str, str]:
         """Collective (``sharded_state``): write this rank's part of the model and optimizer state into a
         checkpoint's temporary ``directory``; {file inside it: SHA-256} of the files it wrote, for the manifest.
         The optimizer's go to state_io.OPTIMIZER_DIR; the model's to checkpoint.MODEL_FILE, or left for rank 0. A
-        failure on any rank is raised on every rank (state_io.on_every_rank), not met in a later collective."""
-        return self.checkpointing.save_state_shards(model, optimizer, directory)
+        failure on any rank is raised on every rank (state_io.on_every_rank), not met in a later collective.
+        ``background`` (--save_async): copy the state now, leave the writes to it and
+        answer {} (state_io.written_digests)."""
+        return self.checkpointing.save_state_shards(model, optimizer, directory, background)
+
+    def background_write(self) -> BackgroundWrite:
+        """Collective the first time: this rank's part of a save beside training (--save_async), for
+        ``save_state_shards`` to stage into; its ``start`` writes, in a thread."""
+        return BackgroundWrite()
+
+    def on_every_rank(self, work: Callable[[], T]) -> T:
+        """Collective: ``work`` on every rank, its failure on any rank raised on every rank (state_io.on_every_rank)."""
+        return state_io.on_every_rank(self.gather_objects, work)
 
     def eval_module(self, model: nn.Module) -> nn.Module:
         """The module evaluation and prediction run (no gradient: no engine wrapper needed)."""

@@ -22,6 +22,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.optim import Optimizer
 
 from horovod_train.engines import pretrained, state_io
+from horovod_train.engines.state_io import BackgroundWrite
 from horovod_train.outputs import checkpoint as ckpt
 from horovod_train.outputs.checksums import param_checksum, tensors_checksum
 
@@ -66,7 +67,9 @@ class WholeState:
     def load_optimizer_state(self, model: nn.Module, optimizer: Optimizer, state: dict[str, Any]) -> None:
         load_keeping_implementation(optimizer, state)
 
-    def save_state_shards(self, model: nn.Module, optimizer: Optimizer, directory: Path) -> dict[str, str]:
+    def save_state_shards(
+        self, model: nn.Module, optimizer: Optimizer, directory: Path, background: BackgroundWrite | None = None
+    ) -> dict[str, str]:
         raise NotImplementedError(f"{self.engine.name} writes its checkpoint's state whole, from rank 0")
 
     def write_model_shards(self, model: nn.Module, directory: Path, max_shard_size: int | str) -> bool:
@@ -76,9 +79,10 @@ class WholeState:
     def parameter_checksum(self, model: nn.Module) -> int:
         return param_checksum(self.engine.unwrap(model))
 
-    def written(self, directory: Path) -> dict[str, str]:
-        """{file: SHA-256} of the optimizer files this rank wrote into a checkpoint's ``directory``."""
-        return state_io.digests(directory, state_io.written_by(directory, self.engine.rank))
+    def written(self, directory: Path, background: BackgroundWrite | None = None) -> dict[str, str]:
+        """{file: SHA-256} of the optimizer files this rank wrote into a checkpoint's ``directory`` ({} with
+        ``background``: its write computes them once it has written, state_io.written_digests)."""
+        return state_io.written_digests(directory, self.engine.rank, background)
 
 
 class OptimizerShards(WholeState):
@@ -87,12 +91,14 @@ class OptimizerShards(WholeState):
 
     sharded = True
 
-    def save_state_shards(self, model: nn.Module, optimizer: Optimizer, directory: Path) -> dict[str, str]:
+    def save_state_shards(
+        self, model: nn.Module, optimizer: Optimizer, directory: Path, background: BackgroundWrite | None = None
+    ) -> dict[str, str]:
         indices = state_io.parameter_indices(optimizer)
         local = {indices[id(p)]: entry for p, entry in optimizer.optim.state.items()}
         state_io.on_every_rank(self.engine.gather_objects, lambda: state_io.save_optimizer_shards(
-            local, directory / state_io.OPTIMIZER_DIR))  # fmt: skip
-        return self.written(directory)
+            local, directory / state_io.OPTIMIZER_DIR, background))  # fmt: skip
+        return self.written(directory, background)
 
     def load_optimizer_state(self, model: nn.Module, optimizer: Optimizer, state: dict[str, Any]) -> None:
         state = state_io.optimizer_source(state)
@@ -135,13 +141,15 @@ class Shards(WholeState):
                                      engine.gather_objects)  # fmt: skip
         return True
 
-    def save_state_shards(self, model: nn.Module, optimizer: Optimizer, directory: Path) -> dict[str, str]:
+    def save_state_shards(
+        self, model: nn.Module, optimizer: Optimizer, directory: Path, background: BackgroundWrite | None = None
+    ) -> dict[str, str]:
         engine, model_file = self.engine, directory / ckpt.MODEL_FILE
         state_io.on_every_rank(engine.gather_objects, lambda: state_io.write_model_rows(
-            distinct_state(model), model_file, engine.is_main, engine.barrier))  # fmt: skip
+            distinct_state(model), model_file, engine.is_main, engine.barrier, background))  # fmt: skip
         state_io.on_every_rank(engine.gather_objects, lambda: state_io.save_optimizer_shards(
-            optimizer.state_dict()["state"], directory / state_io.OPTIMIZER_DIR))  # fmt: skip
-        return self.written(directory)
+            optimizer.state_dict()["state"], directory / state_io.OPTIMIZER_DIR, background))  # fmt: skip
+        return self.written(directory, background)
 
     def full_optimizer_state(self, model: nn.Module, optimizer: Optimizer) -> dict[str, Any] | None:
         local = optimizer.state_dict()  # numbered as every engine's; its tensors are this rank's shards

@@ -15,6 +15,11 @@ at once, and nobody gathers the whole state.
 Every rank returns the SHA-256 of the files it wrote (``digests``); rank 0 lists them in the manifest, written
 last, so a checkpoint is whole or not at all as before. Every rank must see the checkpoint's directory (a shared
 filesystem, as DCP needs).
+
+Saved asynchronously (--save_async, ``BackgroundWrite``), each rank copies its part at the save's step and a thread
+writes it while training goes on: the optimizer's through DCP's ``async_save``, the model's rows beside it. The
+thread's collectives (DCP's plan and commit, the ranks' digests) run on a Gloo process group of their own, as the
+training's own collectives meanwhile run on the default group in another order.
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ import os
 import struct
 import warnings
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from safetensors import safe_open
 from torch.distributed.checkpoint.api import CheckpointException
@@ -80,25 +87,41 @@ def safetensors_layout(tensors: dict[str, torch.Tensor]) -> tuple[bytes, dict[st
     return prefix, starts, len(prefix) + begin
 
 
-def write_model_rows(tensors: dict[str, torch.Tensor], path: Path, is_main: bool, barrier: Callable[[], None]) -> None:
+def write_model_rows(
+    tensors: dict[str, torch.Tensor], path: Path, is_main: bool, barrier: Callable[[], None],
+    background: BackgroundWrite | None = None,
+) -> None:  # fmt: skip
     """Collective: ``tensors`` (each rank's state dict: DTensor shards, or plain tensors every rank holds) as one
     safetensors file of the whole tensors. Rank 0 writes the header and plain tensors, every rank its shards' rows;
-    the file is complete once every rank has returned (the caller's next collective says so)."""
+    the file is complete once every rank has returned (the caller's next collective says so), or, ``background``,
+    once every rank's write of the copies taken here is done."""
     prefix, starts, size = safetensors_layout(tensors)
     if is_main:
         with path.open("wb") as f:
             f.write(prefix)
             f.truncate(size)
     barrier()  # the file exists, at its size, before any rank writes into it
+    pieces = []  # (offset in the file, this rank's tensor)
+    for name, tensor in tensors.items():
+        rows = rows_of(tensor)
+        if rows is None and not is_main:
+            continue
+        local = (tensor.to_local() if isinstance(tensor, DTensor) else tensor).detach()
+        row_bytes = math.prod(tensor.shape[1:]) * tensor.dtype.itemsize
+        # Written later: a copy, as training changes the parameters meanwhile.
+        offset = starts[name] + (rows[0] * row_bytes if rows else 0)
+        pieces.append((offset, local.to("cpu", copy=background is not None)))
+    if background is None:
+        write_pieces(path, pieces)
+    else:
+        background.add(lambda: write_pieces(path, pieces))
+
+
+def write_pieces(path: Path, pieces: list[tuple[int, torch.Tensor]]) -> None:
     with path.open("r+b") as f:
-        for name, tensor in tensors.items():
-            rows = rows_of(tensor)
-            if rows is None and not is_main:
-                continue
-            local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
-            row_bytes = math.prod(tensor.shape[1:]) * tensor.dtype.itemsize
-            f.seek(starts[name] + (rows[0] * row_bytes if rows else 0))
-            f.write(local.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().data)
+        for offset, tensor in pieces:
+            f.seek(offset)
+            f.write(tensor.contiguous().reshape(-1).view(torch.uint8).numpy().data)
         f.flush()
         os.fsync(f.fileno())
 
@@ -175,13 +198,28 @@ def nested_state(flat: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return nested
 
 
-def save_optimizer_shards(state: dict[Any, dict[str, Any]], directory: Path) -> None:
+def save_optimizer_shards(
+    state: dict[Any, dict[str, Any]], directory: Path, background: BackgroundWrite | None = None
+) -> None:
     """Collective: this rank's part of the optimizer's state (DTensor shards, or the whole tensors of the parameters
-    it steps), each rank's files at once. A failure is every rank's (DCP gathers them) and an Exception: DCP's
-    CheckpointException is a BaseException, which would pass every handler; a full disk is an OSError of ENOSPC."""
+    it steps), each rank's files at once; ``background``: copied here (DCP's ``async_save`` stages it), written by
+    DCP's thread, waited for by the background write's. A failure is every rank's (DCP gathers them) and an
+    Exception: DCP's CheckpointException is a BaseException, which would pass every handler; a full disk is an
+    OSError of ENOSPC."""
     flat = flat_state(state)
+    writer = dcp.FileSystemWriter(directory)
+    if background is None:
+        reporting_dcp_failures(flat, directory, lambda: dcp.save(flat, storage_writer=writer))
+        return
+    saving = dcp.async_save(flat, storage_writer=writer, process_group=background.group)
+    background.add(lambda: reporting_dcp_failures(flat, directory, saving.result))
+
+
+def reporting_dcp_failures(flat: dict[str, Any], directory: Path, save: Callable[[], Any]) -> None:
+    """``save`` (DCP's, of ``flat`` into ``directory``) with its failure an Exception, ENOSPC where it was a full
+    disk (save_optimizer_shards)."""
     try:
-        dcp.save(flat, storage_writer=dcp.FileSystemWriter(directory))
+        save()
     except CheckpointException as error:
         # The writer's OSError does not travel with DCP's gathered errors (torch.save reports "unexpected pos"):
         # the disk was full where less space is left than this rank's shards take.
@@ -274,7 +312,65 @@ def digests(directory: Path, names: list[Path]) -> dict[str, str]:
     return {path.relative_to(directory).as_posix(): sha256(path) for path in names}
 
 
+def written_digests(directory: Path, rank: int, background: BackgroundWrite | None = None) -> dict[str, str]:
+    """Engine.save_state_shards' answer: ``digests`` of what ``rank`` wrote; with ``background``, {} now (nothing is
+    written yet): the background write computes them once it has written (``BackgroundWrite.start``)."""
+    return {} if background is not None else digests(directory, written_by(directory, rank))
+
+
 def written_by(directory: Path, rank: int) -> list[Path]:
     """The files DCP wrote for ``rank`` in an optimizer directory (rank 0: the index too)."""
     found = sorted((directory / OPTIMIZER_DIR).glob(f"__{rank}_*.distcp"))
     return found + ([directory / OPTIMIZER_DIR / ".metadata"] if rank == 0 else [])
+
+
+# ---- saves beside training (--save_async) -------------------------------------------------------------------------
+_GROUPS: dict[int, Any] = {}  # id(the default group) -> the background writes' group
+
+
+def background_group() -> Any:
+    """Collective on its first call in a process group's life: the Gloo group of the background writes' collectives
+    (DCP's async_save needs one with a CPU backend; their own, as training's collectives run meanwhile)."""
+    world = id(dist.group.WORLD)
+    if world not in _GROUPS:
+        _GROUPS.clear()  # a group of an earlier (destroyed) default group
+        _GROUPS[world] = dist.new_group(backend="gloo")
+    return _GROUPS[world]
+
+
+class BackgroundWrite:
+    """One rank's part of an asynchronous save: Engine.save_state_shards stages this rank's state (copies it at the
+    save's step) and ``add``s its writes; ``start`` runs them in a thread while training goes on."""
+
+    def __init__(self) -> None:
+        self.group = background_group()
+        self.jobs: list[Callable[[], Any]] = []
+
+    def add(self, job: Callable[[], Any]) -> None:
+        self.jobs.append(job)
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj`` on every rank, over the background group."""
+        gathered: list[Any] = [None] * dist.get_world_size(self.group)
+        dist.all_gather_object(gathered, obj, group=self.group)
+        return gathered
+
+    def start(self, directory: Path, rank: int, then: Callable[[dict[str, str]], T]) -> Future[T]:
+        """Write; once every rank has written its files (a failure on any rank is every rank's, as on_every_rank),
+        ``then`` (rank 0: complete the checkpoint) with {file: SHA-256} of every rank's. The future's result is
+        ``then``'s."""
+
+        def write_mine() -> dict[str, str]:
+            for job in self.jobs:
+                job()
+            return digests(directory, written_by(directory, rank))
+
+        def write() -> T:
+            written = on_every_rank(self.gather, write_mine)
+            return then({name: digest for part in self.gather(written) for name, digest in part.items()})
+
+        executor = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-write")
+        try:
+            return executor.submit(write)
+        finally:
+            executor.shutdown(wait=False)  # the thread ends with the write

@@ -232,15 +232,23 @@ def write_files(
 ) -> None:
     """A checkpoint's files, the manifest last, every one fsynced. ``written``: {file: SHA-256} of those other
     processes wrote into ``directory`` (a sharded engine's ranks); a model file already there is theirs."""
-    written = written or {}
-    if not (directory / MODEL_FILE).exists():
-        write_model(model, model.state_dict() if weights is None else weights, directory)
+    write_loadable_files(directory, model, weights, write_loadable)
     with (directory / STATE_FILE).open("wb") as f:  # a file object: its OSError stays the cause of torch's error
         torch.save(training_state, f)
     (directory / TRAINER_FILE).write_text(json.dumps(trainer_state, indent=2, sort_keys=True) + "\n")
+    seal(directory, written)
+
+
+def write_loadable_files(
+    directory: Path, model: torch.nn.Module, weights: dict[str, torch.Tensor] | None,
+    write_loadable: Callable[[Path], None] | None,
+) -> None:  # fmt: skip
+    """What ``from_pretrained`` reads: the model's files (unless other processes wrote them there: a sharded
+    engine's ranks, or this one earlier, ahead of a save in the background) and ``write_loadable``'s."""
+    if not (directory / MODEL_FILE).exists():
+        write_model(model, model.state_dict() if weights is None else weights, directory)
     if write_loadable is not None:
         write_loadable(directory)
-    seal(directory, written)
 
 
 def seal(directory: Path, written: dict[str, str] | None = None) -> None:

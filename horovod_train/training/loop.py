@@ -53,7 +53,9 @@ class TrainingLoop:
             completed = self.train_epoch(position)
             self.end_epoch(position, completed)
         evaluation = self.evaluation_at(position)
-        return evaluation if evaluation is not None else self.evaluate(position)
+        evaluation = evaluation if evaluation is not None else self.evaluate(position)
+        self.saver.complete()  # the last checkpoint written in the background is in place before the run ends
+        return evaluation
 
     def epoch_open(self, position: TrainingPosition) -> bool:
         """Steps were taken in the current epoch but its end (evaluation, history, audit, checkpoint) has not
@@ -171,6 +173,7 @@ class TrainingLoop:
             return
         if self.saver.last_saved_step != position.global_step:
             self.save_checkpoint(position)
+        self.saver.complete()
         self.engine.barrier()  # no rank exits (its launcher would end the job) before the checkpoint is complete
         saved = self.parts.checkpoints.target(position.global_step)
         raise TrainingStopped(

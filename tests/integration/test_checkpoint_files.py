@@ -74,13 +74,14 @@ def test_resume_with_another_global_batch_is_refused(tmp_path, cache_dir):
     assert before == {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
 
-@pytest.mark.parametrize("engine", ["ddp", "fsdp"])
+@pytest.mark.parametrize("engine", ["ddp", "fsdp", "fsdp --save_async"])
 def test_a_full_disk_during_a_checkpoint_stops_every_rank_with_one_line(engine, tmp_path, cache_dir):
     """A run on a small tmpfs: checkpoint-3 fits, then the disk is filled and the resumed run (2 ranks under
     mpirun) cannot write checkpoint-6. Every rank exits 2 with the one line (rank 0 said ``RuntimeError: [enforce
     fail at inline_container.cc:672]``, rank 1 failed in the next collective; fsdp's ranks, which all write, raised
     DCP's CheckpointException, a BaseException, and left the temporary directory), checkpoint-3 still verifies, no
-    temporary is left, and once space is freed the run resumes from it."""
+    temporary is left, and once space is freed the run resumes from it. Saved beside training (--save_async), the
+    ranks' background writes fail and every rank reports it, in the same line, when the run waits for the save."""
     job = [*SMALL_JOB, "--synthetic_num_examples", "600", "--save_steps", "3"]
     with small_filesystem(tmp_path / "disk", 64 << 20) as disk:
         out = disk / "run"
@@ -89,8 +90,8 @@ def test_a_full_disk_during_a_checkpoint_stops_every_rank_with_one_line(engine, 
         fill(disk, leave_bytes=sum(p.stat().st_size for p in checkpoint.rglob("*") if p.is_file()) // 2)
         resume = ["--max_steps", "6", "--output_dir", str(out), "--resume_from_checkpoint", "latest"]
         # The same global batch of 16 on 2 ranks.
-        proc = run(mpirun(2, *job, "--engine", engine, "--per_device_train_batch_size", "8", *resume), cache_dir,
-                   timeout=300)  # fmt: skip
+        proc = run(mpirun(2, *job, "--engine", *engine.split(), "--per_device_train_batch_size", "8", *resume),
+                   cache_dir, timeout=300)  # fmt: skip
         errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
         assert proc.returncode == 2 and errors, f"exit {proc.returncode}\n{proc.stderr[-3000:]}"
         assert set(errors) == {errors[0]} and "Traceback" not in proc.stderr, proc.stderr[-3000:]

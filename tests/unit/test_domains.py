@@ -106,6 +106,7 @@ BAD: dict[str, list[str]] = {
     "checkpoint_signals": ["SIGKILL", "SIGSTOP", "SIGCHLD", "SIGSEGV", "SIGNOPE", "TERM,TERM", ""],
     "ddp_timeout": ["0", "-5", "100000000000000", "1e14"],
     "audit_samples": ["y2"],
+    "save_async": ["later"],
     "bf16": ["bfloat"],
     "fp16": ["half"],
     "tf32": ["tf"],
