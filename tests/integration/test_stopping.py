@@ -29,6 +29,7 @@ from support.jobs import (
 )
 from support.processes import find_rank_process, wait_for
 
+from horovod_train.engines.joining import implied_engine
 from horovod_train.launching import launcher as launcher_row
 from horovod_train.outputs import checkpoint as ckpt
 from horovod_train.outputs.run_directory import RunDirectory
@@ -44,8 +45,7 @@ JOB = [*SMALL_JOB, "--synthetic_num_examples", "3000", "--max_steps", str(MAX_ST
 
 def launch(launcher: str, *args: str) -> list[str]:
     """The job under a launcher of the table, with the engine it implies (--engine horovod is the default)."""
-    row = launcher_row(launcher)
-    return probe_launch(launcher, train_cmd("--engine", row.engine, *args))
+    return probe_launch(launcher, train_cmd("--engine", implied_engine(launcher_row(launcher)), *args))
 
 
 def rank_variable(launcher: str) -> str:
