@@ -8,6 +8,7 @@ import json
 import pytest
 from support.jobs import BIN, REPO, assert_ok, probe_launch, run
 
+from horovod_train.engines.joining import implied_engine
 from horovod_train.launching import launcher
 
 PROBE = [str(BIN / "python"), str(REPO / "tests" / "probes" / "broadcast_probe.py")]
@@ -20,7 +21,7 @@ GB = 10**9
 
 
 def launch(name: str, gib: float, out) -> list[str]:
-    return probe_launch(name, [*PROBE, launcher(name).engine, str(gib), str(out)])
+    return probe_launch(name, [*PROBE, implied_engine(launcher(name)), str(gib), str(out)])
 
 
 def run_probe(name: str, gib: float, out, cache_dir) -> list[dict]:
