@@ -19,6 +19,7 @@ from support.jobs import BIN, REPO, assert_ok, launch, read_results, run, torchr
 from horovod_train.gpucheck.checks import EQUIVALENCE_TOLERANCE as TOLERANCE
 from horovod_train.gpucheck.steps import EQUIVALENCE_JOB as JOB
 from horovod_train.outputs import checkpoint as ckpt
+from horovod_train.outputs.run_directory import RunDirectory
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +85,7 @@ def test_a_rank_killed_in_a_save_beside_training_leaves_the_previous_checkpoint_
     assert killed.returncode != 0 and f"Signal {signal.SIGKILL.value}" in killed.stdout + killed.stderr, (
         f"exit {killed.returncode}: rank 1 was not killed in the save\n{killed.stdout[-2000:]}{killed.stderr[-2000:]}"
     )
-    assert [p.name for p in ckpt.list_checkpoints(out)] == [f"checkpoint-{every}", f"checkpoint-{2 * every}"]
+    assert [p.name for p in RunDirectory(out).checkpoints()] == [f"checkpoint-{every}", f"checkpoint-{2 * every}"]
     (cut_off,) = out.glob(f".checkpoint-{3 * every}.*.tmp")
     assert (cut_off / "optimizer" / "__1_0.distcp").is_file() and not (cut_off / "manifest.json").exists()
     previous = out / f"checkpoint-{2 * every}"
