@@ -31,7 +31,7 @@ def process_group_backend() -> str:
     """torch.distributed's backend for this machine's runs (DDPArguments' auto): NCCL with GPUs, else Gloo."""
     import torch
 
-    return "nccl" if torch.cuda.device_count() else "gloo"
+    return DDPArguments().backend_on(torch.cuda.device_count() > 0)
 
 
 def process_group_ready() -> bool:

@@ -82,10 +82,6 @@ def state_bytes(model: Model, mode: str) -> float:
     return held - (FP32 - BF16) * (model.params - trained) if "bf16" in mode else held
 
 
-def gradient_bytes(model: Model, mode: str) -> float:
-    return trainable(model, mode) * GRAD_BYTES
-
-
 def trainable(model: Model, mode: str) -> int:
     """Parameters trained in ``mode``: LoRA's adapters and head, or all of them."""
     return model.trainable_lora if is_lora(mode) else model.params
