@@ -14,7 +14,7 @@ from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
 from horovod_train.config.run_config import RunConfig, TrainingArguments
 from horovod_train.engines.joining import check_launch, implied_engine
-from horovod_train.engines.specs import ENGINES, names
+from horovod_train.engines.specs import ENGINES, names, spec_of
 from horovod_train.launching import LAUNCHERS, environment
 from horovod_train.launching.base import hostname
 from horovod_train.launching.horovodrun import ran_mpirun
@@ -111,8 +111,8 @@ def main(args: argparse.Namespace) -> int:
 
     env = environment.detect(resolve_master=False)
     name = implied_engine(LAUNCHERS[env.launcher]) if args.engine == "auto" else args.engine
-    if name == "dp":
-        joining = [engine for engine in names() if engine != "dp"]  # the rows', dp's one process aside
+    if not spec_of(name).process_per_rank:  # one process for every device: no ranks to join
+        joining = [engine for engine in names() if ENGINES[engine].process_per_rank]
         raise UsageError("doctor joins a job with one process per rank", f"use --engine {' or '.join(joining)}")
     check_launch(name)
     engine = create_engine(RunConfig(training=TrainingArguments(engine=name)))

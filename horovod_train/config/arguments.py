@@ -28,6 +28,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 from transformers import HfArgumentParser
 
 from horovod_train.common.errors import UsageError
+from horovod_train.engines.specs import ENGINES
 
 TRUE_VALUES, FALSE_VALUES = ("yes", "true", "t", "y", "1"), ("no", "false", "f", "n", "0")  # string_to_bool's
 
@@ -184,15 +185,6 @@ FOREIGN_NAMES: dict[str, dict[str | None, str]] = {
     "per_gpu_eval_batch_size": {None: "did you mean --per_device_eval_batch_size?"},
     "num_processes": {None: "give the launcher the process count (horovodrun -np N, torchrun --nproc_per_node N)."},
     "local_rank": {None: "drop it: torchrun, horovodrun and mpirun give each rank its local rank."},
-    "fsdp": {
-        None: "did you mean --engine fsdp (launched by torchrun)? It shards as full_shard; "
-        "--fsdp_reshard_after_forward false is shard_grad_op."
-    },
-    "fsdp_config": {None: "drop it: --engine fsdp takes its options as flags (--fsdp_reshard_after_forward)."},
-    "deepspeed": {
-        None: "DeepSpeed is not supported; for its ZeRO sharding use --engine zero1 (optimizer state, "
-        "ZeRO-1) or --engine fsdp (everything, ZeRO-3), launched by torchrun."
-    },
     "no_cuda": {None: "did you mean --use_cpu? (transformers' name since 4.35)"},
     "eval_accumulation_steps": {
         None: "drop it: evaluation moves each batch's outputs to the CPU as it goes, so "
@@ -207,6 +199,13 @@ FOREIGN_NAMES: dict[str, dict[str | None, str]] = {
 }
 FOREIGN_NAMES.update({name: FOREIGN_NAMES["push_to_hub"] for name in ("hub_model_id", "hub_token", "hub_strategy",
                                                                       "hub_private_repo")})  # fmt: skip
+
+
+def foreign_names() -> dict[str, dict[str | None, str]]:
+    """FOREIGN_NAMES and the names that mean an engine (--fsdp, --deepspeed), each from its row
+    (EngineSpec.foreign_flags; the rows as they are now)."""
+    rows = {name: {None: hint} for spec in ENGINES.values() for name, hint in spec.foreign_flags.items()}
+    return FOREIGN_NAMES | rows
 
 
 def trainer_argument(name: str) -> str | None:
@@ -233,8 +232,9 @@ def flags_and_values(unknown: list[str]) -> list[tuple[str, str | None]]:
 def unknown_name_hint(flag: str, value: str | None, known: Iterable[str]) -> str | None:
     """What to pass instead of ``flag``: the table's entry for its name, else the closest known flag."""
     name = flag.lstrip("-").replace("-", "_")
-    if name in FOREIGN_NAMES:
-        return FOREIGN_NAMES[name].get(value or "", FOREIGN_NAMES[name][None])
+    foreign = foreign_names()
+    if name in foreign:
+        return foreign[name].get(value or "", foreign[name][None])
     refused = trainer_argument(name)  # before a close name: --logging_first_step is not --logging_steps
     close = difflib.get_close_matches(f"--{name}", list(known), n=1, cutoff=0.75)
     return refused or (f"did you mean {close[0]}?" if close else None)

@@ -42,7 +42,7 @@ from horovod_train.config.domains import (
     check_section,
     path_problem,
 )
-from horovod_train.engines.specs import EngineName, check_engine, option_sections
+from horovod_train.engines.specs import DEFAULT_ENGINE, EngineName, check_engine, option_sections
 
 PACKAGED_CONFIGS = "configs"  # horovod_train/configs/<name>.yaml, found by name after any install
 # --logging_steps's default: every 50 steps, or more often where that would leave a short run's curve with a few
@@ -246,7 +246,9 @@ class TrainingArguments:
         default="runs/train", metadata={"help": "Where the model, results, logs and checkpoints go."}
     )
     overwrite_output_dir: bool = field(default=False, metadata={"help": "Replace an earlier run in --output_dir."})
-    engine: EngineName = field(default="horovod", metadata={"help": "Data-parallel engine.", "domain": check_engine})
+    engine: EngineName = field(
+        default=DEFAULT_ENGINE, metadata={"help": "Data-parallel engine.", "domain": check_engine}
+    )
     per_device_train_batch_size: int = field(default=32, metadata={"help": "Examples per rank per micro-step."})
     per_device_eval_batch_size: int = field(default=64, metadata={"help": "Examples per rank per evaluation batch."})
     optim: OptimizerName = field(

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from horovod_train.common.errors import UsageError
@@ -88,12 +88,27 @@ def plain(name: str) -> tuple[Variant, ...]:
 
 
 @dataclass(frozen=True)
+class GpuDemo:
+    """The GPU check's demo of an engine (gpucheck/steps.py): the demo job for one epoch, one process on one GPU
+    started by the engine's launcher; its loss must fall (over NCCL under torchrun). ``checks``: what it runs on the
+    GPU, the plan's line after "demo job, 1 epoch, "; ``order``: its place among the check's later steps, which run
+    as far as the time budget goes (lower first; the check's own: steps.LATER_STEPS)."""
+
+    checks: str
+    order: int
+
+
+@dataclass(frozen=True)
 class EngineSpec:
     """One engine. ``launcher``: the launcher row (horovod_train/launching) that starts its ranks on one machine;
     its ranks meet through that launcher's rendezvous, so they run under every launcher that offers it (launching's
     check_joins), and a launcher whose own rendezvous it is implies the first such row (doctor). ``options``: its
     section of train's arguments (rows may share one: zero1 reads ddp's). ``needs``: the module it needs beyond
-    torch, which may be missing (Horovod is no pip dependency: horovod-train build-horovod)."""
+    torch, which may be missing (Horovod is no pip dependency: horovod-train build-horovod). ``reference``: the
+    engine every other one is checked against (one process, no collective: docs/equivalence.md, the GPU check).
+    ``process_per_rank``: False for an engine whose one process drives every visible device (doctor joins a job of
+    ranks). ``gpu_demo``: its step in the GPU check. ``foreign_flags``: other tools' flags that mean this engine
+    (transformers' Trainer's, DeepSpeed's) -> the hint train gives for one (config/arguments.py's FOREIGN_NAMES)."""
 
     name: str
     engine: Callable[[], type[Engine]]
@@ -101,6 +116,10 @@ class EngineSpec:
     variants: tuple[Variant, ...]
     options: type | None = None
     needs: str | None = None
+    reference: bool = False
+    process_per_rank: bool = True
+    gpu_demo: GpuDemo | None = None
+    foreign_flags: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def memory_model(self) -> type[Engine]:
         """Where its memory model is: the class's ``state_bytes_per_rank``, ``save_gather_bytes`` and
@@ -161,14 +180,37 @@ def _dp() -> type[Engine]:
 ENGINES: dict[str, EngineSpec] = {spec.name: spec for spec in (
     EngineSpec("horovod", _horovod, "horovodrun", options=HorovodArguments, needs="horovod.torch",
                variants=(Variant("horovod-gloo", "horovodrun", ready=horovod_built("gloo")),
-                         Variant("horovod-mpi", "mpirun", ready=horovod_built("mpi")))),
-    EngineSpec("ddp", _ddp, "torchrun", on_torchrun("ddp"), options=DDPArguments),
+                         Variant("horovod-mpi", "mpirun", ready=horovod_built("mpi"))),
+               gpu_demo=GpuDemo("Horovod np=1 (NCCL)", 50),
+               ),
+    EngineSpec("ddp", _ddp, "torchrun", on_torchrun("ddp"), options=DDPArguments,
+               gpu_demo=GpuDemo("DDP np=1 (NCCL: DDP's reducer at size 1)", 10),
+               ),
     EngineSpec("fsdp", _fsdp, "torchrun", on_torchrun("fsdp", zero2=("--fsdp_reshard_after_forward", "false")),
-               options=FSDPArguments),
-    EngineSpec("zero1", _zero1, "torchrun", on_torchrun("zero1"), options=DDPArguments),
-    EngineSpec("single", _single, "plain", plain("single")),
-    EngineSpec("dp", _dp, "plain", plain("dp")),
+               options=FSDPArguments,
+               gpu_demo=GpuDemo("FSDP2 np=1 (NCCL: all-gather and reduce-scatter at size 1)", 30),
+               foreign_flags={
+                   "fsdp": "did you mean --engine fsdp (launched by torchrun)? It shards as full_shard; "
+                   "--fsdp_reshard_after_forward false is shard_grad_op.",
+                   "fsdp_config": "drop it: --engine fsdp takes its options as flags (--fsdp_reshard_after_forward).",
+               },
+               ),
+    EngineSpec("zero1", _zero1, "torchrun", on_torchrun("zero1"), options=DDPArguments,
+               gpu_demo=GpuDemo("ZeRO-1 np=1 (NCCL: DDP plus the optimizer state's shard)", 20),
+               foreign_flags={"deepspeed": "DeepSpeed is not supported; for its ZeRO sharding use --engine zero1 "
+                              "(optimizer state, ZeRO-1) or --engine fsdp (everything, ZeRO-3), launched by torchrun."},
+               ),
+    EngineSpec("single", _single, "plain", plain("single"),
+               reference=True,
+               ),
+    EngineSpec("dp", _dp, "plain", plain("dp"),
+               process_per_rank=False,
+               gpu_demo=GpuDemo("DataParallel on the visible GPUs", 80),
+               ),
 )}  # fmt: skip
+
+
+DEFAULT_ENGINE = next(iter(ENGINES))  # train's --engine: the first row, the most preferred
 
 
 def names() -> list[str]:
@@ -190,6 +232,11 @@ def spec_of(name: str) -> EngineSpec:
 def check_engine(flag: str, value: Any) -> None:
     """--engine's domain (domains.py's form: the argument's name and its value)."""
     spec_of(value)
+
+
+def reference_engine() -> str:
+    """The engine every other one is checked against: the row that says it is the reference."""
+    return next(spec.name for spec in ENGINES.values() if spec.reference)
 
 
 def started_by(launcher: str) -> list[str]:

@@ -13,15 +13,17 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+from horovod_train.engines.specs import reference_engine
 from horovod_train.gpucheck.runner import CheckFailed, Context, Step
+from horovod_train.outputs.run_directory import RunFiles
 
 # docs/equivalence.md: every engine within 1e-5 (max-abs) of the single process after 20 steps
 EQUIVALENCE_TOLERANCE = 1e-5
-RUN_FILES = ("metrics.jsonl", "all_results.json", "run_config.json")
+RUN_FILES = (RunFiles.METRICS, RunFiles.FINISHED, RunFiles.CONFIG)
 
 
 def read_losses(run_dir: Path) -> list[float]:
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
+    records = [json.loads(line) for line in (run_dir / RunFiles.METRICS).read_text().splitlines() if line]
     return [float(r["loss"]) for r in records if "loss" in r]
 
 
@@ -52,7 +54,7 @@ def check_training(ctx: Context, step: Step, text: str) -> tuple[str, dict[str, 
     assert step.run_dir is not None
     keep_outputs(ctx, step)
     losses = read_losses(step.run_dir)
-    results = json.loads((step.run_dir / "all_results.json").read_text())
+    results = json.loads((step.run_dir / RunFiles.FINISHED).read_text())
     if len(losses) < 2 or not all(math.isfinite(x) for x in losses):
         raise CheckFailed(f"losses not finite or too few: {losses[:8]}")
     quarter = max(1, len(losses) // 4)
@@ -117,7 +119,7 @@ def check_environment(ctx: Context, step: Step, text: str) -> tuple[str, dict[st
 def check_bench(ctx: Context, step: Step, text: str) -> tuple[str, dict[str, Any]]:
     assert step.run_dir is not None
     report = json.loads((step.run_dir / "gpu.json").read_text())
-    # the engines' rows by engine; the single engine's --variants rows as single/<variant>
+    # the engines' rows by engine; the reference engine's --variants rows as <engine>/<variant>
     rows = {r["engine"] if r.get("variant", "eager") == "eager" else f"{r['engine']}/{r['variant']}": r
             for r in report["rows"]}  # fmt: skip
     keys = ("batch_size", "samples_per_second", "tokens_per_second", "padded_tokens_per_second", "mfu", "step_ms",
@@ -125,7 +127,7 @@ def check_bench(ctx: Context, step: Step, text: str) -> tuple[str, dict[str, Any
     metrics = {engine: {k: r.get(k) for k in keys} for engine, r in rows.items()}
     metrics["torch_compile"] = bool(report["args"].get("torch_compile"))
     metrics["device"] = report.get("device")
-    single, hvd = rows["single"], rows.get("horovod", {})
+    single, hvd = rows[reference_engine()], rows.get("horovod", {})
     detail = (
         f"plain {single['samples_per_second']:.0f} samples/s, {single['tokens_per_second']:.0f} tokens/s, "
         f"MFU {100 * single['mfu']:.1f}%; horovod {hvd.get('vs_single', float('nan')):.3f}x"
@@ -177,7 +179,7 @@ def check_equivalence(ctx: Context, step: Step, text: str) -> tuple[str, dict[st
     follows its own half of every batch and both the ranks and the single process disagree."""
     detail, metrics = check_training(ctx, step, text)
     assert step.run_dir is not None
-    results = json.loads((step.run_dir / "all_results.json").read_text())
+    results = json.loads((step.run_dir / RunFiles.FINISHED).read_text())
     checksums = results["param_checksum_per_rank"]
     if metrics["world_size"] != 2 or len(set(checksums)) != 1:
         raise CheckFailed(f"world size {metrics['world_size']}, parameter checksums per rank {checksums}")

@@ -12,6 +12,7 @@ from typing import Any
 
 from horovod_train.common.files import write_json_atomic
 from horovod_train.common.tables import format_table
+from horovod_train.engines.specs import reference_engine
 from horovod_train.gpucheck.runner import Context, Step
 
 TARGETS = {"samples_per_second": 6000.0, "mfu": 0.35, "horovod_vs_plain": 0.97}
@@ -59,8 +60,9 @@ def bench_summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
     runs = [e for e in entries if e["name"].startswith("bench") and e["status"] == "ok" and "metrics" in e]
     if not runs:
         return {}
-    best = max(runs, key=lambda e: e["metrics"]["single"]["samples_per_second"])
-    single, hvd = best["metrics"]["single"], best["metrics"].get("horovod", {})
+    plain = reference_engine()
+    best = max(runs, key=lambda e: e["metrics"][plain]["samples_per_second"])
+    single, hvd = best["metrics"][plain], best["metrics"].get("horovod", {})
     ratio = hvd.get("vs_single", float("nan"))
     return {
         "best": best["name"],

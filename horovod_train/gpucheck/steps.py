@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from horovod_train.common.errors import UsageError
+from horovod_train.engines.specs import ENGINES, EngineSpec, GpuDemo, reference_engine
 from horovod_train.gpucheck import checks, wheels
 from horovod_train.gpucheck.nccl import cuda_arch, nccl_dirs
 from horovod_train.gpucheck.runner import Context, Step
@@ -51,6 +52,10 @@ ESTIMATES_S = {
     "doctor": 30,
 }
 KEPT_BUILDS_S = 20  # installing the two kept wheels and --check-build instead of building
+UNMEASURED_DEMO_S = 35  # an engine row's demo not run on a GPU yet: the slowest demo's
+# The check's own steps after bert_fp16, placed by the same order as the engines' demos (EngineSpec.gpu_demo.order):
+# value order, the budget cutting from the end.
+LATER_STEPS = {"bench_b256": 40, "bench_compile_b128": 60, "bert_bf16_ddp": 70, "doctor": 90}
 MODULES = {  # module -> pip name: what the training imports beyond torch and the node's image
     "transformers": "transformers",
     "tokenizers": "tokenizers",
@@ -94,7 +99,8 @@ def train_step(ctx: Context, name: str, what: str, launcher: list[str], args: li
     args, run_dir = run_args(name, ctx, [*args, "--save_strategy", "no"])
     cmd = [*launcher, python, "-m", "horovod_train", "train", *args]
     kw.setdefault("check", checks.check_training)
-    return Step(name, what, cmd, estimate(name), run_dir=run_dir, after=("deps", *kw.pop("after", ())), **kw)
+    seconds = kw.pop("estimate_s") if "estimate_s" in kw else estimate(name)
+    return Step(name, what, cmd, seconds, run_dir=run_dir, after=("deps", *kw.pop("after", ())), **kw)
 
 
 def launchers(ctx: Context, python: str | None = None) -> tuple[list[str], list[str]]:
@@ -204,7 +210,7 @@ def equivalence_steps(ctx: Context) -> list[Step]:
     hvd2 = Horovodrun().command([], 2, executable=ctx.tool("horovodrun", ctx.gloo_python))
     ddp2 = Torchrun().command([], 2, executable=ctx.tool("torchrun"))
     batch = ["--per_device_train_batch_size", str(EQUIVALENCE_BATCH)]
-    single = ["--engine", "single", "--per_device_train_batch_size", str(2 * EQUIVALENCE_BATCH)]
+    single = ["--engine", reference_engine(), "--per_device_train_batch_size", str(2 * EQUIVALENCE_BATCH)]
     # Each two-rank run compares its parameters with the one process's model.safetensors.
     compared = {"reads": ("equiv_single",), "check": checks.check_equivalence}
     # --horovod_groups 0: one all-reduce per gradient, fused by Horovod's background thread, as on a GPU (on CPUs
@@ -247,22 +253,28 @@ def bert_steps(ctx: Context) -> list[Step]:
     return [config, fp16, bf16_ddp]
 
 
-def demo_steps(ctx: Context) -> dict[str, Step]:
-    """The demo job (tiny-bert on synthetic-nli) for one epoch: training converges on the GPU."""
-    hvd, ddp = launchers(ctx)
+def demo_steps(ctx: Context) -> list[tuple[int, Step]]:
+    """The demo job (tiny-bert on synthetic-nli) for one epoch, one per engine row that has a demo (training
+    converges on the GPU), each with its order among the later steps."""
     demo = ["--config", ctx.args.demo_config, *(DRY_DEMO if ctx.dry else DEMO)]
-    table = {
-        "ddp_demo": ("demo job, 1 epoch, DDP np=1 (NCCL: DDP's reducer at size 1)", ddp, "ddp", ()),
-        "zero1_demo": ("demo job, 1 epoch, ZeRO-1 np=1 (NCCL: DDP plus the optimizer state's shard)", ddp, "zero1", ()),
-        "fsdp_demo": ("demo job, 1 epoch, FSDP2 np=1 (NCCL: all-gather and reduce-scatter at size 1)", ddp, "fsdp", ()),
-        "horovod_demo": ("demo job, 1 epoch, Horovod np=1 (NCCL)", hvd, "horovod", ("horovod",)),
-        "dp_demo": ("demo job, 1 epoch, DataParallel on the visible GPUs", [], "dp", ()),
-    }
-    return {
-        name: train_step(ctx, name, what, launcher, [*demo, "--engine", engine], after=after,
-                         check=checks.check_nccl_training if launcher is ddp else checks.check_training)
-        for name, (what, launcher, engine, after) in table.items()
-    }  # fmt: skip
+    return [(spec.gpu_demo.order, demo_step(ctx, spec, spec.gpu_demo, demo)) for spec in ENGINES.values()
+            if spec.gpu_demo]  # fmt: skip
+
+
+# What the builds step makes importable: the module an engine row needs beyond torch -> its build (PARTS).
+BUILT = {"horovod.torch": "horovod"}
+
+
+def demo_step(ctx: Context, spec: EngineSpec, gpu_demo: GpuDemo, demo: list[str]) -> Step:
+    """``spec``'s demo at np=1 under its launcher, after the build of what it needs; under torchrun its process group
+    must be NCCL's."""
+    name = f"{spec.name}_demo"
+    hvd, ddp = launchers(ctx)
+    launcher = {"horovodrun": hvd, "torchrun": ddp, "plain": []}[spec.launcher]  # one process each
+    check = checks.check_nccl_training if spec.launcher == "torchrun" else checks.check_training
+    return train_step(ctx, name, f"demo job, 1 epoch, {gpu_demo.checks}", launcher, [*demo, "--engine", spec.name],
+                      after=(BUILT[spec.needs],) if spec.needs in BUILT else (), check=check,
+                      estimate_s=float(ESTIMATES_S.get(name, UNMEASURED_DEMO_S)))  # fmt: skip
 
 
 def doctor_step(ctx: Context) -> Step:
@@ -297,7 +309,8 @@ def shapes_bench_step(ctx: Context, batch: int) -> Step:
     form is tests/integration/test_bench.py's (Inductor on the CPU takes minutes)."""
     name = f"bench_shapes_b{batch}"
     out = ctx.details / "bench" / name
-    cmd = [ctx.python, "-m", "horovod_train", "bench", "gpu", "--bf16", "--group_by_length", "--engines", "single"]
+    cmd = [ctx.python, "-m", "horovod_train", "bench", "gpu", "--bf16", "--group_by_length"]
+    cmd += ["--engines", reference_engine()]
     cmd += ["--steps", "50", "--warmup", "15", "--repeats", "3", "--length_buckets", "4"]
     cmd += ["--variants", "eager", "bucketed", "compiled", "cudagraphs"]
     cmd += ["--peak_tflops", str(ctx.args.peak_tflops)] if ctx.args.peak_tflops else []  # else by GPU name
@@ -309,26 +322,30 @@ def shapes_bench_step(ctx: Context, batch: int) -> Step:
 def plain_without_horovod(ctx: Context, step: Step) -> None:
     assert step.cmd is not None
     if not ctx.passed("horovod"):
-        step.cmd += ["--engines", "single"]
+        step.cmd += ["--engines", reference_engine()]
         step.what += " (plain only: no Horovod)"
 
 
 def plan(ctx: Context, strict: bool = True) -> list[Step]:
     """Every step in value order (the budget cuts from the end), or those --steps names (``strict``: a name it
     does not know is an error; the node's plan shown beside a dry run ignores the dry run's own names)."""
-    demos, (bert_config, bert_fp16, bert_bf16_ddp) = demo_steps(ctx), bert_steps(ctx)
+    bert_config, bert_fp16, bert_bf16_ddp = bert_steps(ctx)
     bench = [bench_step(ctx, 8)] if ctx.dry else [bench_step(ctx, 128)]
     steps = [*fact_steps(ctx), builds_step(ctx), collectives_step(ctx), *bench, *equivalence_steps(ctx)]
-    steps += [bert_config, bert_fp16, demos["ddp_demo"], demos["zero1_demo"], demos["fsdp_demo"]]
-    steps += [] if ctx.dry else [bench_step(ctx, 256)]
-    steps += [demos["horovod_demo"], *([] if ctx.dry else [bench_step(ctx, 128, compiled=True)])]
-    steps += [bert_bf16_ddp, demos["dp_demo"], doctor_step(ctx)]
+    steps += [bert_config, bert_fp16, *later_steps(ctx, bert_bf16_ddp)]
     # Issue 59's measurement, past the default budget (six minutes of compiles): `--steps bench_shapes_b256`.
     steps += [] if ctx.dry else [shapes_bench_step(ctx, 256)]
     if ctx.args.steps:
         known = {s.name for s in steps}
         steps = chosen(steps, [n for n in ctx.args.steps.split(",") if strict or n in known])
     return steps
+
+
+def later_steps(ctx: Context, bert_bf16_ddp: Step) -> list[Step]:
+    """The engines' demos among the check's own later steps (LATER_STEPS), in their order."""
+    own = [*([] if ctx.dry else [bench_step(ctx, 256), bench_step(ctx, 128, compiled=True)]), bert_bf16_ddp]
+    placed = [(LATER_STEPS[step.name], step) for step in [*own, doctor_step(ctx)]] + demo_steps(ctx)
+    return [step for _, step in sorted(placed, key=lambda pair: pair[0])]
 
 
 PARTS = ("horovod", "horovod_gloo")  # the builds' own entries (their step is "builds")

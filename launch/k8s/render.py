@@ -56,7 +56,8 @@ VALUES = {
     ),
     "BACKOFF_LIMIT": Value("restarts of the job before it is failed (each resumes)", r"\d+", "6", 0, 1000),
     "SSH_PORT": Value("sshd port of the workers (the image's SSH_PORT)", r"\d+", "12345", 1, 65535),
-    "ENGINE": Value(f"the engine torchrun starts: {', '.join(TORCHRUN_ENGINES)}", "|".join(TORCHRUN_ENGINES), "ddp"),
+    "ENGINE": Value(f"the engine torchrun starts: {', '.join(TORCHRUN_ENGINES)}", "|".join(TORCHRUN_ENGINES),
+                    TORCHRUN_ENGINES[0]),  # by default the rows' first, the most preferred
     "RDZV_PORT": Value("torchrun's rendezvous port on the master pod", r"\d+", "29500", 1, 65535),
     "TRAIN_ARGS": Value("training arguments, shell words (not --output_dir/--resume_from_checkpoint/--engine)",
                         r"[^\n]*", "--config configs/demo.yaml"),

@@ -101,6 +101,34 @@ def test_the_documented_command_plans_within_its_budget_and_the_default_within_8
     assert not (tmp_path / "OUT" / "gpu_check" / "gpu_check.json").exists()  # a plan, nothing run
 
 
+# The check itself, planning both its plans in a python given none of its site-packages (the node's, before the deps).
+ON_THE_STANDARD_LIBRARY = """
+import importlib.util, sys
+assert importlib.util.find_spec("torch") is None  # the premise: no torch here
+from horovod_train.gpucheck.check import main
+code = main(sys.argv[1:])
+print("outside:", sorted({m.split(".")[0] for m in sys.modules} - set(sys.stdlib_module_names) - {"horovod_train"}))
+sys.exit(code)
+"""
+
+
+def test_the_check_plans_on_a_python_with_only_its_standard_library(tmp_path):
+    """It starts before the node's dependencies are installed: a python without site-packages (-S: no torch, no
+    transformers) builds the dry plan and the node's, reading the engine rows and the run directory's names, and
+    imports nothing but the standard library and horovod_train (the layout test reads the same from the source)."""
+    from horovod_train.engines.specs import ENGINES
+
+    cmd = [str(BIN / "python"), "-S", "-c", ON_THE_STANDARD_LIBRARY, "--plan_only", "--dry_run", "--scripts_dir",
+           "scripts", "--output_dir", str(tmp_path / "out"), "--work_dir", str(tmp_path / "work")]  # fmt: skip
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "outside: ['__main__']", lines[-1]
+    planned = {line.split()[0] for line in lines[2:-1]}
+    assert {f"{name}_demo" for name, spec in ENGINES.items() if spec.gpu_demo} <= planned, proc.stdout
+
+
 def dry_plan(monkeypatch) -> dict:
     import argparse
 

@@ -11,6 +11,7 @@ Its launcher, toyrun, starts a run as this module run as a script, which puts th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -128,7 +129,8 @@ def _toy() -> type[ToyEngine]:
     return ToyEngine
 
 
-TOY = specs.EngineSpec("toy", _toy, "toyrun", (specs.Variant("toy", "toyrun"),), options=ToyArguments)
+TOY = specs.EngineSpec("toy", _toy, "toyrun", (specs.Variant("toy", "toyrun"),), options=ToyArguments,
+                       foreign_flags={"toy_hold": "did you mean --engine toy --toy_hold_name?"})  # fmt: skip
 
 
 @pytest.fixture
@@ -173,10 +175,20 @@ def test_the_toys_option_is_a_flag_of_train_checked_by_its_domain(toy_row, capsy
     assert not (tmp_path / "run").exists()
 
 
-def test_doctor_names_the_engines_of_the_rows(toy_row, capsys):
-    """doctor's fix for --engine dp (one process for every device) lists the rows' other engines, the toy's too."""
+def test_another_tools_flag_that_means_the_toy_gets_the_hint_of_its_row(toy_row, capsys):
     with pytest.raises(SystemExit) as exited:
-        main(["doctor", "--engine", "dp"])
+        main(["train", "--toy_hold", "inner"])
+    err = capsys.readouterr().err.strip()
+    assert exited.value.code == 2 and "fix: for --toy_hold, did you mean --engine toy --toy_hold_name?" in err, err
+
+
+@pytest.mark.parametrize("engine", ["dp", "toyall"])
+def test_doctor_names_the_engines_of_the_rows(toy_row, capsys, monkeypatch, engine):
+    """doctor's fix for an engine whose one process drives every device (dp, and a toy row that says so) lists the
+    rows' other engines, the toy's too."""
+    monkeypatch.setitem(specs.ENGINES, "toyall", dataclasses.replace(TOY, name="toyall", process_per_rank=False))
+    with pytest.raises(SystemExit) as exited:
+        main(["doctor", "--engine", engine])
     err = capsys.readouterr().err.strip()
     assert exited.value.code == 2 and len(err.splitlines()) == 1
     assert err.startswith("error: doctor joins a job with one process per rank; fix: use --engine ")

@@ -13,7 +13,7 @@ import pytest
 from horovod_train.bench.gpu import arguments as gpu
 from horovod_train.cli.main import build_parser, hide_gpus_for_use_cpu, main, quiet_libraries
 from horovod_train.common.errors import UsageError
-from horovod_train.config.arguments import FOREIGN_NAMES, FieldType, field_types, option_names, unknown_name_hint
+from horovod_train.config.arguments import FieldType, field_types, foreign_names, option_names, unknown_name_hint
 from horovod_train.config.run_config import (
     RunConfig,
     StepIntervals,
@@ -302,7 +302,7 @@ def test_use_cpu_hides_gpus_and_log_level_sets_the_libraries(monkeypatch):
 
 def test_every_flag_the_hints_name_is_one_of_trains():
     options = set(_subparser("train")._option_string_actions)
-    for hints in FOREIGN_NAMES.values():
+    for hints in foreign_names().values():
         for hint in hints.values():
             for flag in re.findall(r"(?<!torchrun )(--\w+)", hint):
                 assert flag in options, (flag, hint)

@@ -4,6 +4,7 @@ run, its comparison of two saved models, its bundle's trimming, and bert-base's 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -13,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from horovod_train.engines import specs
 from horovod_train.gpucheck import bundle, check, checks, node, runner, steps, wheels
 from horovod_train.gpucheck.runner import CheckFailed, Context, Step
 
@@ -61,6 +63,24 @@ def test_the_step_shapes_bench_is_planned_past_the_budget_and_bench_gpu_takes_it
     gpu.validate(args)
     assert args.variants == ["eager", "bucketed", "compiled", "cudagraphs"] and args.engines == ["single"]
     assert args.length_buckets == 4 and args.per_device_train_batch_size == 256
+
+
+def test_an_engine_row_with_a_demo_gets_its_step_where_its_order_puts_it(tmp_path, monkeypatch):
+    """The demos come from the rows (EngineSpec.gpu_demo): a new torchrun row's is ddp_demo but for its engine and
+    its line, planned by its order among the later steps; a row without a demo has no step."""
+    monkeypatch.delenv("HVT_WHEELS", raising=False)
+    toy = dataclasses.replace(specs.ENGINES["ddp"], name="toy", gpu_demo=specs.GpuDemo("Toy np=1 (NCCL: its own)", 15))
+    monkeypatch.setitem(specs.ENGINES, "toy", toy)
+    monkeypatch.setitem(specs.ENGINES, "dp", dataclasses.replace(specs.ENGINES["dp"], gpu_demo=None))
+    plan = {step.name: step for step in steps.plan(node_context(tmp_path))}
+    names = list(plan)
+    assert names[names.index("ddp_demo") + 1 : names.index("zero1_demo")] == ["toy_demo"] and "dp_demo" not in names
+    demo, ddp = plan["toy_demo"], plan["ddp_demo"]
+    expected = [word.replace("ddp_demo", "toy_demo") for word in ddp.cmd]
+    expected[expected.index("--engine") + 1] = "toy"
+    assert demo.cmd == expected, demo.cmd
+    assert demo.what == "demo job, 1 epoch, Toy np=1 (NCCL: its own)" and demo.check is checks.check_nccl_training
+    assert demo.estimate_s == steps.UNMEASURED_DEMO_S and demo.after == ddp.after
 
 
 def test_steps_naming_a_step_that_reads_another_ones_files_runs_that_one_first(tmp_path, monkeypatch):
