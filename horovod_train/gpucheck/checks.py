@@ -73,7 +73,7 @@ def expect_cuda(ctx: Context, metrics: dict[str, Any]) -> None:
 
 
 def check_nccl_training(ctx: Context, step: Step, text: str) -> tuple[str, dict[str, Any]]:
-    """A torchrun-launched engine (ddp, zero1, fsdp) on the node: torch.distributed's process group is NCCL's."""
+    """An engine torchrun launches (its row's launcher), on the node: torch.distributed's process group is NCCL's."""
     detail, metrics = check_training(ctx, step, text)
     if not ctx.dry and metrics["backend"] != "nccl":
         raise CheckFailed(f"backend {metrics['backend']}, not nccl")

@@ -53,8 +53,8 @@ ESTIMATES_S = {
 }
 KEPT_BUILDS_S = 20  # installing the two kept wheels and --check-build instead of building
 UNMEASURED_DEMO_S = 35  # an engine row's demo not run on a GPU yet: the slowest demo's
-# The check's own steps after bert_fp16, placed by the same order as the engines' demos (EngineSpec.gpu_demo.order):
-# value order, the budget cutting from the end.
+# The check's own steps after bert_fp16 by their place among the engines' demos (EngineSpec.gpu_demo.order, lower
+# first): what is most worth a lent GPU's minutes first, the budget cutting from the end.
 LATER_STEPS = {"bench_b256": 40, "bench_compile_b128": 60, "bert_bf16_ddp": 70, "doctor": 90}
 MODULES = {  # module -> pip name: what the training imports beyond torch and the node's image
     "transformers": "transformers",
