@@ -531,13 +531,6 @@ class RunConfig:
         """The run's instance of an engine's options dataclass ``kind`` (config.options(DDPArguments))."""
         return next(section for section in self.engine_options.values() if type(section) is kind)
 
-    def __getattr__(self, name: str) -> Any:
-        """An engine's options by its section's name (config.ddp), as the engine modules read them."""
-        options = self.__dict__.get("engine_options", {})
-        if name in options:
-            return options[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
     def sections(self) -> list[Any]:
         """Every section, in the order of --help."""
         return [self.model, self.data, self.training, *self.engine_options.values()]

@@ -6,8 +6,9 @@ these parts choose, per way of holding the state, what each rank reads and write
   gathered by nobody, and a resume loads them whole on every rank.
 - ``OptimizerShards``: the whole model, the optimizer's state split by parameter (zero1): each rank writes and reads
   the state of the parameters it steps.
-- ``Shards``: every tensor a DTensor over the mesh (fsdp, HSDP): each rank writes its rows of the model file and its
-  optimizer shards, and reads only its own part back, at any world size or mesh.
+- ``Shards``: every tensor a DTensor over the mesh (fsdp, HSDP): each rank writes its rows of the model file (HSDP:
+  the first replica's ranks, each row once) and its optimizer shards (DCP writes a replicated one once), and reads
+  only its own part back, at any world size or mesh.
 """
 
 from __future__ import annotations

@@ -28,6 +28,8 @@ from torch.optim import Optimizer
 
 from horovod_train.common.errors import UsageError
 from horovod_train.engines.base import clip_gradient, clip_whole_and_step
+from horovod_train.engines.ddp_options import DDPArguments
+from horovod_train.engines.fsdp_options import FSDPArguments
 from horovod_train.engines.mesh import ParallelDims
 
 if TYPE_CHECKING:
@@ -52,7 +54,7 @@ class Replicate:
     forward_is_collective = False
 
     def __init__(self, engine: Placed, config: RunConfig, shard_optimizer: bool = False) -> None:
-        self.engine, self.options, self.shard_optimizer = engine, config.ddp, shard_optimizer
+        self.engine, self.options, self.shard_optimizer = engine, config.options(DDPArguments), shard_optimizer
         if self.options.ddp_bucket_cap_mb <= 0:
             raise UsageError(f"--ddp_bucket_cap_mb must be > 0 (got {self.options.ddp_bucket_cap_mb})", "pass e.g. 25")
         self.wrapped: DistributedDataParallel | None = None  # released before the process group (release)
@@ -111,8 +113,9 @@ class FullyShard:
 
     def __init__(self, engine: Placed, config: RunConfig) -> None:
         self.engine, self.training = engine, config.training
-        self.reshard_after_forward = config.fsdp.fsdp_reshard_after_forward
-        self.replicate_degree = config.fsdp.fsdp_replicate_degree
+        options = config.options(FSDPArguments)
+        self.reshard_after_forward = options.fsdp_reshard_after_forward
+        self.replicate_degree = options.fsdp_replicate_degree
         if self.training.fp16:
             raise UsageError(
                 "--engine fsdp cannot use --fp16: its loss scaler would have to find an inf in every rank's shard of "

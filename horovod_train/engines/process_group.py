@@ -25,6 +25,7 @@ from torch.optim import Optimizer
 
 from horovod_train import launching
 from horovod_train.engines.base import Engine
+from horovod_train.engines.ddp_options import DDPArguments
 from horovod_train.engines.mesh import ParallelDims
 from horovod_train.engines.parallelize import FullyShard, Replicate
 from horovod_train.engines.rendezvous import init_process_group
@@ -42,7 +43,7 @@ class ProcessGroupEngine(Engine):
 
     def __init__(self, config: RunConfig) -> None:
         super().__init__(config)
-        self.ddp_options = config.ddp
+        self.ddp_options = config.options(DDPArguments)
         self.parallelism = type(self).parallelize(self, config)  # refuses what the part cannot do, before setup
         self.dims: ParallelDims | None = None
         self.mesh: DeviceMesh | None = None

@@ -70,6 +70,15 @@ def rows_of(tensor: torch.Tensor) -> tuple[int, int] | None:
     return start, start + (shape[0] if shape else 1)
 
 
+def first_replica(tensor: torch.Tensor) -> bool:
+    """This rank holds the first copy of its rows of a DTensor: its place is 0 on every mesh dimension the tensor is
+    replicated over (HSDP's replicas hold the same shards, and one copy of each row is written)."""
+    if not isinstance(tensor, DTensor):
+        return True
+    place = tensor.device_mesh.get_coordinate() or []
+    return all(p == 0 for p, placement in zip(place, tensor.placements, strict=True) if placement.is_replicate())
+
+
 def safetensors_layout(tensors: dict[str, torch.Tensor]) -> tuple[bytes, dict[str, int], int]:
     """The file's header (what ``safetensors`` writes: its length, then JSON padded to 8 bytes), each tensor's
     byte offset in the file, and the file's size, from the whole tensors' shapes and dtypes alone."""
@@ -92,9 +101,9 @@ def write_model_rows(
     background: BackgroundWrite | None = None,
 ) -> None:  # fmt: skip
     """Collective: ``tensors`` (each rank's state dict: DTensor shards, or plain tensors every rank holds) as one
-    safetensors file of the whole tensors. Rank 0 writes the header and plain tensors, every rank its shards' rows;
-    the file is complete once every rank has returned (the caller's next collective says so), or, ``background``,
-    once every rank's write of the copies taken here is done."""
+    safetensors file of the whole tensors. Rank 0 writes the header and plain tensors, every rank its shards' rows
+    (HSDP: the first replica's alone, ``first_replica``); the file is complete once every rank has returned (the
+    caller's next collective says so), or, ``background``, once every rank's write of the copies taken here is done."""
     prefix, starts, size = safetensors_layout(tensors)
     if is_main:
         with path.open("wb") as f:
@@ -104,7 +113,7 @@ def write_model_rows(
     pieces = []  # (offset in the file, this rank's tensor)
     for name, tensor in tensors.items():
         rows = rows_of(tensor)
-        if rows is None and not is_main:
+        if (rows is None and not is_main) or not first_replica(tensor):
             continue
         local = (tensor.to_local() if isinstance(tensor, DTensor) else tensor).detach()
         row_bytes = math.prod(tensor.shape[1:]) * tensor.dtype.itemsize

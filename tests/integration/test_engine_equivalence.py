@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from support.jobs import BIN, assert_ok, horovodrun, mpirun, read_results, run, torchrun, train_here
+from support.jobs import BIN, REPO, assert_ok, horovodrun, launch, mpirun, read_results, run, torchrun, train_here
 
 from horovod_train.gpucheck.checks import EQUIVALENCE_TOLERANCE as TOLERANCE
 from horovod_train.gpucheck.steps import EQUIVALENCE_BATCH, EQUIVALENCE_JOB
@@ -58,9 +58,39 @@ ZERO2 = ["--fsdp_reshard_after_forward", "false"]
 HSDP = ["--fsdp_replicate_degree", "2"]  # 4 ranks: 2 replicas x 2 shards, a 2-D mesh
 
 
+WRITES_PROBE = REPO / "tests" / "probes" / "written_rows_probe.py"
+
+
 def torchrun_4(_: int, *args: str) -> list[str]:
-    """HSDP's 2 x 2: four ranks where the other cases launch two (each a quarter of the global batch)."""
-    return torchrun(4, *args)
+    """HSDP's 2 x 2: four ranks where the other cases launch two (each a quarter of the global batch), each recording
+    the spans it writes into its checkpoints' model files (tests/probes/written_rows_probe.py)."""
+    records = written_spans(Path(args[args.index("--output_dir") + 1]))
+    return launch("torchrun", [str(BIN / "python"), str(WRITES_PROBE), str(records), *args], 4)
+
+
+def written_spans(out: Path) -> Path:
+    return out.with_name(f"{out.name}.written")
+
+
+def assert_each_row_written_once(out: Path) -> None:
+    """HSDP's replicas hold the same shards, which one of them writes: every checkpoint's model file got each of its
+    tensors' bytes from exactly one rank (no span written twice, and together the whole file after its header)."""
+    by_file: dict[str, list[list[int]]] = {}
+    for record in written_spans(out).glob("rank*.json"):
+        for file, spans in json.loads(record.read_text()).items():
+            by_file.setdefault(file, []).extend(spans)
+    assert {Path(file).parent.name.split(".")[1] for file in by_file} == {
+        f"checkpoint-{STEPS // 2}",
+        f"checkpoint-{STEPS}",
+    }, list(by_file)
+    model = out / f"checkpoint-{STEPS // 2}" / "model.safetensors"
+    with model.open("rb") as f:
+        tensor_bytes = model.stat().st_size - 8 - int.from_bytes(f.read(8), "little")
+    for file, spans in by_file.items():
+        spans.sort()
+        twice = [(a, b) for a, b in zip(spans, spans[1:], strict=False) if a[0] + a[1] > b[0]]
+        assert not twice, f"{file}: {len(twice)} spans written by two ranks, e.g. {twice[:3]}"
+        assert sum(size for _, size in spans) == tensor_bytes, file
 
 
 RECOMPUTED = "--gradient_checkpointing"
@@ -165,6 +195,8 @@ def test_engine_matches_single_process(case, baseline, trained, record_property)
     record_property("max_abs_difference", difference)
     if case in MESHES:
         assert read_results(params.parent)["mesh"] == MESHES[case]
+    if case == "fsdp-hsdp-2x2":
+        assert_each_row_written_once(params.parent)
     message = (
         f"{case} vs single (batch {2 * B}): max-abs parameter difference {difference:.3e} in {name} "
         f"({rest:.3e} over all but the attention key biases)"

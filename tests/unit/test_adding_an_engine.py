@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -197,16 +198,19 @@ def test_doctor_names_the_engines_of_the_rows(toy_row, capsys, monkeypatch, engi
 
 
 def run_here(cmd: list[str], log: Path, env: Mapping[str, str] | None = None) -> int:
-    """compare's execute for toyrun's command line, in this process (a unit test starts no process): this module's
-    script part, its rows already in, with the output in ``log``."""
-    assert cmd[:2] == [sys.executable, __file__] and env is None, cmd
+    """compare's execute (compare's and bench's launches) for a one-process command line, in this process (a unit
+    test starts no process): toyrun's, this module's script part, its rows already in; or a plain
+    ``python -m horovod_train`` one (bench's single baseline). The output goes in ``log``."""
+    script, module = [sys.executable, __file__], [sys.executable, "-m", "horovod_train"]
+    assert env is None and (cmd[:2] == script or cmd[:3] == module), cmd
     with log.open("w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        return main(cmd[2:])
+        return main(cmd[2:] if cmd[:2] == script else cmd[3:])
 
 
 def test_compare_and_bench_run_the_toy_under_its_own_launcher(toy_row, tmp_path, offline_cache, monkeypatch):
-    """Its row names toyrun: compare's and bench's runs are read from the rows; compare starts it with toyrun's
-    command line (run in this process)."""
+    """Its row names toyrun: compare's and bench's runs are read from the rows, and both start it with toyrun's
+    command line (run in this process), on the same job: bench's run with compare's global batch as its per-rank
+    batch (which compare's one process reads: 2 x 16 on a CPU machine) is compare's, to the same loss."""
     from horovod_train.bench.runs.train import plan
     from horovod_train.launching import compare
 
@@ -214,12 +218,24 @@ def test_compare_and_bench_run_the_toy_under_its_own_launcher(toy_row, tmp_path,
     assert [(run.name, run.launcher) for run in plan([2], ["toy"])] == [("single", "plain"), ("toy", "toyrun")]
     monkeypatch.setattr(compare, "execute", run_here)
     out = tmp_path / "compared"
-    job = [*SMALL_JOB, "--synthetic_num_examples", "200", "--max_steps", "4", "--save_strategy", "no"]
-    assert main(["compare", "--engines", "toy", *job, "--toy_hold_name", "kept", "--output_dir", str(out)]) == 0
-    (row,) = json.loads((out / "compare.json").read_text())["runs"]
+    job = ["--config", "demo", *SMALL_JOB, "--synthetic_num_examples", "200", "--max_steps", "4",
+           "--logging_steps", "2", "--save_strategy", "no", "--toy_hold_name", "kept"]  # fmt: skip
+    assert main(["compare", "--engines", "toy", *job, "--output_dir", str(out)]) == 0
+    compared = json.loads((out / "compare.json").read_text())
+    (row,) = compared["runs"]
     assert (row["name"], row["engine"], row["world_size"], row["ok"]) == ("toy", "toy", 1, True), row
     assert json.loads((out / "toy" / "run_config.json").read_text())["toy_hold_name"] == "kept"
     assert json.loads((out / "toy" / "all_results.json").read_text())["engine"] == "toy"
+
+    benched = tmp_path / "benched"
+    bench = ["bench", "train", "--engines", "toy", "--world_sizes", "2", *job,
+             "--per_device_train_batch_size", str(compared["global_batch"])]  # fmt: skip
+    assert main([*bench, "--output_dir", str(benched)]) == 0
+    raw = {r["name"]: r for r in json.loads((benched / "bench_train.json").read_text())["raw"]}
+    assert list(raw) == ["single", "toy"] and raw["toy"]["ok"] and raw["toy"]["samples_per_second"] > 0, raw
+    assert json.loads((benched / "toy-np1-r0" / "all_results.json").read_text())["engine"] == "toy"
+    assert math.isfinite(raw["toy"]["final_train_loss"])
+    assert raw["toy"]["final_train_loss"] == row["final_train_loss"], (raw["toy"], row)
 
 
 if __name__ == "__main__":  # toyrun's process: the toy's rows, then the command line it was given

@@ -59,6 +59,27 @@ def test_bench_gpu_times_the_training_loops_own_step(monkeypatch):
     assert any(not torch.equal(a, b) for a, b in zip(before, contender.model.parameters(), strict=True))
 
 
+def test_bench_gpu_times_the_padding_free_step_on_a_decoder(tmp_path, capsys, monkeypatch):
+    """Issue 59: --model tiny-llama (a decoder) times the padding-free step beside the padded one, on the same
+    examples from the same init: flattened into one row and kept apart by their positions, they give the padded
+    batches' loss (fp32), and its row is printed."""
+    import json
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "gpu"
+    sizes = ["--steps", "2", "--warmup", "1", "--repeats", "1", "--per_device_train_batch_size", "4"]
+    assert main(["bench", "gpu", "--tiny", "--model", "tiny-llama", "--engines", "single", "--variants",
+                 "padding_free", "--bf16", "false", *sizes, "--output_dir", str(out)]) == 0  # fmt: skip
+    rows = {r["variant"]: r for r in json.loads((out / "gpu.json").read_text())["rows"]}
+    assert list(rows) == ["eager", "padding_free"] and all(r["model"] == "tiny-llama" for r in rows.values())
+    eager, flattened = rows["eager"], rows["padding_free"]
+    # Every token of a flattened batch is real: none padded, where the padded batches have some.
+    assert flattened["padded_tokens_per_second"] == flattened["tokens_per_second"] > 0
+    assert abs(flattened["loss"] - eager["loss"]) <= 1e-5 * eager["loss"], (flattened["loss"], eager["loss"])
+    printed = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("single ")]
+    assert [line[1] for line in printed] == ["eager", "padding_free"] and printed[1][-1] == f"{flattened['loss']:.4f}"
+
+
 def test_bench_gpu_builds_the_trainers_optimizer(monkeypatch):
     """bench gpu's optimizer is the one `train` builds (training/build.py build_optimizer, through the engine's
     prepare): AdamW over the trainer's two groups, weight decay on all but biases and LayerNorm weights, at the

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from horovod_train.bench.architectures import MODELS, bert_config
+from horovod_train.bench.architectures import DECODERS, MODELS, TINY_OF, model_config
 from horovod_train.bench.engine_names import engine_names
 from horovod_train.common.errors import UsageError
 from horovod_train.config import domains
@@ -19,7 +19,8 @@ from horovod_train.config.run_config import DataArguments, TrainingArguments
 ENGINES = engine_names("single", "horovod")  # those that run in this one process, at world size 1
 # The single engine's step in the forms issue 59 compares (--variants), each on the same examples: padded per
 # batch (eager, as the engines' rows), padded to --length_buckets lengths, compiled (Inductor, a graph per
-# bucket), compiled with CUDA graphs (reduce-overhead), padding-free (a decoder's: BERT has no such form).
+# bucket), compiled with CUDA graphs (reduce-overhead), padding-free (a decoder's, --model tiny-llama or
+# decoder-0.5b: BERT has no such form).
 VARIANTS = ("eager", "bucketed", "compiled", "cudagraphs", "padding_free")
 # bench gpu's defaults where they differ from train's (its --help shows them): the size-dependent ones
 # (tiny, full), then the others.
@@ -46,8 +47,10 @@ class GpuBenchArguments:
     _argument_group_name = "bench gpu arguments"
 
     model: str = field(default="bert-base-cased", metadata={"help": "The architecture (random init).",
-                                                              "choices": MODELS})  # fmt: skip
-    tiny: bool = field(default=False, metadata={"help": "tiny-bert, few small steps (automatic without CUDA)."})
+                                                              "choices": [*MODELS, *DECODERS]})  # fmt: skip
+    tiny: bool = field(default=False, metadata={
+        "help": "The architecture's tiny one (tiny-bert, or tiny-llama for a decoder), few small steps (automatic "
+                "without CUDA)."})  # fmt: skip
     steps: int | None = field(default=None, metadata={"help": "Timed steps per window."})
     warmup: int | None = field(default=None, metadata={"help": "Untimed steps first."})
     repeats: int = field(default=3, metadata={"help": "Timing windows per engine, interleaved."})
@@ -58,7 +61,8 @@ class GpuBenchArguments:
                                metadata={"help": "Engines to time.", "choices": ENGINES})  # fmt: skip
     variants: list[str] = field(default_factory=list, metadata={
         "help": "The single engine's step in other forms, timed beside the engines: bucketed (--length_buckets), "
-                "compiled, cudagraphs (both bucketed); padding_free is a decoder's (BERT: a row saying why not).",
+                "compiled, cudagraphs (both bucketed); padding_free is a decoder's (--model tiny-llama or "
+                "decoder-0.5b; BERT: a row saying why not).",
         "choices": VARIANTS})  # fmt: skip
 
 
@@ -84,7 +88,7 @@ def fill_defaults(args: argparse.Namespace) -> None:
     given_values = {**given(args, GpuBenchArguments), **given(args, TrainingArguments), **given(args, DataArguments)}
     vars(args).update({**fields_defaults, **own, **given_values, "tiny": tiny})
     if tiny:
-        args.model = "tiny-bert"
+        args.model = TINY_OF.get(args.model, args.model)
 
 
 def resolve(args: argparse.Namespace) -> None:
@@ -103,7 +107,7 @@ def resolve(args: argparse.Namespace) -> None:
             f"bad benchmark sizes ({', '.join(bad) or 'lengths'})",
             "use positive sizes and --min_length <= --mean_length <= --max_seq_length",
         )
-    positions = bert_config(args.model).max_position_embeddings
+    positions = model_config(args.model).max_position_embeddings
     if args.max_seq_length > positions:
         raise UsageError(
             f"--max_seq_length {args.max_seq_length} is more than {args.model}'s {positions} positions",

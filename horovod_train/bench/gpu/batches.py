@@ -1,6 +1,7 @@
 """bench gpu's batches: random token ids with an MNLI-like length distribution (log-normal around --mean_length
 tokens, clipped to [--min_length, --max_seq_length]), grouped by length as --group_by_length does in training, padded
-as each variant takes them (per batch to a multiple of 8, or to the training loader's --length_buckets widths)."""
+as each variant takes them (per batch to a multiple of 8, or to the training loader's --length_buckets widths), or
+flattened, unpadded (--padding_free's, the training loader's FlattenedBatches)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import math
 
 import torch
 
-from horovod_train.data.loaders import BatchWidths
+from horovod_train.data.loaders import BatchWidths, FlattenedBatches
 
 
 def sample_lengths(n: int, args: argparse.Namespace, generator: torch.Generator) -> list[int]:
@@ -34,13 +35,14 @@ def batch_lengths(args: argparse.Namespace, generator: torch.Generator) -> list[
 def make_batches(args: argparse.Namespace, vocab_size: int, pin: bool) -> dict[str, list[dict[str, torch.Tensor]]]:
     """Pools of the same random batches (pinned when on CUDA) as each variant takes them: ``padded``, each
     padded to its longest example (x8); ``bucketed``, to --length_buckets lengths (the training loader's
-    BatchWidths)."""
+    BatchWidths); ``flattened``, the examples end to end in one row (FlattenedBatches)."""
     generator = torch.Generator().manual_seed(args.seed)
     chunks = batch_lengths(args, generator)
     every = [n for chunk in chunks for n in chunk]
     grouped = 1 if args.group_by_length else args.per_device_train_batch_size
     layouts = {"padded": BatchWidths(8), "bucketed": BatchWidths.of(every, args.length_buckets, 8, grouped)}
-    pools: dict[str, list[dict[str, torch.Tensor]]] = {name: [] for name in layouts}
+    pools: dict[str, list[dict[str, torch.Tensor]]] = {name: [] for name in [*layouts, "flattened"]}
+    flatten = FlattenedBatches(lambda features: {"labels": torch.stack([f["labels"] for f in features])})
     for chunk in chunks:
         ids = [torch.randint(1000, vocab_size, (n,), generator=generator).tolist() for n in chunk]
         labels = torch.randint(0, 3, (len(chunk),), generator=generator)
@@ -52,6 +54,8 @@ def make_batches(args: argparse.Namespace, vocab_size: int, pin: bool) -> dict[s
                 "labels": labels,
             }
             pools[name].append(batch)
+        examples = [{"input_ids": i, "labels": label} for i, label in zip(ids, labels, strict=True)]
+        pools["flattened"].append(flatten(examples))
     return {
         name: [{k: v.pin_memory() if pin else v for k, v in b.items()} for b in pool] for name, pool in pools.items()
     }

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from horovod_train.bench import outputs
-from horovod_train.bench.architectures import bert_config
+from horovod_train.bench.architectures import model_config
 from horovod_train.bench.gpu.arguments import add_arguments, resolve, validate
 from horovod_train.bench.gpu.batches import make_batches
 from horovod_train.bench.gpu.contender import Contender, setup_engine, window
@@ -71,6 +71,7 @@ COLUMNS = [
     "graphs",
     "peak_memory_mb",
     "vs_single",
+    "loss",
 ]
 
 
@@ -92,7 +93,7 @@ def main(args: argparse.Namespace) -> int:
         for variant in (v for v in args.variants if v not in {row["variant"] for row in skipped}):
             if variant != "eager" or "single" not in args.engines:
                 contenders[f"single/{variant}"] = Contender(engines["single"], args, training, variant)
-        pools = make_batches(args, bert_config(args.model).vocab_size, pin=cuda)
+        pools = make_batches(args, model_config(args.model).vocab_size, pin=cuda)
         for c in contenders.values():
             window(c, pools, args.warmup, 0)
         raw = [
@@ -160,6 +161,9 @@ def summarize(
                 "graphs": c.graphs,  # torch.compile's, warm-up included: a handful (the buckets), not one per batch
                 "peak_memory_mb": c.peak_memory / 2**20 if cuda else float("nan"),
                 "parameters": c.params,
+                # The last step's: every contender steps through the same batches from the same init, so the
+                # variants' (padding-free's too) agree with eager's up to rounding.
+                "loss": c.loss.item() if c.loss is not None else float("nan"),
             }
         )
     base = next((r["samples_per_second"] for r in rows if r["engine"] == "single" and r["variant"] == "eager"),
@@ -175,7 +179,7 @@ def skipped_variant(variant: str, model: str) -> dict[str, str] | None:
     transformers' encoders do not split a flattened row by position ids (train refuses --padding_free for one)."""
     from horovod_train.models.model import DECODER_FAMILIES
 
-    family = bert_config(model).model_type
+    family = model_config(model).model_type
     if variant != "padding_free" or family in DECODER_FAMILIES:
         return None
     decoders = ", ".join(DECODER_FAMILIES)
@@ -186,7 +190,7 @@ def skipped_variant(variant: str, model: str) -> dict[str, str] | None:
 def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """Measured rows, and a skipped variant's row with its reason (``skipped_variant``)."""
     header = ["engine", "variant", "model", "precision", "batch", "samples/s", "tokens/s", "padded tokens/s",
-              "step ms", "MFU", "graphs", "peak MB", "vs single"]  # fmt: skip
+              "step ms", "MFU", "graphs", "peak MB", "vs single", "loss"]  # fmt: skip
     skipped = [[r["engine"], r["variant"], r["model"], *["-"] * (len(header) - 4), r["skipped"]]
                for r in rows if "skipped" in r]  # fmt: skip
     rows = [r for r in rows if "skipped" not in r]
@@ -205,6 +209,7 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
             str(r["graphs"]),
             f"{r['peak_memory_mb']:.0f}",
             f"{r['vs_single']:.3f}",
+            f"{r['loss']:.4f}",
         ]
         for r in rows
     ]

@@ -10,13 +10,15 @@ import time
 import torch
 from torch._dynamo.utils import counters
 
-from horovod_train.bench.architectures import bert_config
+from horovod_train.bench.architectures import model_config
 from horovod_train.config.run_config import DataArguments, RunConfig, TrainingArguments
 from horovod_train.engines.base import Engine
 from horovod_train.training.amp import Precision
 from horovod_train.training.step import accumulate_and_step
 
 COMPILE_MODES = {"compiled": None, "cudagraphs": "reduce-overhead"}  # torch.compile's mode (None: its default)
+# The batches of the variants not bucketed (batches.make_batches' pools).
+POOLS = {"eager": "padded", "padding_free": "flattened"}
 
 
 def flop_parameters(model: torch.nn.Module) -> int:
@@ -40,10 +42,11 @@ class Contender:
         self.engine, self.variant = engine, variant
         config = run_config(args, training, variant)
         torch.manual_seed(args.seed)  # a random init, as model.build_model makes tiny-bert's
-        model = AutoModelForSequenceClassification.from_config(bert_config(args.model), dtype=torch.float32)
+        model = AutoModelForSequenceClassification.from_config(model_config(args.model), dtype=torch.float32)
         self.params = flop_parameters(model)
         self.graphs = 0
         self.peak_memory = 0
+        self.loss: torch.Tensor | None = None  # its last step's (kept on the device: no host sync per step)
         self.training = config.training
         model = finish_model(model, config)
         self.model, self.optimizer = engine.prepare(model, lambda m: build_optimizer(self.training, engine, m))
@@ -54,21 +57,26 @@ class Contender:
         on_device = {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
         compiled_before = counters["stats"]["unique_graphs"]
         accumulate_and_step(self.engine, self.model, self.optimizer, self.precision, iter([on_device]), 1,
-                            self.training.max_grad_norm)  # fmt: skip
+                            self.training.max_grad_norm, on_loss=self.keep_loss)  # fmt: skip
         self.graphs += counters["stats"]["unique_graphs"] - compiled_before
+
+    def keep_loss(self, loss: torch.Tensor, batch: dict[str, torch.Tensor]) -> None:
+        self.loss = loss
 
     def pool(self, pools: dict[str, list[dict[str, torch.Tensor]]]) -> list[dict[str, torch.Tensor]]:
         """The variant's batches."""
-        return pools["padded" if self.variant == "eager" else "bucketed"]
+        return pools[POOLS.get(self.variant, "bucketed")]
 
 
 def run_config(args: argparse.Namespace, training: TrainingArguments, variant: str) -> RunConfig:
     """The arguments `train` would take a variant's step with: ``training``'s precision and clipping, compiled as
-    the variant asks (else as --torch_compile does), and its batches' layout (eager's are padded per batch, the
-    others' to --length_buckets lengths: a compiled graph per bucket)."""
+    the variant asks (else as --torch_compile does), and its batches' layout (eager's are padded per batch,
+    padding_free's flattened (--padding_free), the others' padded to --length_buckets lengths: a compiled graph per
+    bucket)."""
     compiled = variant in COMPILE_MODES or args.torch_compile
-    training = dataclasses.replace(training, torch_compile=compiled, torch_compile_mode=COMPILE_MODES.get(variant))
-    buckets = None if variant == "eager" else args.length_buckets
+    training = dataclasses.replace(training, torch_compile=compiled, torch_compile_mode=COMPILE_MODES.get(variant),
+                                   padding_free=variant == "padding_free")  # fmt: skip
+    buckets = None if variant in POOLS else args.length_buckets
     return RunConfig(training=training, data=DataArguments(max_seq_length=args.max_seq_length, length_buckets=buckets))
 
 

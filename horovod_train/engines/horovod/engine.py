@@ -19,6 +19,7 @@ from horovod_train.common.console import write_line
 from horovod_train.common.errors import UsageError
 from horovod_train.engines.base import Engine, clip_gradient
 from horovod_train.engines.horovod import elastic, env
+from horovod_train.engines.horovod.options import HorovodArguments
 from horovod_train.engines.memory import FusionBuffered
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.launching import environment
@@ -38,7 +39,7 @@ class HorovodEngine(Engine):
 
     def __init__(self, config: RunConfig) -> None:
         super().__init__(config)
-        self.options = config.horovod
+        self.options = config.options(HorovodArguments)
         env.check_groups(self.options)
 
     def setup(self) -> None:
