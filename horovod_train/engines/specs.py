@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from horovod_train.common.errors import UsageError
+from horovod_train.engines.communication import Buckets, Communication, FusionCycle, PerBlock
 from horovod_train.engines.ddp_options import DDPArguments
 from horovod_train.engines.fsdp_options import FSDPArguments
 from horovod_train.engines.horovod.options import HorovodArguments
+from horovod_train.engines.memory import FullySharded, FusionBuffered, GatheredOnOne, OptimizerSharded, Replicated
 
 if TYPE_CHECKING:
     from horovod_train.engines.base import Engine
@@ -93,7 +95,10 @@ class EngineSpec:
     its ranks meet through that launcher's rendezvous, so they run under every launcher that offers it (launching's
     check_joins), and a launcher whose own rendezvous it is implies the first such row (doctor). ``options``: its
     section of train's arguments (rows may share one: zero1 reads ddp's). ``needs``: the module it needs beyond
-    torch, which may be missing (Horovod is no pip dependency: horovod-train build-horovod)."""
+    torch, which may be missing (Horovod is no pip dependency: horovod-train build-horovod). ``memory``: its part of
+    the memory model (engines/memory.py: how it spreads the training state; the memory check before start and
+    bench's fit and memory ask it). ``communication``: how its gradient reduction is scheduled
+    (engines/communication.py; `bench project` models it), None where its ranks share no collective."""
 
     name: str
     engine: Callable[[], type[Engine]]
@@ -101,11 +106,8 @@ class EngineSpec:
     variants: tuple[Variant, ...]
     options: type | None = None
     needs: str | None = None
-
-    def memory_model(self) -> type[Engine]:
-        """Where its memory model is: the class's ``state_bytes_per_rank``, ``save_gather_bytes`` and
-        ``peak_bytes_per_rank`` (engines/base.py; imports the engine)."""
-        return self.engine()
+    memory: type[Replicated] = Replicated
+    communication: Communication | None = None
 
     def installed(self) -> bool:
         """What it needs beyond torch is installed (found, not imported)."""
@@ -161,13 +163,21 @@ def _dp() -> type[Engine]:
 ENGINES: dict[str, EngineSpec] = {spec.name: spec for spec in (
     EngineSpec("horovod", _horovod, "horovodrun", options=HorovodArguments, needs="horovod.torch",
                variants=(Variant("horovod-gloo", "horovodrun", ready=horovod_built("gloo")),
-                         Variant("horovod-mpi", "mpirun", ready=horovod_built("mpi")))),
-    EngineSpec("ddp", _ddp, "torchrun", on_torchrun("ddp"), options=DDPArguments),
+                         Variant("horovod-mpi", "mpirun", ready=horovod_built("mpi"))),
+               memory=FusionBuffered, communication=FusionCycle()),
+    EngineSpec("ddp", _ddp, "torchrun", on_torchrun("ddp"),
+               memory=Replicated, communication=Buckets(),
+               options=DDPArguments),
     EngineSpec("fsdp", _fsdp, "torchrun", on_torchrun("fsdp", zero2=("--fsdp_reshard_after_forward", "false")),
+               memory=FullySharded, communication=PerBlock(),
                options=FSDPArguments),
-    EngineSpec("zero1", _zero1, "torchrun", on_torchrun("zero1"), options=DDPArguments),
-    EngineSpec("single", _single, "plain", plain("single")),
-    EngineSpec("dp", _dp, "plain", plain("dp")),
+    EngineSpec("zero1", _zero1, "torchrun", on_torchrun("zero1"),
+               memory=OptimizerSharded, communication=Buckets(gather_after_step=True),
+               options=DDPArguments),
+    EngineSpec("single", _single, "plain", plain("single"),
+               memory=Replicated),
+    EngineSpec("dp", _dp, "plain", plain("dp"),
+               memory=GatheredOnOne),
 )}  # fmt: skip
 
 
