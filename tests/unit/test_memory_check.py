@@ -88,3 +88,27 @@ def test_a_save_beside_training_counts_each_ranks_copy_of_its_part(monkeypatch):
     peak_memory.check_peak_fits("fsdp", params, at_once, 2, cpu)
     with pytest.raises(UsageError, match="save copy 1.4"):
         peak_memory.check_peak_fits("fsdp", params, beside, 2, cpu)
+
+
+def test_the_check_before_start_counts_the_copy_only_with_save_async(monkeypatch):
+    """train's check (build.check_memory) passes --save_async to the row's memory part: the 0.25 B decoder under fsdp
+    at np=2 fits the memory free between its two peaks without the option and is refused with it."""
+    from types import SimpleNamespace
+
+    from horovod_train.config.run_config import parse_run_config
+    from horovod_train.training import build
+
+    config = LlamaConfig(num_labels=3, pad_token_id=0, **{**architectures.DECODER_0_5B, "num_hidden_layers": 12})
+    monkeypatch.setattr(build, "build_model", lambda *args, **kwargs: memory.build_on_meta(config, "full"))
+    params, _ = memory.count(config, "full")
+    cpu = torch.device("cpu")
+    engine = SimpleNamespace(name="fsdp", world_size=2, local_world_size=2, replicate_degree=1, device=cpu)
+    flags = ["--per_device_train_batch_size", "2", "--max_seq_length", "128"]
+    activations = peak_memory.activation_bytes(config, 2, 128, gradient_checkpointing=False)
+    largest = max(t.numel() for t in memory.build_on_meta(config, "full").state_dict().values())
+    at_once = ENGINES["fsdp"].memory.peak_bytes(params, params, 2, activations, largest=largest)
+    free = peak_memory.node_bytes(at_once, 2) + (4 + 8) * params / 2  # room for one rank's copy, not both
+    monkeypatch.setattr(peak_memory, "memory_available", lambda device=None: free)
+    build.check_memory(parse_run_config(flags), engine, None, None)
+    with pytest.raises(UsageError, match="save copy"):
+        build.check_memory(parse_run_config([*flags, "--save_async"]), engine, None, None)
