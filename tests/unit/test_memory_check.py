@@ -91,8 +91,9 @@ def test_a_save_beside_training_counts_each_ranks_copy_of_its_part(monkeypatch):
 
 
 def test_the_check_before_start_counts_the_copy_only_with_save_async(monkeypatch):
-    """train's check (build.check_memory) passes --save_async to the row's memory part: the 0.25 B decoder under fsdp
-    at np=2 fits the memory free between its two peaks without the option and is refused with it."""
+    """train's check (build.check_memory) passes --save_async to the engine's row's memory part:
+    the 0.25 B decoder under fsdp at np=2 fits the memory free between its two peaks without the option and is
+    refused with it."""
     from types import SimpleNamespace
 
     from horovod_train.config.run_config import parse_run_config
@@ -102,11 +103,12 @@ def test_the_check_before_start_counts_the_copy_only_with_save_async(monkeypatch
     monkeypatch.setattr(build, "build_model", lambda *args, **kwargs: memory.build_on_meta(config, "full"))
     params, _ = memory.count(config, "full")
     cpu = torch.device("cpu")
+    fsdp = ENGINES["fsdp"].memory
     engine = SimpleNamespace(name="fsdp", world_size=2, local_world_size=2, replicate_degree=1, device=cpu)
     flags = ["--per_device_train_batch_size", "2", "--max_seq_length", "128"]
     activations = peak_memory.activation_bytes(config, 2, 128, gradient_checkpointing=False)
     largest = max(t.numel() for t in memory.build_on_meta(config, "full").state_dict().values())
-    at_once = ENGINES["fsdp"].memory.peak_bytes(params, params, 2, activations, largest=largest)
+    at_once = fsdp.peak_bytes(params, params, 2, activations, largest=largest)
     free = peak_memory.node_bytes(at_once, 2) + (4 + 8) * params / 2  # room for one rank's copy, not both
     monkeypatch.setattr(peak_memory, "memory_available", lambda device=None: free)
     build.check_memory(parse_run_config(flags), engine, None, None)
