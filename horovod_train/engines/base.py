@@ -22,7 +22,6 @@ from torch.optim import Optimizer
 
 from horovod_train.engines import state_io
 from horovod_train.engines.checkpoint_io import WholeState
-from horovod_train.engines.memory import Replicated
 from horovod_train.engines.payload import broadcast_from_root
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.engines.state_io import BackgroundWrite
@@ -55,8 +54,8 @@ def clip_gradient(
 class Engine(ABC):
     """Replicated engines (single, dp, horovod, ddp) hold the whole model, its gradients and the optimizer's state
     on every rank; a sharded engine (zero1: the optimizer's state; fsdp: all three) is assembled from other parts:
-    its state-I/O part (``checkpoint_io``) and its memory model (``memory``) here, its parallelize part and mesh in
-    process_group.py."""
+    its state-I/O part (``checkpoint_io``) here, its memory model in its row (specs.py's ``memory``), its parallelize
+    part and mesh in process_group.py."""
 
     name: str = ""
     rank: int = 0
@@ -201,48 +200,11 @@ class Engine(ABC):
     # then run as many forward passes as the others, in evaluation too.
     forward_is_collective: bool = False
 
-    # ---- the memory model's part (memory.py): class methods, asked before any engine exists -------------------
-    memory: ClassVar[type[Replicated]] = Replicated
-
     @property
     def replicate_degree(self) -> int:
-        """The ranks that hold the same shard of the state (HSDP's replicas), for the memory model; 1 elsewhere."""
+        """The ranks that hold the same shard of the state (HSDP's replicas), for the memory model (its row's
+        ``memory``, engines/memory.py); 1 elsewhere."""
         return 1
-
-    @classmethod
-    def state_bytes_per_rank(cls, params: int, trainable: int, world_size: int, replicate_degree: int = 1) -> float:
-        """Bytes of training state a rank holds for a model of ``params`` parameters, ``trainable`` of them trained,
-        at ``world_size`` ranks (the memory check before start and `bench memory` ask it)."""
-        return cls.memory.state_bytes(params, trainable, world_size, replicate_degree)
-
-    @classmethod
-    def save_gather_bytes(
-        cls, params: int, trainable: int, world_size: int, replicate_degree: int = 1, largest: int = 0
-    ) -> float:
-        """Bytes a rank holds on top of its state while a save gathers what it does not hold (``largest``: the
-        elements of the model's largest tensor): none where every rank holds the model and optimizer whole."""
-        return cls.memory.save_gather_bytes(params, trainable, world_size, replicate_degree, largest)
-
-    @classmethod
-    def buffer_bytes_per_rank(cls, trainable: int, fusion_bytes: float) -> float:
-        """What the engine's reduction holds beside the gradients (Horovod's fusion buffer, DataParallel's sum on
-        its first GPU); `bench fit` asks it."""
-        return cls.memory.buffer_bytes(trainable, fusion_bytes)
-
-    @classmethod
-    def peak_bytes_per_rank(
-        cls,
-        params: int,
-        trainable: int,
-        world_size: int,
-        activations: float,
-        replicate_degree: int = 1,
-        largest: int = 0,
-    ) -> dict[str, float]:
-        """The engines' memory model: a rank's peak, by part (the process's base, the training state as this engine
-        spreads it, ``activations``, what a save gathers; ``largest``: the elements of the model's largest tensor).
-        The memory check before start and `bench fit` ask it."""
-        return cls.memory.peak_bytes(params, trainable, world_size, activations, replicate_degree, largest)
 
     def parameter_checksum(self, model: nn.Module) -> int:
         """Collective: the digest of the whole model's parameters (checksums.param_checksum), the same on every rank

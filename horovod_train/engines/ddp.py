@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 from horovod_train.engines.checkpoint_io import WholeState
-from horovod_train.engines.memory import Replicated
 from horovod_train.engines.parallelize import Replicate
 from horovod_train.engines.process_group import ProcessGroupEngine
 
@@ -16,4 +15,3 @@ class DDPEngine(ProcessGroupEngine):
     name = "ddp"
     parallelize = Replicate
     checkpoint_io: ClassVar[type[WholeState]] = WholeState
-    memory: ClassVar[type[Replicated]] = Replicated

@@ -18,7 +18,6 @@ from torch import nn
 
 from horovod_train.common.console import write_line
 from horovod_train.common.errors import UsageError
-from horovod_train.engines.memory import GatheredOnOne
 from horovod_train.engines.single import SingleEngine, refuse_a_launcher
 from horovod_train.tasks.single_label import training_loss
 from horovod_train.training import amp
@@ -46,7 +45,6 @@ class DataParallelEngine(SingleEngine):
     """Collectives are those of the single-process baseline: there is one process."""
 
     name = "dp"
-    memory = GatheredOnOne
     device_ids: list[int] = []
 
     def __init__(self, config: RunConfig) -> None:

@@ -32,7 +32,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 from horovod_train.engines.checkpoint_io import Shards, WholeState
-from horovod_train.engines.memory import FullySharded, Replicated
 from horovod_train.engines.parallelize import FullyShard
 from horovod_train.engines.process_group import ProcessGroupEngine
 
@@ -41,4 +40,3 @@ class FSDPEngine(ProcessGroupEngine):
     name = "fsdp"
     parallelize = FullyShard
     checkpoint_io: ClassVar[type[WholeState]] = Shards
-    memory: ClassVar[type[Replicated]] = FullySharded

@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from horovod_train.common.errors import UsageError
+from horovod_train.engines.communication import Buckets, Communication, FusionCycle, PerBlock
 from horovod_train.engines.ddp_options import DDPArguments
 from horovod_train.engines.fsdp_options import FSDPArguments
 from horovod_train.engines.horovod.options import HorovodArguments
+from horovod_train.engines.memory import FullySharded, FusionBuffered, GatheredOnOne, OptimizerSharded, Replicated
 
 if TYPE_CHECKING:
     from horovod_train.engines.base import Engine
@@ -104,11 +106,15 @@ class EngineSpec:
     its ranks meet through that launcher's rendezvous, so they run under every launcher that offers it (launching's
     check_joins), and a launcher whose own rendezvous it is implies the first such row (doctor). ``options``: its
     section of train's arguments (rows may share one: zero1 reads ddp's). ``needs``: the module it needs beyond
-    torch, which may be missing (Horovod is no pip dependency: horovod-train build-horovod). ``reference``: the
-    engine every other one is checked against (one process, no collective: docs/equivalence.md, the GPU check).
-    ``process_per_rank``: False for an engine whose one process drives every visible device (doctor joins a job of
-    ranks). ``gpu_demo``: its step in the GPU check. ``foreign_flags``: other tools' flags that mean this engine
-    (transformers' Trainer's, DeepSpeed's) -> the hint train gives for one (config/arguments.py's FOREIGN_NAMES)."""
+    torch, which may be missing (Horovod is no pip dependency: horovod-train build-horovod). ``memory``: its part of
+    the memory model (engines/memory.py: how it spreads the training state; the memory check before start and
+    bench's fit and memory ask it). ``communication``: how its gradient reduction is scheduled
+    (engines/communication.py; `bench project` models it), None where its ranks share no collective.
+    ``reference``: the engine every other one is checked against (one process, no collective: docs/equivalence.md,
+    the GPU check, bench gpu). ``process_per_rank``: False for an engine whose one process drives every visible
+    device (doctor joins a job of ranks). ``gpu_demo``: its step in the GPU check. ``foreign_flags``: other tools'
+    flags that mean this engine (transformers' Trainer's, DeepSpeed's) -> the hint train gives for one
+    (config/arguments.py's FOREIGN_NAMES)."""
 
     name: str
     engine: Callable[[], type[Engine]]
@@ -116,15 +122,12 @@ class EngineSpec:
     variants: tuple[Variant, ...]
     options: type | None = None
     needs: str | None = None
+    memory: type[Replicated] = Replicated
+    communication: Communication | None = None
     reference: bool = False
     process_per_rank: bool = True
     gpu_demo: GpuDemo | None = None
     foreign_flags: Mapping[str, str] = field(default_factory=dict, hash=False)
-
-    def memory_model(self) -> type[Engine]:
-        """Where its memory model is: the class's ``state_bytes_per_rank``, ``save_gather_bytes`` and
-        ``peak_bytes_per_rank`` (engines/base.py; imports the engine)."""
-        return self.engine()
 
     def installed(self) -> bool:
         """What it needs beyond torch is installed (found, not imported)."""
@@ -181,12 +184,16 @@ ENGINES: dict[str, EngineSpec] = {spec.name: spec for spec in (
     EngineSpec("horovod", _horovod, "horovodrun", options=HorovodArguments, needs="horovod.torch",
                variants=(Variant("horovod-gloo", "horovodrun", ready=horovod_built("gloo")),
                          Variant("horovod-mpi", "mpirun", ready=horovod_built("mpi"))),
+               memory=FusionBuffered, communication=FusionCycle(),
                gpu_demo=GpuDemo("Horovod np=1 (NCCL)", 50),
                ),
-    EngineSpec("ddp", _ddp, "torchrun", on_torchrun("ddp"), options=DDPArguments,
+    EngineSpec("ddp", _ddp, "torchrun", on_torchrun("ddp"),
+               memory=Replicated, communication=Buckets(),
+               options=DDPArguments,
                gpu_demo=GpuDemo("DDP np=1 (NCCL: DDP's reducer at size 1)", 10),
                ),
     EngineSpec("fsdp", _fsdp, "torchrun", on_torchrun("fsdp", zero2=("--fsdp_reshard_after_forward", "false")),
+               memory=FullySharded, communication=PerBlock(),
                options=FSDPArguments,
                gpu_demo=GpuDemo("FSDP2 np=1 (NCCL: all-gather and reduce-scatter at size 1)", 30),
                foreign_flags={
@@ -195,15 +202,19 @@ ENGINES: dict[str, EngineSpec] = {spec.name: spec for spec in (
                    "fsdp_config": "drop it: --engine fsdp takes its options as flags (--fsdp_reshard_after_forward).",
                },
                ),
-    EngineSpec("zero1", _zero1, "torchrun", on_torchrun("zero1"), options=DDPArguments,
+    EngineSpec("zero1", _zero1, "torchrun", on_torchrun("zero1"),
+               memory=OptimizerSharded, communication=Buckets(gather_after_step=True),
+               options=DDPArguments,
                gpu_demo=GpuDemo("ZeRO-1 np=1 (NCCL: DDP plus the optimizer state's shard)", 20),
                foreign_flags={"deepspeed": "DeepSpeed is not supported; for its ZeRO sharding use --engine zero1 "
                               "(optimizer state, ZeRO-1) or --engine fsdp (everything, ZeRO-3), launched by torchrun."},
                ),
     EngineSpec("single", _single, "plain", plain("single"),
+               memory=Replicated,
                reference=True,
                ),
     EngineSpec("dp", _dp, "plain", plain("dp"),
+               memory=GatheredOnOne,
                process_per_rank=False,
                gpu_demo=GpuDemo("DataParallel on the visible GPUs", 80),
                ),
@@ -236,7 +247,10 @@ def check_engine(flag: str, value: Any) -> None:
 
 def reference_engine() -> str:
     """The engine every other one is checked against: the row that says it is the reference."""
-    return next(spec.name for spec in ENGINES.values() if spec.reference)
+    for spec in ENGINES.values():
+        if spec.reference:
+            return spec.name
+    raise LookupError(f"no row of {tuple(ENGINES)} says it is the reference (EngineSpec.reference)")
 
 
 def started_by(launcher: str) -> list[str]:

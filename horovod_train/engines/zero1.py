@@ -16,7 +16,6 @@ import functools
 from typing import ClassVar
 
 from horovod_train.engines.checkpoint_io import OptimizerShards, WholeState
-from horovod_train.engines.memory import OptimizerSharded, Replicated
 from horovod_train.engines.parallelize import Replicate
 from horovod_train.engines.process_group import ProcessGroupEngine
 
@@ -25,4 +24,3 @@ class Zero1Engine(ProcessGroupEngine):
     name = "zero1"
     parallelize = functools.partial(Replicate, shard_optimizer=True)
     checkpoint_io: ClassVar[type[WholeState]] = OptimizerShards
-    memory: ClassVar[type[Replicated]] = OptimizerSharded

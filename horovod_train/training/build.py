@@ -25,6 +25,7 @@ from horovod_train.data.tokenize import (
     tokenizer_digest,
 )
 from horovod_train.engines.base import Engine
+from horovod_train.engines.specs import spec_of
 from horovod_train.models import lora
 from horovod_train.models import model as model_lib
 from horovod_train.outputs import checkpoint as ckpt
@@ -161,9 +162,9 @@ def set_attention(model: torch.nn.Module, name: str) -> None:
 
 
 def check_memory(config: RunConfig, engine: Engine, tokenizer: Any, tokenized: DatasetDict) -> None:
-    """Refuse a run whose peak (the engines' memory model: the process, the training state as the engine spreads
-    it, the activations, a save's gather) cannot fit the memory free now, counted on the model's shape before any
-    rank builds it."""
+    """Refuse a run whose peak (the engines' memory model, its row's ``memory``: the process, the training state as
+    the engine spreads it, the activations, a save's gather, a save's copy with --save_async) cannot fit the memory
+    free now, counted on the model's shape before any rank builds it."""
     shape = build_model(config, tokenizer, tokenized, on_meta=True)
     params = sum(p.numel() for p in shape.parameters())
     trainable = sum(p.numel() for p in shape.parameters() if p.requires_grad)
@@ -172,8 +173,8 @@ def check_memory(config: RunConfig, engine: Engine, tokenizer: Any, tokenized: D
         shape.config, args.per_device_train_batch_size, config.data.max_seq_length, args.gradient_checkpointing
     )
     largest = max((t.numel() for t in shape.state_dict().values()), default=0)
-    parts = engine.peak_bytes_per_rank(
-        params, trainable, engine.world_size, activations, engine.replicate_degree, largest
+    parts = spec_of(engine.name).memory.peak_bytes(
+        params, trainable, engine.world_size, activations, engine.replicate_degree, largest, args.save_async
     )
     ranks = engine.local_world_size if engine.device.type == "cpu" else 1
     peak_memory.check_peak_fits(engine.name, params, parts, ranks, engine.device)

@@ -68,7 +68,7 @@ def node_bytes(parts: dict[str, float], ranks: int) -> float:
 def check_peak_fits(engine: str, params: int, parts: dict[str, float], ranks: int, device: torch.device) -> None:
     """Refuse, before the model is built, a run whose ``ranks`` on one device's memory (a node's RAM on CPU, else
     one GPU) cannot peak within the memory free now: ``parts`` is a rank's peak as the engines' memory model counts
-    it (Engine.peak_bytes_per_rank)."""
+    it (its row's memory part, engines/memory.py)."""
     need, free = node_bytes(parts, ranks), memory_available(device)
     if need <= free:
         return

@@ -10,8 +10,9 @@ import pytest
 from horovod_train.bench.buckets import ddp_buckets
 from horovod_train.bench.models import layers, project
 from horovod_train.bench.models.project import MB, Setting, Workload
+from horovod_train.engines.communication import Buckets, FusionCycle
 
-SETTINGS = [Setting("horovod", "horovod", 128 * MB, cycle_time=1e-3), Setting("ddp", "ddp", 25 * MB)]
+SETTINGS = [Setting("horovod", FusionCycle(), 128 * MB, cycle_time=1e-3), Setting("ddp", Buckets(), 25 * MB)]
 
 
 def workload(model: str, compute: float = 0.25, batch: int = 32) -> Workload:

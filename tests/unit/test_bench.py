@@ -339,6 +339,25 @@ def test_bench_allreduce_says_why_where_small_tensors_times_do_not_grow_with_the
     assert lines[2].startswith("==> why: latency-bound: fixed cost per call 8354 us vs "), lines
 
 
+def test_bench_reads_who_holds_the_whole_state_and_the_reference_from_the_rows_memory_parts(monkeypatch):
+    """fit's engines are the rows whose memory part holds the whole state on every rank, bench gpu's reference the
+    row that says it is the reference: a new row is counted by its part, not by its name."""
+    from dataclasses import replace
+
+    from horovod_train.bench.engine_names import reference_engine, whole_state_engines
+    from horovod_train.engines import specs
+    from horovod_train.engines.memory import FullySharded, FusionBuffered
+
+    assert whole_state_engines() == ("horovod", "ddp", "single", "dp") and reference_engine() == "single"
+    monkeypatch.setitem(specs.ENGINES, "toy", replace(specs.ENGINES["single"], name="toy", memory=FullySharded))
+    assert "toy" not in whole_state_engines()
+    monkeypatch.setitem(specs.ENGINES, "toy", replace(specs.ENGINES["fsdp"], name="toy", memory=FusionBuffered))
+    assert whole_state_engines()[-1] == "toy"
+    monkeypatch.setitem(specs.ENGINES, "single", replace(specs.ENGINES["single"], reference=False))
+    with pytest.raises(LookupError, match="says it is the reference"):
+        reference_engine()
+
+
 def test_bench_names_engines_through_the_engine_table():
     """The engines bench names (fit's rows, bench gpu's contenders, project's settings) are rows of the engine
     table, read through bench/engine_names.py: the whole table in its order, or those named in the order given,

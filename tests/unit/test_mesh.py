@@ -13,8 +13,8 @@ from torch import nn
 
 from horovod_train.cli.main import main
 from horovod_train.common.errors import UsageError
-from horovod_train.engines import available_engines
 from horovod_train.engines.mesh import ParallelDims
+from horovod_train.engines.specs import ENGINES
 
 
 @pytest.mark.parametrize(("world", "local", "degree", "dims"), [
@@ -79,9 +79,9 @@ def test_hsdp_is_a_2d_mesh_whose_replicas_are_consecutive_ranks_and_the_memory_m
     for module in [*model, model]:
         fully_shard(module, mesh=mesh)
     held = sum(p.to_local().numel() for p in model.parameters())
-    fsdp = available_engines()["fsdp"]
+    fsdp = ENGINES["fsdp"].memory
     # Every tensor's rows divide by 4 here: no padding, so the held shard is exactly the model's quarter.
-    assert fsdp.state_bytes_per_rank(params, params, 8, replicate_degree=2) == 16 * held == 16 * params / 4
+    assert fsdp.state_bytes(params, params, 8, replicate_degree=2) == 16 * held == 16 * params / 4
     largest = max(p.numel() for p in model.parameters())  # the final output gathers one tensor at a time
     assert fsdp.save_gather_bytes(params, params, 8, replicate_degree=2, largest=largest) == 4 * 16 * 8
     assert all(isinstance(p.to_local(), torch.Tensor) and p.device_mesh is mesh for p in model.parameters())

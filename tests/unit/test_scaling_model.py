@@ -13,6 +13,8 @@ import pytest
 from horovod_train.bench.models import layers, project
 from horovod_train.bench.models.project import MB, Cluster, Link, Setting, Workload
 from horovod_train.cli.main import main
+from horovod_train.engines import specs
+from horovod_train.engines.communication import Buckets, FusionCycle, PerBlock
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -20,7 +22,7 @@ NVLINK, ETHERNET = Link(100e9, 5e-6), Link(12.5e9, 10e-6)
 
 CLUSTER = Cluster(8, NVLINK, ETHERNET)
 
-SETTINGS = [Setting("horovod", "horovod", 128 * MB, cycle_time=1e-3), Setting("ddp", "ddp", 25 * MB)]
+SETTINGS = [Setting("horovod", FusionCycle(), 128 * MB, cycle_time=1e-3), Setting("ddp", Buckets(), 25 * MB)]
 
 WORLDS = project.world_sizes(1024, 8)
 
@@ -68,11 +70,12 @@ def test_fsdp_and_zero1_match_the_hand_computed_case():
     link = Link(1e9, 0.0)
     work = Workload("two", (20_000_000, 20_000_000), 0.3, 8)
     cluster = Cluster(8, link, link)
-    fsdp = Setting("fsdp", "fsdp", 0, units=2)
+    fsdp = Setting("fsdp", PerBlock(), 0, units=2)
     assert project.step(work, fsdp, 2, cluster)["exposed"] == pytest.approx(0.030)
-    assert project.step(work, replace(fsdp, reshard=False), 2, cluster)["exposed"] == pytest.approx(0.020)
+    zero2 = replace(fsdp, communication=PerBlock(reshard=False))
+    assert project.step(work, zero2, 2, cluster)["exposed"] == pytest.approx(0.020)
     assert project.step(work, fsdp, 2, cluster)["comm"] == pytest.approx(0.060)  # 3 x 2 units x 10 ms
-    zero1 = project.step(work, Setting("zero1", "zero1", 25 * MB), 2, cluster)
+    zero1 = project.step(work, Setting("zero1", Buckets(gather_after_step=True), 25 * MB), 2, cluster)
     assert zero1["exposed"] == pytest.approx(0.040 + 0.020) and zero1["comm"] == pytest.approx(0.060)
     assert project.step(work, fsdp, 1, cluster)["step"] == 0.3  # one rank: nothing to gather
 
@@ -83,12 +86,13 @@ def test_sharding_costs_half_an_allreduce_more_per_byte_and_zero2_none(model):
     all-gather in forward and one in backward, a reduce-scatter: each half an all-reduce), fsdp-zero2 1x, zero1
     1.5x (DDP's all-reduce plus the all-gather of the updated parameters); without overlap all of it is exposed."""
     bandwidth_only = Cluster(8, Link(100e9, 0.0), Link(12.5e9, 0.0))
-    work, fsdp = workload(model), Setting("fsdp", "fsdp", 0, overlap=False)
-    ddp = project.step(work, Setting("ddp", "ddp", 25 * MB, overlap=False), 64, bandwidth_only)["comm"]
+    work, fsdp = workload(model), Setting("fsdp", PerBlock(), 0, overlap=False)
+    gathered = Buckets(gather_after_step=True)
+    ddp = project.step(work, Setting("ddp", Buckets(), 25 * MB, overlap=False), 64, bandwidth_only)["comm"]
     sharded = {
         "fsdp": project.step(work, fsdp, 64, bandwidth_only),
-        "fsdp-zero2": project.step(work, replace(fsdp, reshard=False), 64, bandwidth_only),
-        "zero1": project.step(work, Setting("zero1", "zero1", 25 * MB, overlap=False), 64, bandwidth_only),
+        "fsdp-zero2": project.step(work, replace(fsdp, communication=PerBlock(reshard=False)), 64, bandwidth_only),
+        "zero1": project.step(work, Setting("zero1", gathered, 25 * MB, overlap=False), 64, bandwidth_only),
     }
     assert {name: times["comm"] / ddp for name, times in sharded.items()} == pytest.approx(
         {"fsdp": 1.5, "fsdp-zero2": 1.0, "zero1": 1.5}
@@ -127,8 +131,8 @@ def test_a_step_with_and_without_overlap_matches_the_hand_computed_case():
     work = Workload("hand", (10_000_000,) * 4, compute=1.0, batch=8, backward_fraction=0.5)
     cluster = Cluster(8, Link(1e9, 0.0), Link(1e9, 0.0))
     cases = [
-        (Setting("horovod", "horovod", 128 * MB, cycle_time=0.25), 0.02),
-        (Setting("ddp", "ddp", 25 * MB), 0.01),
+        (Setting("horovod", FusionCycle(), 128 * MB, cycle_time=0.25), 0.02),
+        (Setting("ddp", Buckets(), 25 * MB), 0.01),
     ]
     for setting, exposed in cases:
         for overlap, expected in ((True, exposed), (False, 0.04)):
@@ -234,13 +238,34 @@ def test_cli_prints_and_writes_csv_json_and_png(tmp_path, capsys):
     report = json.loads((out / "project.json").read_text())
     worlds = [1, 2, 4, 8, 16, 32, 64]
     assert [r["world_size"] for r in report["rows"]] == worlds * 5
-    assert [r["setting"] for r in report["rows"]][:: len(worlds)] == ["horovod", "ddp", "zero1", "fsdp", "fsdp-zero2"]
+    # The rows' order (engines/specs.py), each engine's variants after it.
+    assert [r["setting"] for r in report["rows"]][:: len(worlds)] == ["horovod", "ddp", "fsdp", "fsdp-zero2", "zero1"]
     assert report["workload"]["compute"] == pytest.approx(64 / 400) and len(report["published"]) == 3
     with (out / "project.csv").open() as f:
         assert len(list(csv.DictReader(f))) == 5 * len(worlds)
     assert (out / "project.png").read_bytes()[:8] == PNG
     printed = capsys.readouterr().out
     assert "Horovod paper" in printed and "vgg-16" in printed
+
+
+def test_a_row_with_a_communication_part_is_projected_as_that_part_schedules(tmp_path, monkeypatch):
+    """bench project's settings are the rows': a new row with a known communication part is projected, with its
+    variant whose train arguments change the part, as that part schedules (the same numbers as fsdp's and
+    fsdp-zero2's rows); rows without one (single, dp) are not projected."""
+    toy = specs.EngineSpec("toy", specs.ENGINES["fsdp"].engine, "torchrun",
+                           specs.on_torchrun("toy", kept=("--fsdp_reshard_after_forward", "false")),
+                           communication=PerBlock())  # fmt: skip
+    monkeypatch.setitem(specs.ENGINES, "toy", toy)
+    out = tmp_path / "project"
+    args = ["bench", "project", "--model", "resnet-50", "--compute_ms", "100", "--max_gpus", "16"]
+    assert main([*args, "--output_dir", str(out)]) == 0
+    rows = json.loads((out / "project.json").read_text())["rows"]
+    by_setting: dict[str, list[dict]] = {}
+    for row in rows:
+        by_setting.setdefault(row.pop("setting"), []).append(row)
+    assert list(by_setting) == ["horovod", "ddp", "fsdp", "fsdp-zero2", "zero1", "toy", "toy-kept"]
+    assert by_setting["toy"] == by_setting["fsdp"] and by_setting["toy-kept"] == by_setting["fsdp-zero2"]
+    assert by_setting["fsdp"] != by_setting["fsdp-zero2"]
 
 
 def test_cli_refuses_a_model_without_compute_time(tmp_path):

@@ -25,6 +25,7 @@ import torch
 
 from horovod_train.bench import outputs
 from horovod_train.bench.architectures import model_config
+from horovod_train.bench.engine_names import reference_engine
 from horovod_train.bench.gpu.arguments import add_arguments, resolve, validate
 from horovod_train.bench.gpu.batches import make_batches
 from horovod_train.bench.gpu.contender import Contender, setup_engine, window
@@ -86,13 +87,14 @@ def main(args: argparse.Namespace) -> int:
     if cuda:
         enable_tf32()
     training = TrainingArguments(bf16=args.precision == "bf16", fp16=args.precision == "fp16", max_grad_norm=1.0)
-    engines = {name: setup_engine(name, training) for name in {*args.engines, *(["single"] if args.variants else [])}}
+    reference = reference_engine()  # the variants' engine, and what every row is compared with (vs_single)
+    engines = {name: setup_engine(name, training) for name in {*args.engines, *([reference] if args.variants else [])}}
     try:
         contenders = {name: Contender(engines[name], args, training) for name in args.engines}
         skipped = [row for row in (skipped_variant(v, args.model) for v in args.variants) if row is not None]
         for variant in (v for v in args.variants if v not in {row["variant"] for row in skipped}):
-            if variant != "eager" or "single" not in args.engines:
-                contenders[f"single/{variant}"] = Contender(engines["single"], args, training, variant)
+            if variant != "eager" or reference not in args.engines:
+                contenders[f"{reference}/{variant}"] = Contender(engines[reference], args, training, variant)
         pools = make_batches(args, model_config(args.model).vocab_size, pin=cuda)
         for c in contenders.values():
             window(c, pools, args.warmup, 0)
@@ -114,7 +116,7 @@ def main(args: argparse.Namespace) -> int:
     if args.tiny:
         print("tiny mode (no CUDA or --tiny): a smoke test of the command, not a GPU measurement")
     for r in rows:
-        if r["engine"] != "single" and r["vs_single"] == r["vs_single"]:
+        if r["engine"] != reference and r["vs_single"] == r["vs_single"]:
             print(f"==> {r['engine']} np=1 / plain samples/s: {r['vs_single']:.3f}x")
         elif r["variant"] != "eager":
             print(f"==> {r['variant']} / plain samples/s: {r['vs_single']:.3f}x, {r['graphs']} graphs compiled")
@@ -166,7 +168,8 @@ def summarize(
                 "loss": c.loss.item() if c.loss is not None else float("nan"),
             }
         )
-    base = next((r["samples_per_second"] for r in rows if r["engine"] == "single" and r["variant"] == "eager"),
+    reference = reference_engine()
+    base = next((r["samples_per_second"] for r in rows if r["engine"] == reference and r["variant"] == "eager"),
                 float("nan"))  # fmt: skip
     for r in rows:
         r["vs_single"] = r["samples_per_second"] / base
@@ -184,7 +187,7 @@ def skipped_variant(variant: str, model: str) -> dict[str, str] | None:
         return None
     decoders = ", ".join(DECODER_FAMILIES)
     why = f"skipped: {model} is an encoder ({family}); padding-free is the decoder families' ({decoders})"
-    return {"engine": "single", "variant": variant, "model": model, "skipped": why}
+    return {"engine": reference_engine(), "variant": variant, "model": model, "skipped": why}
 
 
 def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:

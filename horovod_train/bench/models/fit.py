@@ -4,7 +4,7 @@ peak = P x weight_bytes + T x (grad_bytes + optimizer_bytes) + engine_extra + ac
 
 - P parameters, T of them trainable (all of them, or LoRA's adapters and head);
 - weights 4 bytes (fp32; 2 for LoRA's frozen weights in bf16), gradients 4, AdamW's two moments 8;
-  (the engines' memory model, Engine.state_bytes_per_rank at one rank, owns these);
+  (the engines' memory model, the rows' memory part's state_bytes at one rank, owns these);
 - engine_extra: Horovod's fusion buffer (``--fusion_threshold_mb``, at most the gradients); DDP none
   (the ddp engine passes ``gradient_as_bucket_view=True``: the gradients live in the buckets; DDP's default
   would add one gradient-sized copy); DataParallel's GPU 0 one more gradient-sized buffer (replicas'
@@ -21,13 +21,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from horovod_train.bench.engine_names import engine_names
+from horovod_train.bench.engine_names import memory_of, whole_state_engines
 
 GB = 1e9  # a GPU's "80 GB" is 80 x 10^9 bytes (an H100 80GB shows 79.6 GiB... of 85.0 GB)
 FP32, BF16 = 4, 2
 GRAD_BYTES = 4  # fp32 gradient (all-reduced); the state as a whole: the engines' memory model
 MODES = ("full", "gc", "lora", "lora+gc", "lora-bf16+gc")  # gc: gradient checkpointing; bf16: frozen weights
-ENGINES = engine_names("horovod", "ddp", "dp", "single")  # those that hold the whole state on every rank
+ENGINES = whole_state_engines()  # those that hold the whole state on every rank
 BYTES_PER_PARAM = {  # weights + gradients + AdamW, per parameter (T/P: the trainable fraction)
     "full": "16",
     "gc": "16",
@@ -73,12 +73,10 @@ def checkpointed(mode: str) -> bool:
 
 
 def state_bytes(model: Model, mode: str) -> float:
-    """Weights, gradients and AdamW moments on one GPU, as the engines' memory model counts them
-    (Engine.state_bytes_per_rank at one rank: fp32 weights); frozen weights held in bf16 take 2 bytes, not 4."""
-    from horovod_train.engines import available_engines
-
+    """Weights, gradients and AdamW moments on one GPU, as the engines' memory model counts them (at one rank,
+    where every engine holds the whole state: fp32 weights); frozen weights held in bf16 take 2 bytes, not 4."""
     trained = trainable(model, mode)
-    held = available_engines()["single"].state_bytes_per_rank(model.params, trained, 1)
+    held = memory_of(ENGINES[0]).state_bytes(model.params, trained, 1)
     return held - (FP32 - BF16) * (model.params - trained) if "bf16" in mode else held
 
 
@@ -89,9 +87,7 @@ def trainable(model: Model, mode: str) -> int:
 
 def engine_extra(model: Model, mode: str, engine: str, fusion_bytes: float = DEFAULT_FUSION) -> float:
     """What ``engine``'s reduction holds beside the gradients, as the engines' memory model counts it."""
-    from horovod_train.engines.specs import spec_of
-
-    return spec_of(engine).memory_model().buffer_bytes_per_rank(trainable(model, mode), fusion_bytes)
+    return memory_of(engine).buffer_bytes(trainable(model, mode), fusion_bytes)
 
 
 def activation_bytes(model: Model, mode: str, batch: int, act: Activations) -> float:

@@ -16,14 +16,17 @@ gradients are all-reduced in buckets while the backward pass still runs. The mod
   NIC, so the NIC carries 2(M-1)/M * S), all-gather in the node;
 - step = compute + what of the communication is still running after backward ends.
 
-The sharded engines (each a ring collective of half an all-reduce's cost: ``AG(S) = RS(S) = allreduce(S) / 2``):
+The sharded schedules (each a ring collective of half an all-reduce's cost: ``AG(S) = RS(S) = allreduce(S) / 2``):
 
-- zero1: DDP's buckets, then, after the optimizer step, an all-gather of the updated parameters (each rank
-  stepped its share), which nothing overlaps;
-- fsdp: the parameters in ``--fsdp_units`` units (transformer blocks: contiguous runs of tensors of about equal
-  bytes); forward all-gathers each unit, the next one prefetched while the current one computes; backward
-  all-gathers each again (``fsdp``, ZeRO-3; ``fsdp-zero2`` keeps them from forward) and reduce-scatters its
+- buckets gathered after the step (zero1): DDP's buckets, then, after the optimizer step, an all-gather of the
+  updated parameters (each rank stepped its share), which nothing overlaps;
+- per block (fsdp): the parameters in ``--fsdp_units`` units (transformer blocks: contiguous runs of tensors of
+  about equal bytes); forward all-gathers each unit, the next one prefetched while the current one computes;
+  backward all-gathers each again (ZeRO-3; the zero2 variant keeps them from forward) and reduce-scatters its
   gradients after its backward. One link: the collectives run one after another in the order they are issued.
+
+Which engine runs which schedule is its row's communication part (engines/communication.py): every row with one,
+and each of its variants that changes it, is a setting here (bench/engine_names.py's ``communications``).
 
 Scaling is weak (fixed batch per GPU): samples/s = N x batch / step and efficiency = step(1) / step(N).
 ``--check_published`` predicts the published Horovod runs from their stated hardware (docs/scaling.md).
@@ -40,14 +43,14 @@ from typing import Any
 
 from horovod_train.bench import buckets, outputs
 from horovod_train.bench.bandwidth import GB as GBPS  # GB/s, as bench allreduce reports them
-from horovod_train.bench.engine_names import engine_names
+from horovod_train.bench.engine_names import communications, reference_engine
 from horovod_train.bench.units import format_bytes
 from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
 from horovod_train.config import domains
+from horovod_train.engines.communication import Buckets, Communication, FusionCycle, PerBlock
 from horovod_train.engines.ddp_options import DDPArguments
 
-SETTING_NAMES = (*engine_names("horovod", "ddp", "zero1", "fsdp"), "fsdp-zero2")  # the last: fsdp resharding less
 MB = 2**20
 COLUMNS = [
     "setting",
@@ -84,12 +87,11 @@ class Cluster:
 @dataclass(frozen=True)
 class Setting:
     name: str
-    kind: str  # "horovod" (cycle + fusion), "ddp" (fixed buckets), "zero1" (ddp + all-gather), "fsdp"
-    bucket_bytes: int  # Horovod's fusion threshold, or DDP's bucket cap
-    cycle_time: float = 0.0  # seconds between Horovod's fusion rounds
-    overlap: bool = True  # communication starts during backward (fsdp: the next unit's all-gather is prefetched)
-    units: int = 12  # fsdp: units the parameters are sharded in (the transformer blocks)
-    reshard: bool = True  # fsdp: all-gather each unit again for backward (ZeRO-3)
+    communication: Communication  # the schedule: a fusion cycle, buckets (gathered after the step), per block
+    bucket_bytes: int  # the fusion cycle's threshold, or the buckets' cap
+    cycle_time: float = 0.0  # seconds between the fusion cycle's rounds
+    overlap: bool = True  # communication starts during backward (per block: the next unit's all-gather is prefetched)
+    units: int = 12  # per block: units the parameters are sharded in (the transformer blocks)
 
     @property
     def bucket_mb(self) -> float:
@@ -197,7 +199,8 @@ def fsdp_step(workload: Workload, setting: Setting, world: int, cluster: Cluster
     (prefetch); one link runs the collectives in the order they are issued. Without overlap nothing hides."""
     sizes = units(workload.tensor_bytes, setting.units)
     gather = [allreduce_time(s, world, cluster) / 2 for s in sizes]  # all-gather = reduce-scatter = half
-    busy = sum(gather) * (3 if setting.reshard else 2)
+    reshard = isinstance(setting.communication, PerBlock) and setting.communication.reshard
+    busy = sum(gather) * (3 if reshard else 2)
     if not setting.overlap or world == 1:
         return {"buckets": len(sizes), "comm": busy, "exposed": busy, "step": workload.compute + busy}
     backward = workload.compute * workload.backward_fraction
@@ -208,11 +211,11 @@ def fsdp_step(workload: Workload, setting: Setting, world: int, cluster: Cluster
         started = max(compute, link)
         compute = started + forward_each
     ready: dict[int, float] = {}  # when each unit's backward all-gather is done
-    if setting.reshard:  # the last unit's gather is issued when backward starts
+    if reshard:  # the last unit's gather is issued when backward starts
         link = ready[len(sizes) - 1] = max(link, compute) + gather[-1]
     for unit in reversed(range(len(sizes))):
         started = max(compute, ready.get(unit, 0.0))
-        if setting.reshard and unit > 0:  # prefetch the previous unit's parameters
+        if reshard and unit > 0:  # prefetch the previous unit's parameters
             link = ready[unit - 1] = max(link, started) + gather[unit - 1]
         compute = started + backward_each
         link = max(link, compute) + gather[unit]  # reduce-scatter this unit's gradients
@@ -222,10 +225,11 @@ def fsdp_step(workload: Workload, setting: Setting, world: int, cluster: Cluster
 
 def step(workload: Workload, setting: Setting, world: int, cluster: Cluster) -> dict[str, Any]:
     """One step's times (seconds) on ``world`` GPUs."""
-    if setting.kind == "fsdp":
+    communication = setting.communication
+    if isinstance(communication, PerBlock):
         return fsdp_step(workload, setting, world, cluster)
     backward_end = workload.compute * workload.backward_fraction
-    make = horovod_buckets if setting.kind == "horovod" else ddp_buckets
+    make = horovod_buckets if isinstance(communication, FusionCycle) else ddp_buckets
     buckets = make(workload, setting)
     done, busy = 0.0, 0.0
     for launch, nbytes in buckets:
@@ -233,7 +237,7 @@ def step(workload: Workload, setting: Setting, world: int, cluster: Cluster) -> 
         start = max(launch if setting.overlap else backward_end, done)
         done, busy = start + cost, busy + cost
     exposed = max(0.0, done - backward_end) if world > 1 else 0.0
-    if setting.kind == "zero1":  # each rank's updated share of the parameters, gathered after the step
+    if isinstance(communication, Buckets) and communication.gather_after_step:  # each rank's updated share
         gathered = allreduce_time(sum(workload.tensor_bytes), world, cluster) / 2
         busy, exposed = busy + gathered, exposed + gathered
     return {"buckets": len(buckets), "comm": busy, "exposed": exposed, "step": workload.compute + exposed}
@@ -267,26 +271,20 @@ def project(workload: Workload, settings: list[Setting], cluster: Cluster, world
     return rows
 
 
-def horovod_setting(args: argparse.Namespace) -> Setting:
-    return Setting(
-        "horovod",
-        "horovod",
-        int(args.fusion_threshold_mb * MB),
-        cycle_time=args.cycle_time_ms / 1e3,
-        overlap=not args.no_overlap,
-    )
-
-
-def ddp_setting(args: argparse.Namespace) -> Setting:
-    return Setting("ddp", "ddp", int(args.ddp_bucket_cap_mb * MB), overlap=not args.no_overlap)
+def setting(name: str, communication: Communication, args: argparse.Namespace) -> Setting:
+    """The run ``name`` with the sizes of its schedule that ``args`` give."""
+    overlap = not args.no_overlap
+    if isinstance(communication, FusionCycle):
+        threshold, cycle_time = int(args.fusion_threshold_mb * MB), args.cycle_time_ms / 1e3
+        return Setting(name, communication, threshold, cycle_time=cycle_time, overlap=overlap)
+    if isinstance(communication, PerBlock):
+        return Setting(name, communication, 0, overlap=overlap, units=args.fsdp_units)
+    return Setting(name, communication, int(args.ddp_bucket_cap_mb * MB), overlap=overlap)
 
 
 def settings(args: argparse.Namespace) -> list[Setting]:
-    ddp = ddp_setting(args)
-    fsdp = Setting("fsdp", "fsdp", 0, overlap=not args.no_overlap, units=args.fsdp_units)
-    every = {"horovod": horovod_setting(args), "ddp": ddp, "zero1": replace(ddp, name="zero1", kind="zero1"),
-             "fsdp": fsdp, "fsdp-zero2": replace(fsdp, name="fsdp-zero2", reshard=False)}  # fmt: skip
-    return [every[name] for name in args.engines]
+    every = communications()
+    return [setting(name, every[name], args) for name in args.engines]
 
 
 def lora_workload(args: argparse.Namespace, full: Workload) -> Workload:
@@ -370,7 +368,7 @@ def compute_from(path: Path) -> tuple[float, int]:
     """(seconds per step, batch per GPU) of the single-process run of `bench train`."""
     report = read_report(path, "compute_from")
     rows = [r for r in report["rows"] if isinstance(r, dict)]
-    single = next((r for r in rows if r.get("engine") == "single" and r.get("repeats")), None)
+    single = next((r for r in rows if r.get("engine") == reference_engine() and r.get("repeats")), None)
     batch = report.get("per_device_train_batch_size")
     if single is None or not isinstance(batch, int) or not single.get("samples_per_second"):
         raise UsageError(f"{path} has no successful single run", "rerun bench train")
@@ -419,7 +417,7 @@ def world_sizes(max_gpus: int, gpus_per_node: int) -> list[int]:
 # tf_cnn_benchmarks with 64 images per GPU; one-GPU speeds are TensorFlow's published P100 numbers
 # (synthetic data, batch 64); ResNet-101 is interpolated between ResNet-50 and ResNet-152 by FLOPs.
 HOROVOD_PAPER_CLUSTER = Cluster(4, Link(10 * GBPS, 5e-6), Link(25 / 8 * GBPS, 10e-6))
-HOROVOD_PAPER_SETTING = Setting("horovod-2017", "horovod", 64 * MB, cycle_time=5e-3)
+HOROVOD_PAPER_SETTING = Setting("horovod-2017", FusionCycle(), 64 * MB, cycle_time=5e-3)
 PUBLISHED = (
     {"model": "inception-v3", "gpus": 512, "efficiency": 0.88, "samples_per_second_1gpu": 142.0},
     {"model": "resnet-101", "gpus": 512, "efficiency": 0.88, "samples_per_second_1gpu": 128.7},
@@ -491,13 +489,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ddp_bucket_cap_mb", type=float, default=float(DDPArguments.ddp_bucket_cap_mb),
                         help="DDP, as the ddp engine's --ddp_bucket_cap_mb (default 25)")  # fmt: skip
     parser.add_argument("--no_overlap", action="store_true", help="communicate only after backward")
-    parser.add_argument(
-        "--engines",
-        nargs="+",
-        default=list(SETTING_NAMES),
-        choices=SETTING_NAMES,
-        help="whose communication to model (fsdp-zero2: --fsdp_reshard_after_forward false)",
-    )
+    modelled = list(communications())  # the rows as they are now (a test's row too)
+    parser.add_argument("--engines", nargs="+", default=modelled, choices=modelled,
+                        help="whose communication to model (fsdp-zero2: no resharding after forward)")  # fmt: skip
     parser.add_argument("--fsdp_units", type=int, default=12, help="fsdp: units sharded (the transformer blocks)")
     parser.add_argument("--max_gpus", type=int, default=1024)
     parser.add_argument("--check_published", action="store_true", help="also predict the Horovod paper's 512-GPU runs")

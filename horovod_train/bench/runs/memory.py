@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from horovod_train.bench import architectures, outputs, units
+from horovod_train.bench.engine_names import memory_of, process_per_rank
 from horovod_train.bench.models import fit
 from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
@@ -79,8 +80,10 @@ def validate(args: argparse.Namespace) -> tuple[list[compare.Run], dict[str, int
     if len(batches) != len(args.architectures) or min(batches) < 1:
         raise UsageError(f"--batch_sizes {batches}: one size >= 1 per architecture", "pass e.g. --batch_sizes 8 2")
     runs = [] if args.no_runs else compare.select_runs(compare.supported_runs(args.world_size), args.engines)
-    if any(r.engine == "dp" for r in runs):  # one process holding every replica: its peak is not per rank
-        raise UsageError("bench memory measures one process per rank: not dp", "pass e.g. --engines single ddp-gloo")
+    shared = [r.engine for r in runs if not process_per_rank(r.engine)]  # one process, every replica
+    if shared:
+        raise UsageError(f"bench memory measures one process per rank: not {shared[0]}",
+                         f"drop {shared[0]}'s runs from --engines")  # fmt: skip
     return runs, dict(zip(args.architectures, batches, strict=True))
 
 
@@ -149,19 +152,13 @@ def measure_activations(config: Any, seq: int, kind: str, lora_r: int = 8, batch
 
 def state_bytes(model: fit.Model, mode: str, run: compare.Run) -> float:
     """A rank's parameter state (weights, gradients, AdamW) as ``run``'s engine spreads it over its ranks."""
-    from horovod_train.engines import available_engines
-
-    engine = available_engines()[run.engine]
-    return engine.state_bytes_per_rank(model.params, fit.trainable(model, mode), run.world_size)
+    return memory_of(run.engine).state_bytes(model.params, fit.trainable(model, mode), run.world_size)
 
 
 def runnable(model: fit.Model, mode: str, run: compare.Run, margin_gb: float, activations: float = 0.0) -> bool:
     """Whether ``run``'s ranks fit in the memory free now, less ``margin_gb``: the peak the memory check before
     start counts (the engines' memory model: base, state, ``activations``, save gather)."""
-    from horovod_train.engines import available_engines
-
-    engine = available_engines()[run.engine]
-    parts = engine.peak_bytes_per_rank(
+    parts = memory_of(run.engine).peak_bytes(
         model.params, fit.trainable(model, mode), run.world_size, activations, largest=model.largest
     )
     return node_bytes(parts, run.world_size) + margin_gb * fit.GB <= memory_available()

@@ -20,7 +20,6 @@ from horovod_train.common.errors import UsageError
 from horovod_train.engines.base import Engine, clip_gradient
 from horovod_train.engines.horovod import elastic, env
 from horovod_train.engines.horovod.options import HorovodArguments
-from horovod_train.engines.memory import FusionBuffered
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.launching import environment
 from horovod_train.launching.mpirun import Mpirun, check_mpi_world
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
 
 class HorovodEngine(Engine):
     name = "horovod"
-    memory = FusionBuffered
 
     def __init__(self, config: RunConfig) -> None:
         super().__init__(config)
