@@ -140,14 +140,10 @@ class Trainer:
     def read_checkpoint(self, compatibility: ckpt.Compatibility) -> dict[str, Any] | None:
         """The checkpoint to resume from, on every rank (rank 0 reads it), or None: a fresh start."""
         args = self.args
-
-        def read() -> dict[str, Any] | None:
-            return resume.read_checkpoint(
-                args.resume_from_checkpoint, self.run_dir, args.overwrite_output_dir, compatibility,
-                self.console.warn, best_needed=args.load_best_model_at_end, whole=not self.engine.sharded_state,
-            )  # fmt: skip
-
-        return resume.load_checkpoint(self.rank_zero, self.console, self.run_dir, read)
+        return resume.load_checkpoint(
+            self.rank_zero, self.console, self.run_dir, args.resume_from_checkpoint, args.overwrite_output_dir,
+            compatibility, best_needed=args.load_best_model_at_end, whole=not self.engine.sharded_state,
+        )  # fmt: skip
 
     def write_run_config(self, fresh: bool) -> None:
         self.run_dir.begin(fresh)
