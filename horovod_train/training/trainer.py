@@ -194,10 +194,11 @@ class Trainer:
         found = finish.gather_results(engine, parts.model, parts.plan, position, evaluation, train_metrics,
                                        wall_time_s)  # fmt: skip
         predictions = loop.evaluator.predict() if self.args.do_predict else {}
-        finish.write_model(engine, parts.model, self.run_dir, self.args.max_shard_size)
+        saved = finish.write_model(engine, parts.model, self.run_dir, self.args.max_shard_size)
         if engine.is_main:
             state = finish.trainer_state(self.args, self.run_dir, parts.plan, position)
-            finish.write_outputs(self.run_dir, engine.unwrap(parts.model), parts.tokenizer, predictions,
-                                  loop.evaluator.shape, position.log_history, found, train_metrics, state,
-                                  self.config.to_dict())  # fmt: skip
+            outputs = finish.outputs(self.run_dir, engine.unwrap(parts.model), predictions, loop.evaluator.shape,
+                                     position.log_history, found, train_metrics, state,
+                                     self.config.to_dict())  # fmt: skip
+            self.run_dir.write_outputs(outputs, save=parts.tokenizer.save_pretrained, widen=saved)
         return found
