@@ -51,7 +51,7 @@ def read_checkpoint(
         return None
     path, (tensors, training_state, trainer_state) = found
     compatibility.check(trainer_state["compatibility"], path, warn=warn)
-    in_place = ckpt.adopt(run_dir, trainer_state, path, warn if best_needed else None)
+    in_place = ckpt.adopt(run_dir, trainer_state, path, warn, best_needed)
     tensors = tensors if whole else str(path.resolve())
     return {**training_state, "tensors": tensors, "trainer_state": trainer_state, "in_place": in_place}
 
