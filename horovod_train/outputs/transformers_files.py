@@ -1,6 +1,7 @@
 """The files transformers' tools read at the end of a run: ``all_results.json``, ``train_results.json``,
 ``eval_results.json``, ``trainer_state.json`` (with ``log_history``), run_glue's ``predict_results*.txt`` and the
-model card (``README.md``, as the Trainer's ``create_model_card`` writes it).
+model card (``README.md``, as the Trainer's ``create_model_card`` writes it), rendered here by name for the run
+directory to write (RunDirectory.write_outputs).
 
 No ``training_args.bin``: transformers' ``TrainingArguments`` resolves its device when it is built (accelerate's
 ``PartialState``, which joins a job from the launcher's variables), which rank 0 alone cannot do at the end of a

@@ -1,6 +1,6 @@
 """The end of a run: every rank's checksum and peak memory gathered into the results, the model (written by rank 0,
-gathered a tensor at a time where the engine shards it), and the files rank 0 writes (tokenizer, predictions,
-training curves, model card, transformers' results files)."""
+gathered a tensor at a time where the engine shards it), and the files rank 0 renders for the run directory to write
+in one place (predictions, training curves, model card, transformers' results files: RunDirectory.write_outputs)."""
 
 from __future__ import annotations
 
