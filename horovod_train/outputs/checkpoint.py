@@ -456,6 +456,26 @@ def read_model_tensors(path: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def adopt(
+    run_dir: RunDirectory, trainer_state: dict[str, Any], source: Path, warn: Callable[[str], None], best_needed: bool
+) -> bool:
+    """The trainer state of ``source``, the checkpoint resumed from, made the run's (``RunDirectory.adopt``); True: the
+    run continues in place. ``best_needed`` (--load_best_model_at_end): a best checkpoint that cannot be read now
+    would fail the run at its end, after all the training; it is forgotten instead, with a warning, and the best is
+    tracked from this run's evaluations."""
+    in_place = run_dir.adopt(trainer_state, source)
+    best = trainer_state.get("best_model_checkpoint")
+    if not best_needed or best is None:
+        return in_place
+    try:
+        verify_checkpoint(run_dir.resolve(best))
+    except UsageError as error:
+        warn(f"warning: the best checkpoint so far cannot be loaded at the end ({error.problem}): tracking the best "
+             "model from this run's evaluations")  # fmt: skip
+        trainer_state["best_model_checkpoint"] = trainer_state["best_metric"] = None
+    return in_place
+
+
 def load_resumable(
     spec: str, run_dir: RunDirectory, warn: Callable[[str], None], whole: bool = True
 ) -> tuple[Path, Payload] | None:

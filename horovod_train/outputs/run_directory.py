@@ -31,12 +31,12 @@ import re
 import shutil
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from horovod_train.common.errors import UsageError
-from horovod_train.common.files import write_json_atomic
+from horovod_train.common.files import atomic_file, follow_umask, write_json_atomic
 from horovod_train.config.domains import writable_below
 from horovod_train.outputs.checkpoint_layout import (
     AUTO,
@@ -550,6 +550,24 @@ class RunDirectory:
                 yield created
         finally:
             self.written.update(dict.fromkeys(sorted(created)))
+
+    def write_outputs(
+        self, files: dict[str, str | bytes | dict], save: Callable[[Path], object], widen: Iterable[str] = ()
+    ) -> None:
+        """The run's files at its end (rank 0), in one place: what ``save`` writes under names of its own (the
+        tokenizer's save_pretrained), then ``files`` in their order, each whole (a dict as JSON), the last one
+        marking a finished run; ``widen``: files written earlier whose writer ignored the umask (safetensors writes
+        0600), given the modes a plain open() would."""
+        with self.recording():
+            save(self.path)
+            for name, content in files.items():
+                if isinstance(content, dict):
+                    write_json_atomic(self.path / name, content)
+                    continue
+                with atomic_file(self.path / name, "wb" if isinstance(content, bytes) else "w") as f:
+                    f.write(content)
+        for name in widen:
+            follow_umask(self.path / name)
 
     def remove_checkpoint(self, name: str) -> None:
         """Rotation's deletion of one of its checkpoints: whole, unless it holds what its manifest does not list

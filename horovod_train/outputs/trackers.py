@@ -13,6 +13,7 @@ the plain keys, as HF's callbacks do.
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import math
 import numbers
@@ -24,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from horovod_train.common.errors import UsageError
-from horovod_train.common.files import atomic_file
 
 TRACKERS = ("tensorboard", "wandb", "mlflow")  # each is also the name of the package it needs
 MLFLOW_PARAM_LIMIT = 500  # characters per value; older mlflow servers reject longer ones
@@ -173,16 +173,16 @@ def curves(log_history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[list[flo
 UNIT_INTERVAL = re.compile(r"^eval_(\w+_)?(accuracy|f1(_micro|_macro)?)$")
 
 
-def plot_training_curves(
-    log_history: Sequence[Mapping[str, Any]], path: Path, title: str | None = None, chance: float | None = None
-) -> bool:
-    """The curves (``curves_figure``) written atomically to ``path`` (PNG); False, writing nothing, if no points."""
+def curves_png(
+    log_history: Sequence[Mapping[str, Any]], title: str | None = None, chance: float | None = None
+) -> bytes | None:
+    """The curves (``curves_figure``) as a PNG's bytes, for the run directory to write; None if there are no points."""
     fig = curves_figure(log_history, title, chance)
     if fig is None:
-        return False
-    with atomic_file(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=100)
-    return True
+        return None
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=100)
+    return image.getvalue()
 
 
 def curves_figure(log_history: Sequence[Mapping[str, Any]], title: str | None = None, chance: float | None = None):

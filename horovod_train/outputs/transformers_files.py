@@ -1,6 +1,7 @@
 """The files transformers' tools read at the end of a run: ``all_results.json``, ``train_results.json``,
 ``eval_results.json``, ``trainer_state.json`` (with ``log_history``), run_glue's ``predict_results*.txt`` and the
-model card (``README.md``, as the Trainer's ``create_model_card`` writes it).
+model card (``README.md``, as the Trainer's ``create_model_card`` writes it), rendered here by name for the run
+directory to write (RunDirectory.write_outputs).
 
 No ``training_args.bin``: transformers' ``TrainingArguments`` resolves its device when it is built (accelerate's
 ``PartialState``, which joins a job from the launcher's variables), which rank 0 alone cannot do at the end of a
@@ -14,30 +15,32 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from horovod_train.common.files import atomic_file, write_json_atomic
 from horovod_train.models.model import TINY_BERT
-from horovod_train.outputs.run_directory import RunDirectory, RunFiles
+from horovod_train.outputs.run_directory import RunFiles
 from horovod_train.tasks.base import TaskShape
 
 
-def write_results(run_dir: RunDirectory, results: dict[str, Any], train_metrics: dict[str, Any], state: dict) -> None:
-    epoch, path = {"epoch": state["epoch"]}, run_dir.path
+def results_files(results: dict[str, Any], train_metrics: dict[str, Any], state: dict) -> dict[str, dict]:
+    """transformers' results files and trainer state (JSON objects) by name, in the order they are written:
+    all_results.json last (it marks a finished run)."""
+    epoch = {"epoch": state["epoch"]}
     evals = {k: v for k, v in results.items() if k.startswith("eval_") and not k.endswith("_per_rank")}
-    write_json_atomic(path / RunFiles.TRAIN_RESULTS, {**train_metrics, **epoch})
-    write_json_atomic(path / RunFiles.EVAL_RESULTS, {**evals, **epoch})
-    write_json_atomic(path / RunFiles.TRAINER_STATE, state)
-    write_json_atomic(path / RunFiles.FINISHED, {**results, **epoch})  # last: it marks a finished run
+    return {
+        RunFiles.TRAIN_RESULTS: {**train_metrics, **epoch},
+        RunFiles.EVAL_RESULTS: {**evals, **epoch},
+        RunFiles.TRAINER_STATE: state,
+        RunFiles.FINISHED: {**results, **epoch},
+    }
 
 
-def write_predictions(
-    run_dir: RunDirectory, predictions: dict[str, list], id2label: dict[int, str], shape: TaskShape
-) -> None:
-    """run_glue's format: a header ``index\\tprediction``, then one line per example, its prediction as the
+def prediction_files(predictions: dict[str, list], id2label: dict[int, str], shape: TaskShape) -> dict[str, str]:
+    """run_glue's files, by name: a header ``index\\tprediction``, then one line per example, its prediction as the
     task's shape writes it (``shape.shown``: run_glue's and run_classification's cells)."""
+    found = {}
     for split, labels in predictions.items():
         lines = ["index\tprediction", *(f"{i}\t{shape.shown(label, id2label)}" for i, label in enumerate(labels))]
-        with atomic_file(run_dir.path / RunFiles.predictions(split)) as f:
-            f.write("\n".join(lines) + "\n")
+        found[RunFiles.predictions(split)] = "\n".join(lines) + "\n"
+    return found
 
 
 def model_card_hyperparameters(config: dict[str, Any], world_size: int) -> dict[str, Any]:
@@ -85,7 +88,7 @@ def dataset_named(config: dict[str, Any]) -> str:
     return config["dataset_name"]
 
 
-def write_model_card(run_dir: RunDirectory, config: dict[str, Any], log_history: list[dict[str, Any]], world_size: int):
+def model_card(run_name: str, config: dict[str, Any], log_history: list[dict[str, Any]], world_size: int) -> str:
     """README.md as the Trainer's create_model_card writes it (transformers' TrainingSummary): the model, what it was
     fine-tuned from, the data, the evaluation results, the hyperparameters and the results table of each
     evaluation."""
@@ -95,7 +98,7 @@ def write_model_card(run_dir: RunDirectory, config: dict[str, Any], log_history:
     base = config["model_name_or_path"]
     on_hub = base != TINY_BERT and not Path(base).exists()  # the card links a hub model; a local one has no page
     summary = TrainingSummary(
-        model_name=run_dir.run_name(config.get("run_name")),
+        model_name=run_name,
         finetuned_from=base if on_hub else None,
         tasks="text-classification",
         dataset=dataset_named(config),
@@ -105,5 +108,4 @@ def write_model_card(run_dir: RunDirectory, config: dict[str, Any], log_history:
         hyperparameters=model_card_hyperparameters(config, world_size),
         source="trainer",
     )
-    with atomic_file(run_dir.path / RunFiles.MODEL_CARD) as f:
-        f.write(summary.to_model_card())
+    return summary.to_model_card()

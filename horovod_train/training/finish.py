@@ -1,6 +1,6 @@
 """The end of a run: every rank's checksum and peak memory gathered into the results, the model (written by rank 0,
-gathered a tensor at a time where the engine shards it), and the files rank 0 writes (tokenizer, predictions,
-training curves, model card, transformers' results files)."""
+gathered a tensor at a time where the engine shards it), and the files rank 0 renders for the run directory to write
+in one place (predictions, training curves, model card, transformers' results files: RunDirectory.write_outputs)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ from typing import Any
 
 import torch
 
-from horovod_train.common.files import follow_umask
 from horovod_train.config.run_config import TrainingArguments
 from horovod_train.engines.base import Engine
 from horovod_train.models import lora
 from horovod_train.outputs import transformers_files
 from horovod_train.outputs.run_directory import RunDirectory, RunFiles
-from horovod_train.outputs.trackers import plot_training_curves
+from horovod_train.outputs.trackers import curves_png
 from horovod_train.tasks.base import TaskShape
 from horovod_train.tasks.registry import chance_accuracy
 from horovod_train.training.parts import RunPlan
@@ -79,17 +78,18 @@ def trainer_state(args: TrainingArguments, run_dir: RunDirectory, plan: RunPlan,
     }
 
 
-def write_model(engine: Engine, model: torch.nn.Module, run_dir: RunDirectory, max_shard_size: int | str) -> None:
+def write_model(engine: Engine, model: torch.nn.Module, run_dir: RunDirectory, max_shard_size: int | str) -> list[str]:
     """Collective: the model users take away, in ``save_pretrained``'s layout (safetensors files of at most
     ``max_shard_size``, with an index where there are several). Where no rank holds the whole model (fsdp), each
     tensor is gathered whole, written by rank 0 and freed in turn (engines/pretrained.py); else rank 0's
-    ``save_pretrained`` writes the whole model it holds."""
+    ``save_pretrained`` writes the whole model it holds. Returns the safetensors files save_pretrained wrote, which
+    it writes 0600 whatever the umask (only what it just wrote is the run's to widen: RunDirectory.write_outputs)."""
     with run_dir.recording() if engine.is_main else contextlib.nullcontext():
         if engine.write_model_shards(model, run_dir.path, max_shard_size):
-            return
+            return []
     weights = engine.full_model_state(model)
     if not engine.is_main:
-        return
+        return []
     output_dir, model = run_dir.path, engine.unwrap(model)
     with run_dir.recording() as saved:
         if lora.is_peft(model):  # the adapter as peft saves it, and beside it the model it makes, for pipeline()
@@ -97,24 +97,23 @@ def write_model(engine: Engine, model: torch.nn.Module, run_dir: RunDirectory, m
             model = lora.merge_in_place(model)  # the model's last use
             weights = model.state_dict()
         model.save_pretrained(output_dir, state_dict=weights, max_shard_size=max_shard_size)
-    # safetensors writes 0600 whatever the umask; only what save_pretrained just wrote is the run's to widen
-    for name in sorted(saved):
-        if name.endswith(".safetensors"):
-            follow_umask(output_dir / name)
+    return [name for name in sorted(saved) if name.endswith(".safetensors")]
 
 
-def write_outputs(
-    run_dir: RunDirectory, model: torch.nn.Module, tokenizer: Any, predictions: dict[str, list], shape: TaskShape,
+def outputs(
+    run_dir: RunDirectory, model: torch.nn.Module, predictions: dict[str, list], shape: TaskShape,
     log_history: list[dict[str, Any]], results: dict[str, Any], train_metrics: dict[str, Any], state: dict,
     config: dict[str, Any],
-) -> None:  # fmt: skip
-    """Rank 0's files but the model's (write_model: before these), ``predictions`` of the test splits written as
-    the task's ``shape`` writes them; all_results.json last: it marks a finished run."""
-    output_dir = run_dir.path
-    with run_dir.recording():
-        tokenizer.save_pretrained(output_dir)
-        transformers_files.write_predictions(run_dir, predictions, model.config.id2label, shape)
-        title = f"{run_dir.run_name(config.get('run_name'))}: {results['engine']}, world size {results['world_size']}"
-        plot_training_curves(log_history, output_dir / RunFiles.TRAINING_CURVES, title, chance_accuracy(results))
-        transformers_files.write_model_card(run_dir, config, log_history, results["world_size"])
-        transformers_files.write_results(run_dir, results, train_metrics, state)
+) -> dict[str, str | bytes | dict]:  # fmt: skip
+    """Rank 0's files but the model's and the tokenizer's, rendered by name in the order they are written:
+    ``predictions`` of the test splits as the task's ``shape`` writes them, the training curves, the model card,
+    transformers' results files, all_results.json last (it marks a finished run)."""
+    name = run_dir.run_name(config.get("run_name"))
+    title = f"{name}: {results['engine']}, world size {results['world_size']}"
+    curves = curves_png(log_history, title, chance_accuracy(results))
+    return {
+        **transformers_files.prediction_files(predictions, model.config.id2label, shape),
+        **({RunFiles.TRAINING_CURVES: curves} if curves is not None else {}),
+        RunFiles.MODEL_CARD: transformers_files.model_card(name, config, log_history, results["world_size"]),
+        **transformers_files.results_files(results, train_metrics, state),
+    }

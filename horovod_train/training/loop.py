@@ -116,12 +116,13 @@ class TrainingLoop:
         position.advance(examples * engine.world_size)
         lr = self.schedule.apply(optimizer, self.policy.schedule_step(position))
         self.console.bar.update(1)
-        every = self.plan.intervals
-        if position.global_step % every.logging == 0 or self.policy.finished(position):
+        every, finishing = self.plan.intervals, self.policy.finished(position)
+        if position.global_step % every.logging == 0 or finishing:
             self.log_metrics(position, lr)
         if args.eval_strategy == "steps" and position.global_step % every.eval == 0:
             self.evaluate(position)
-        if every.save and args.save_strategy != "no" and position.global_step % every.save == 0:
+        # The step that finishes the run is saved once, by end_epoch, after the epoch's end (its evaluation, history).
+        if every.save and args.save_strategy != "no" and position.global_step % every.save == 0 and not finishing:
             self.save_checkpoint(position)
         self.policy.after_step(position)
 

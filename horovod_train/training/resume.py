@@ -8,13 +8,33 @@ from typing import Any
 
 import torch
 
-from horovod_train.common.errors import UsageError
 from horovod_train.engines.base import Engine
 from horovod_train.outputs import checkpoint as ckpt
 from horovod_train.outputs.run_directory import RunDirectory
 from horovod_train.training import amp, rng
 from horovod_train.training.progress import Console
 from horovod_train.training.rank_zero import RankZero
+
+
+def load_checkpoint(
+    rank_zero: RankZero, console: Console, run_dir: RunDirectory, spec: str, overwrite: bool,
+    compatibility: ckpt.Compatibility, best_needed: bool = False, whole: bool = True,
+) -> dict[str, Any] | None:  # fmt: skip
+    """Rank 0 reads (``read_checkpoint``) and broadcasts the checkpoint, every rank gets it or raises the same error.
+    The training state, with the model's tensors under ``tensors`` (the engine loads them into the prepared model),
+    the trainer state under ``trainer_state`` and ``in_place`` (the checkpoint is the run directory's own); None: no
+    valid checkpoint, the run starts fresh."""
+
+    def read() -> dict[str, Any] | None:
+        return read_checkpoint(spec, run_dir, overwrite, compatibility, console.warn, best_needed, whole)
+
+    resumed = rank_zero.read_for_all(read)
+    if resumed is None:
+        console.log(f"no valid checkpoint in {run_dir.path}: starting fresh")
+        return None
+    trainer_state = resumed["trainer_state"]
+    console.log(f"resumed from step {trainer_state['global_step']} (epoch {trainer_state['epoch']})")
+    return resumed
 
 
 def read_checkpoint(
@@ -31,41 +51,9 @@ def read_checkpoint(
         return None
     path, (tensors, training_state, trainer_state) = found
     compatibility.check(trainer_state["compatibility"], path, warn=warn)
-    in_place = run_dir.adopt(trainer_state, path)
-    if best_needed:
-        drop_unreadable_best(trainer_state, run_dir, warn)
+    in_place = ckpt.adopt(run_dir, trainer_state, path, warn, best_needed)
     tensors = tensors if whole else str(path.resolve())
     return {**training_state, "tensors": tensors, "trainer_state": trainer_state, "in_place": in_place}
-
-
-def drop_unreadable_best(trainer_state: dict[str, Any], run_dir: RunDirectory, warn: Callable[[str], None]) -> None:
-    """--load_best_model_at_end: a best checkpoint that cannot be read now would fail the run at its end, after
-    all the training; it is forgotten instead, with a warning, and the best is tracked from this run's evaluations."""
-    best = trainer_state.get("best_model_checkpoint")
-    if best is None:
-        return
-    try:
-        ckpt.verify_checkpoint(run_dir.resolve(best))
-    except UsageError as error:
-        warn(f"warning: the best checkpoint so far cannot be loaded at the end ({error.problem}): tracking the best "
-             "model from this run's evaluations")  # fmt: skip
-        trainer_state["best_model_checkpoint"] = trainer_state["best_metric"] = None
-
-
-def load_checkpoint(
-    rank_zero: RankZero, console: Console, run_dir: RunDirectory, read: Callable[[], Any]
-) -> dict[str, Any] | None:
-    """Rank 0 reads (``read``) and broadcasts the checkpoint, every rank gets it or raises the same error. The
-    training state, with the model's tensors under ``tensors`` (the engine loads them into the prepared model), the
-    trainer state under ``trainer_state`` and ``in_place`` (the checkpoint is the run directory's own); None: no
-    valid checkpoint, the run starts fresh."""
-    resumed = rank_zero.read_for_all(read)
-    if resumed is None:
-        console.log(f"no valid checkpoint in {run_dir.path}: starting fresh")
-        return None
-    trainer_state = resumed["trainer_state"]
-    console.log(f"resumed from step {trainer_state['global_step']} (epoch {trainer_state['epoch']})")
-    return resumed
 
 
 def restore_training_state(

@@ -140,14 +140,10 @@ class Trainer:
     def read_checkpoint(self, compatibility: ckpt.Compatibility) -> dict[str, Any] | None:
         """The checkpoint to resume from, on every rank (rank 0 reads it), or None: a fresh start."""
         args = self.args
-
-        def read() -> dict[str, Any] | None:
-            return resume.read_checkpoint(
-                args.resume_from_checkpoint, self.run_dir, args.overwrite_output_dir, compatibility,
-                self.console.warn, best_needed=args.load_best_model_at_end, whole=not self.engine.sharded_state,
-            )  # fmt: skip
-
-        return resume.load_checkpoint(self.rank_zero, self.console, self.run_dir, read)
+        return resume.load_checkpoint(
+            self.rank_zero, self.console, self.run_dir, args.resume_from_checkpoint, args.overwrite_output_dir,
+            compatibility, best_needed=args.load_best_model_at_end, whole=not self.engine.sharded_state,
+        )  # fmt: skip
 
     def write_run_config(self, fresh: bool) -> None:
         self.run_dir.begin(fresh)
@@ -198,10 +194,11 @@ class Trainer:
         found = finish.gather_results(engine, parts.model, parts.plan, position, evaluation, train_metrics,
                                        wall_time_s)  # fmt: skip
         predictions = loop.evaluator.predict() if self.args.do_predict else {}
-        finish.write_model(engine, parts.model, self.run_dir, self.args.max_shard_size)
+        saved = finish.write_model(engine, parts.model, self.run_dir, self.args.max_shard_size)
         if engine.is_main:
             state = finish.trainer_state(self.args, self.run_dir, parts.plan, position)
-            finish.write_outputs(self.run_dir, engine.unwrap(parts.model), parts.tokenizer, predictions,
-                                  loop.evaluator.shape, position.log_history, found, train_metrics, state,
-                                  self.config.to_dict())  # fmt: skip
+            outputs = finish.outputs(self.run_dir, engine.unwrap(parts.model), predictions, loop.evaluator.shape,
+                                     position.log_history, found, train_metrics, state,
+                                     self.config.to_dict())  # fmt: skip
+            self.run_dir.write_outputs(outputs, save=parts.tokenizer.save_pretrained, widen=saved)
         return found

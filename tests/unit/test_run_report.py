@@ -96,6 +96,15 @@ def test_the_wrote_line_names_everything_the_run_wrote_and_nothing_else(logged_r
     assert "checkpoint-2/" not in names  # rotated away
 
 
+def test_the_last_steps_checkpoint_is_saved_once_after_the_epochs_end(logged_run):
+    """--save_steps 2 of 6 steps: a save at steps 2, 4 and 6, the last one after the epoch's end (its history entry),
+    not also before it: a save numbers itself one past the newest in place, a second of checkpoint-6 would be 4."""
+    out, _ = logged_run
+    state = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())
+    assert state["save_sequence"] == 3, state["save_sequence"]
+    assert state["history"][-1]["step"] == 6
+
+
 def test_the_run_writes_a_model_card_as_the_trainer_does(logged_run):
     """README.md in the output directory, as transformers' create_model_card writes it (issue 58): the model, the
     data, the evaluation's results, the hyperparameters, a row per evaluation."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import sys
 
 import pytest
 from support.trackers import CONFIG, EVAL, TRAIN, log_all, offline_trackers
 
 from horovod_train.common.errors import UsageError
-from horovod_train.outputs.trackers import Trackers, check_report_to, plot_training_curves
+from horovod_train.outputs.trackers import Trackers, check_report_to, curves_png
 
 
 def test_tensorboard_writes_hf_style_tags(tmp_path):
@@ -65,23 +66,20 @@ def test_wandb_offline(tmp_path, monkeypatch):
     assert len(runs) == 1 and list(runs[0].glob("*.wandb")), runs
 
 
-def test_plot_training_curves(tmp_path):
+def test_curves_png(tmp_path):
     import matplotlib.image
 
     history = [{**record, "step": step} for step, record in [*TRAIN, EVAL]]
     history.append({"eval_accuracy": 0.85, "eval_loss": 0.45, "eval_runtime": 1.2, "step": 40})
-    path = tmp_path / "plots" / "training_curves.png"
-    assert plot_training_curves(history, path) is True
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    image = matplotlib.image.imread(path)
+    png = curves_png(history)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    image = matplotlib.image.imread(io.BytesIO(png))
     assert image.shape[0] > 400 and image.shape[1] > 400 and image.std() > 0.01  # 4 panels, not blank
-    assert [p.name for p in path.parent.iterdir()] == ["training_curves.png"]  # no temporary file left
 
 
 @pytest.mark.parametrize("history", [[], [{"step": 1, "epoch": 0.1}], [{"loss": 0.5}], [{"step": 2, "loss": "nan?"}]])
-def test_plot_without_points_writes_nothing(tmp_path, history):
-    assert plot_training_curves(history, tmp_path / "training_curves.png") is False
-    assert list(tmp_path.iterdir()) == []
+def test_curves_without_points_are_none(history):
+    assert curves_png(history) is None
 
 
 def test_the_curves_name_the_run_and_show_accuracy_from_0_to_1_against_chance():
