@@ -29,7 +29,6 @@ from horovod_train.training import amp
 
 if TYPE_CHECKING:
     from horovod_train.config.run_config import RunConfig
-    from horovod_train.outputs.run_directory import RunDirectory
 
 T = TypeVar("T")
 
@@ -124,8 +123,9 @@ class Engine(ABC):
         and the data is re-sharded by examples seen (elastic), so a checkpoint resumes at any world size."""
         return per_rank * self.world_size
 
-    def joins_running_job(self, run_dir: RunDirectory) -> bool:
-        """True for a worker added to a running job (elastic), which must leave ``run_dir`` as it is."""
+    def joins_running_job(self, recorded: dict[str, Any]) -> bool:
+        """True for a worker added to a running job (elastic), which must leave the run directory as it is;
+        ``recorded``: the configuration the run directory holds ({} where none: RunDirectory.read_config)."""
         return False
 
     def unwrap(self, model: nn.Module) -> nn.Module:

@@ -74,7 +74,8 @@ class Trainer:
         rng.seed_everything(args.seed)
         # A worker added to a running job: it gets the job's state when it joins (the others are training,
         # so its setup takes part in no collective, and it loads no checkpoint) and writes nothing.
-        self.rank_zero = RankZero(engine, joining=engine.joins_running_job(self.run_dir))
+        recorded = self.run_dir.read_config()  # an elastic worker added later recognises its job's by it
+        self.rank_zero = RankZero(engine, joining=engine.joins_running_job(recorded))
         # Locked before it is judged (a second job hears "in use"), and judged before anything is read.
         self.rank_zero.first(lambda: self.run_dir.claim(args.overwrite_output_dir, args.resume_from_checkpoint))
         self.parts, resumed = self.build_parts()

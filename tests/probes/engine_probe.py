@@ -147,7 +147,7 @@ def probe(engine, out: Path) -> dict:
     report["state"] = model_state(engine, model, optimizer)
     report["evaluated_unevenly"] = evaluate_unevenly(engine, model)
     report["default_policy"] = type(engine.policy(model, optimizer, None, 100)) is RunPolicy
-    report["joins_running_job"] = engine.joins_running_job(RunDirectory(out))
+    report["joins_running_job"] = engine.joins_running_job(RunDirectory(out).read_config())
     return report
 
 

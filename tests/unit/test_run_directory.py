@@ -290,12 +290,12 @@ def test_an_elastic_worker_recognises_its_job_by_the_configuration_the_run_wrote
     monkeypatch.setenv("HOROVOD_GLOO_RENDEZVOUS_ADDR", "10.0.0.1")
     monkeypatch.setenv("HOROVOD_GLOO_RENDEZVOUS_PORT", "4242")
     run_dir = outdir.RunDirectory(tmp_path / "run")
-    assert not elastic.joins_running_job(run_dir)
+    assert not elastic.joins_running_job(run_dir.read_config())
     run_dir.begin(fresh=True)
     run_dir.write_config({"launch_id": elastic.launch_id(), "engine": "horovod"})
-    assert elastic.joins_running_job(outdir.RunDirectory(tmp_path / "run"))
+    assert elastic.joins_running_job(outdir.RunDirectory(tmp_path / "run").read_config())
     monkeypatch.setenv("HOROVOD_GLOO_RENDEZVOUS_PORT", "4243")  # the next horovodrun on that directory
-    assert not elastic.joins_running_job(outdir.RunDirectory(tmp_path / "run"))
+    assert not elastic.joins_running_job(outdir.RunDirectory(tmp_path / "run").read_config())
 
 
 def test_a_resume_in_place_widens_and_names_only_what_it_wrote(tmp_path, runs, capsys):

@@ -22,7 +22,7 @@ from horovod_train.engines.policy import RunPolicy
 from horovod_train.training.position import TrainingPosition
 
 if TYPE_CHECKING:
-    from horovod_train.outputs.run_directory import RunDirectory
+    pass
 
 T = TypeVar("T")
 
@@ -141,7 +141,8 @@ def launch_id() -> str | None:
     return f"{addr}:{port}" if addr and port else None
 
 
-def joins_running_job(run_dir: RunDirectory) -> bool:
-    """True for a worker that an elastic job adds later: the run directory's configuration is its job's."""
+def joins_running_job(recorded: dict[str, Any]) -> bool:
+    """True for a worker that an elastic job adds later: the configuration its run directory recorded
+    (``recorded``, {} where none) is its job's."""
     current = launch_id()
-    return current is not None and run_dir.read_config().get("launch_id") == current
+    return current is not None and recorded.get("launch_id") == current

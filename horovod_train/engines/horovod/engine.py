@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # the engine rows, which config reads, import the engines
     from horovod_train.config.run_config import RunConfig
 
 if TYPE_CHECKING:
-    from horovod_train.outputs.run_directory import RunDirectory
+    pass
 
 
 class HorovodEngine(Engine):
@@ -86,8 +86,8 @@ class HorovodEngine(Engine):
     def step_examples(self, per_rank: int) -> int | None:
         return None if self.options.elastic else super().step_examples(per_rank)
 
-    def joins_running_job(self, run_dir: RunDirectory) -> bool:
-        return self.options.elastic and elastic.joins_running_job(run_dir)
+    def joins_running_job(self, recorded: dict[str, Any]) -> bool:
+        return self.options.elastic and elastic.joins_running_job(recorded)
 
     @property
     def collective_setup(self) -> bool:
