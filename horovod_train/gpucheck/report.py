@@ -16,6 +16,7 @@ from horovod_train.engines.specs import reference_engine
 from horovod_train.gpucheck.runner import Context, Step
 
 TARGETS = {"samples_per_second": 6000.0, "mfu": 0.35, "horovod_vs_plain": 0.97}
+TARGETS_MODELS = ("bert-base-cased", "tiny-bert")  # the targets are BERT-base's (tiny-bert's in a dry run)
 # What each path of the GPU code needs to have run, and the steps that run it on one GPU.
 PATHS = [
     ("NCCL through Horovod: allreduce, allgather, broadcast of CUDA tensors at np=1", ("hvd_collectives",)),
@@ -28,6 +29,8 @@ PATHS = [
     ("BERT-base bf16 throughput and MFU, Horovod np=1 against plain", ("bench_b128", "bench_b256")),
     ("fp16 with the GradScaler on CUDA (Horovod np=1)", ("bert_fp16",)),
     ("torch.compile (bench)", ("bench_compile_b128",)),
+    ("The padding-free step on a 0.5B decoder, bf16, beside its padded step, its loss the padded step's (bench)",
+     ("bench_decoder_b256",)),
     ("Horovod np=1 training; DataParallel with one replica", ("horovod_demo", "dp_demo")),
 ]  # fmt: skip
 NEEDS_TWO_GPUS = [
@@ -56,8 +59,9 @@ VERDICT = "a 2-GPU run is required for the NCCL all-reduce between GPUs"
 
 
 def bench_summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """The best plain configuration of the sweep, its Horovod np=1 ratio, and the issue's targets."""
-    runs = [e for e in entries if e["name"].startswith("bench") and e["status"] == "ok" and "metrics" in e]
+    """The best plain configuration of the BERT sweep, its Horovod np=1 ratio, and the issue's targets."""
+    runs = [e for e in entries if e["name"].startswith("bench") and e["status"] == "ok" and "metrics" in e
+            and e["metrics"].get("model", TARGETS_MODELS[0]) in TARGETS_MODELS]  # fmt: skip
     if not runs:
         return {}
     plain = reference_engine()
@@ -79,6 +83,20 @@ def bench_summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
             "horovod_vs_plain": ratio >= TARGETS["horovod_vs_plain"],
         },
     }
+
+
+def padding_free_summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The decoder's padding-free step against its padded one, from the first bench that passed with both."""
+    plain = reference_engine()
+    flat_name = f"{plain}/padding_free"
+    runs = [e for e in entries if e["status"] == "ok" and flat_name in e.get("metrics", {})]
+    if not runs:
+        return {}
+    metrics = runs[0]["metrics"]
+    flat, eager = metrics[flat_name], metrics[plain]
+    return {"step": runs[0]["name"], "model": metrics["model"], "vs_eager": flat["vs_single"],
+            "tokens_per_second": flat["tokens_per_second"], "eager_tokens_per_second": eager["tokens_per_second"],
+            "mfu": flat["mfu"], "loss": flat["loss"], "eager_loss": eager["loss"]}  # fmt: skip
 
 
 def paths(entries: list[dict[str, Any]], dry: bool) -> list[dict[str, str]]:
@@ -120,6 +138,7 @@ def build(ctx: Context, steps: list[Step], entries: list[dict[str, Any]], done: 
         "failed": failed,
         "ok": done and not failed,
         "bench": bench_summary(entries),
+        "padding_free": padding_free_summary(entries),
         "paths": paths(entries, ctx.dry),
         "notes": NOTES,
         "gpu_path_verified": False,  # whatever passed here: see VERDICT
@@ -146,6 +165,13 @@ def result_lines(report: dict[str, Any]) -> list[str]:
             f"best bench: {bench['best']}: {bench['samples_per_second']:.0f} samples/s, "
             f"{bench['tokens_per_second']:.0f} tokens/s, MFU {100 * bench['mfu']:.1f}%, Horovod np=1 "
             f"{'n/a' if math.isnan(ratio) else f'{ratio:.3f}x'} plain (targets: {met})"
+        )
+    flat = report["padding_free"]
+    if flat:
+        lines.append(
+            f"padding-free ({flat['step']}, {flat['model']}): {flat['vs_eager']:.3f}x the padded step's samples/s, "
+            f"{flat['tokens_per_second']:.0f} real tokens/s (padded: {flat['eager_tokens_per_second']:.0f}), MFU "
+            f"{100 * flat['mfu']:.1f}%; last loss {flat['loss']:.4f} (padded: {flat['eager_loss']:.4f})"
         )
     lines += ["", "paths of the GPU code:"]
     lines += [f"  [{p['state']}] {p['path']}" + (f" ({p['steps']})" if p["steps"] else "") for p in report["paths"]]

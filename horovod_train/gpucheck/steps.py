@@ -47,6 +47,9 @@ ESTIMATES_S = {
     "horovod_demo": 35,
     "bench_compile_b128": 180,
     "bench_shapes_b256": 360,  # not measured yet: four Inductor compiles per compiled variant (one per bucket)
+    # Not measured yet: three 0.5B contenders' 165 steps at ~120 ms (10k tokens a step, launch-bound as BERT-base's
+    # 37 ms for 12 layers), their random inits on the CPU, bench_b128's cold start (45 s).
+    "bench_decoder_b256": 150,
     "bert_bf16_ddp": 35,
     "dp_demo": 25,
     "doctor": 30,
@@ -302,21 +305,35 @@ def bench_step(ctx: Context, batch: int, compiled: bool = False) -> Step:
     return Step(name, what, cmd, seconds, check=checks.check_bench, run_dir=out, prepare=plain_without_horovod)
 
 
-def shapes_bench_step(ctx: Context, batch: int) -> Step:
-    """`bench gpu --variants` (issue 59): the single engine's step eager (padded per batch), bucketed
-    (--length_buckets 4), compiled (a graph per bucket), compiled with CUDA graphs, side by side: samples/s,
-    real and padded tokens/s, MFU on real tokens, graphs compiled, peak memory. Not in the dry plan: its tiny
-    form is tests/integration/test_bench.py's (Inductor on the CPU takes minutes)."""
-    name = f"bench_shapes_b{batch}"
+def variants_bench_step(ctx: Context, name: str, what: str, batch: int, model: str, variants: list[str]) -> Step:
+    """`bench gpu --variants` (issue 59): the reference engine's step in ``variants`` on ``model``, side by side on
+    the same batches: samples/s, real and padded tokens/s, MFU on real tokens, graphs compiled, peak memory, each
+    row's last loss. Not in the dry plan: its tiny form is tests/integration/test_bench.py's and
+    tests/unit/test_bench.py's (Inductor on the CPU takes minutes)."""
     out = ctx.details / "bench" / name
-    cmd = [ctx.python, "-m", "horovod_train", "bench", "gpu", "--bf16", "--group_by_length"]
+    cmd = [ctx.python, "-m", "horovod_train", "bench", "gpu", "--bf16", "--group_by_length", "--model", model]
     cmd += ["--engines", reference_engine()]
-    cmd += ["--steps", "50", "--warmup", "15", "--repeats", "3", "--length_buckets", "4"]
-    cmd += ["--variants", "eager", "bucketed", "compiled", "cudagraphs"]
+    cmd += ["--steps", "50", "--warmup", "15", "--repeats", "3", "--length_buckets", "4", "--variants", *variants]
     cmd += ["--peak_tflops", str(ctx.args.peak_tflops)] if ctx.args.peak_tflops else []  # else by GPU name
     cmd += ["--per_device_train_batch_size", str(batch), "--output_dir", str(out)]
-    what = f"bench gpu bf16 batch {batch}: eager, bucketed, compiled, compiled + CUDA graphs (issue 59)"
     return Step(name, what, cmd, estimate(name), check=checks.check_bench, run_dir=out)
+
+
+def shapes_bench_step(ctx: Context, batch: int) -> Step:
+    """BERT-base's step eager (padded per batch), bucketed (--length_buckets 4), compiled (a graph per bucket),
+    compiled with CUDA graphs."""
+    what = f"bench gpu bf16 batch {batch}: eager, bucketed, compiled, compiled + CUDA graphs (issue 59)"
+    variants = ["eager", "bucketed", "compiled", "cudagraphs"]
+    return variants_bench_step(ctx, f"bench_shapes_b{batch}", what, batch, "bert-base-cased", variants)
+
+
+def decoder_bench_step(ctx: Context, batch: int) -> Step:
+    """The padding-free step (issue 59) on a Llama-style 0.5B decoder: eager (padded per batch), bucketed, and the
+    examples flattened into one row, its last loss checked against eager's. Not compiled: Inductor on 24 decoder
+    layers, a graph per bucket, would take minutes more than the bench itself (BERT-base's 12: 180 s)."""
+    what = f"bench gpu decoder-0.5b bf16 batch {batch}: eager, bucketed, padding-free, loss as eager's (issue 59)"
+    variants = ["eager", "bucketed", "padding_free"]
+    return variants_bench_step(ctx, f"bench_decoder_b{batch}", what, batch, "decoder-0.5b", variants)
 
 
 def plain_without_horovod(ctx: Context, step: Step) -> None:
@@ -333,8 +350,9 @@ def plan(ctx: Context, strict: bool = True) -> list[Step]:
     bench = [bench_step(ctx, 8)] if ctx.dry else [bench_step(ctx, 128)]
     steps = [*fact_steps(ctx), builds_step(ctx), collectives_step(ctx), *bench, *equivalence_steps(ctx)]
     steps += [bert_config, bert_fp16, *later_steps(ctx, bert_bf16_ddp)]
-    # Issue 59's measurement, past the default budget (six minutes of compiles): `--steps bench_shapes_b256`.
-    steps += [] if ctx.dry else [shapes_bench_step(ctx, 256)]
+    # Issue 59's measurements, past the default budget (six minutes of compiles; the decoder's padding-free step):
+    # `--steps bench_shapes_b256,bench_decoder_b256`.
+    steps += [] if ctx.dry else [shapes_bench_step(ctx, 256), decoder_bench_step(ctx, 256)]
     if ctx.args.steps:
         known = {s.name for s in steps}
         steps = chosen(steps, [n for n in ctx.args.steps.split(",") if strict or n in known])

@@ -56,6 +56,9 @@ COMPARED = {
 }
 ZERO2 = ["--fsdp_reshard_after_forward", "false"]
 HSDP = ["--fsdp_replicate_degree", "2"]  # 4 ranks: 2 replicas x 2 shards, a 2-D mesh
+# Saves beside training (--save_async) from step STEPS // 2 on: at 3/4 (its thread writes while training goes on) and
+# at the end.
+SAVED_ASYNC = ["--save_async", "--save_strategy", "steps", "--save_steps", str(STEPS // 4)]
 
 
 WRITES_PROBE = REPO / "tests" / "probes" / "written_rows_probe.py"
@@ -72,25 +75,25 @@ def written_spans(out: Path) -> Path:
     return out.with_name(f"{out.name}.written")
 
 
-def assert_each_row_written_once(out: Path) -> None:
-    """HSDP's replicas hold the same shards, which one of them writes: every checkpoint's model file got each of its
-    tensors' bytes from exactly one rank (no span written twice, and together the whole file after its header)."""
+def assert_each_row_written_once(out: Path, steps: tuple[int, ...], in_background: bool) -> None:
+    """HSDP's replicas hold the same shards, which one of them writes: every checkpoint's model file (of the saves at
+    ``steps``) got each of its tensors' bytes from exactly one rank (no span written twice, and together the whole
+    file after its header), by the save's thread (``in_background``: --save_async) or by training's."""
     by_file: dict[str, list[list[int]]] = {}
     for record in written_spans(out).glob("rank*.json"):
         for file, spans in json.loads(record.read_text()).items():
             by_file.setdefault(file, []).extend(spans)
-    assert {Path(file).parent.name.split(".")[1] for file in by_file} == {
-        f"checkpoint-{STEPS // 2}",
-        f"checkpoint-{STEPS}",
-    }, list(by_file)
-    model = out / f"checkpoint-{STEPS // 2}" / "model.safetensors"
+    names = {Path(file).parent.name.split(".")[1] for file in by_file}
+    assert names == {f"checkpoint-{step}" for step in steps}, list(by_file)
+    model = out / f"checkpoint-{steps[0]}" / "model.safetensors"
     with model.open("rb") as f:
         tensor_bytes = model.stat().st_size - 8 - int.from_bytes(f.read(8), "little")
     for file, spans in by_file.items():
         spans.sort()
         twice = [(a, b) for a, b in zip(spans, spans[1:], strict=False) if a[0] + a[1] > b[0]]
         assert not twice, f"{file}: {len(twice)} spans written by two ranks, e.g. {twice[:3]}"
-        assert sum(size for _, size in spans) == tensor_bytes, file
+        assert sum(size for _, size, _ in spans) == tensor_bytes, file
+        assert {bool(background) for _, _, background in spans} == {in_background}, file
 
 
 RECOMPUTED = "--gradient_checkpointing"
@@ -196,7 +199,7 @@ def test_engine_matches_single_process(case, baseline, trained, record_property)
     if case in MESHES:
         assert read_results(params.parent)["mesh"] == MESHES[case]
     if case == "fsdp-hsdp-2x2":
-        assert_each_row_written_once(params.parent)
+        assert_each_row_written_once(params.parent, (STEPS // 2, STEPS), in_background=False)
     message = (
         f"{case} vs single (batch {2 * B}): max-abs parameter difference {difference:.3e} in {name} "
         f"({rest:.3e} over all but the attention key biases)"
@@ -240,11 +243,12 @@ def test_lora_trains_the_same_adapters_under_every_engine(case, lora_baseline, t
 # fsdp's and zero1's checkpoints are sharded (every rank wrote its part): each continues at 1 and 4 ranks under a
 # sharded engine (each rank reads its part, resharded) and under the replicated engines (which read it whole); a
 # replicated engine's whole checkpoint continues under both sharded engines. HSDP's (2-D) continues under zero1 on
-# one rank, and fsdp's (1-D) on HSDP's 2 x 2 mesh. 3 ranks: test_checkpoint_resharding. Extra arguments follow.
+# one rank, and fsdp's (1-D) on HSDP's 2 x 2 mesh, which saves beside training (SAVED_ASYNC, its rows recorded:
+# torchrun_4). 3 ranks: test_checkpoint_resharding. Extra arguments follow.
 SHARDED_SOURCES = ("fsdp", "zero1", "fsdp-hsdp-2x2")
 RESUMES = {
     "fsdp-under-ddp-on-one-rank": ("fsdp", torchrun, "ddp", 1, 2 * B),
-    "fsdp-as-hsdp-at-4": ("fsdp", torchrun, "fsdp", 4, B // 2, *HSDP),
+    "fsdp-as-hsdp-at-4": ("fsdp", torchrun_4, "fsdp", 4, B // 2, *HSDP, *SAVED_ASYNC),
     "hsdp-under-zero1-on-one-rank": ("fsdp-hsdp-2x2", torchrun, "zero1", 1, 2 * B),
     "fsdp-under-horovod": ("fsdp", horovodrun, "horovod", 2, B),
     "fsdp-under-single": ("fsdp", None, "single", 1, 2 * B),
@@ -278,6 +282,22 @@ def test_a_checkpoint_continues_under_another_engine_or_world_size(resume, basel
     difference = max(parameter_differences(baseline, out / "model.safetensors").values())
     print(f"{resume}: max-abs parameter difference to single {difference:.3e}")
     assert difference <= TOLERANCE
+    if "--save_async" in extra:
+        assert_saved_in_background(out)
+
+
+def assert_saved_in_background(out: Path) -> None:
+    """HSDP's saves beside training: each row written once, by the first replica's ranks, in the save's thread; each
+    checkpoint whole (its manifest's digests), and the last one's model the run's final model, bit for bit."""
+    from horovod_train.outputs.checkpoint import verify_checkpoint
+
+    steps = tuple(range(STEPS // 2 + STEPS // 4, STEPS + 1, STEPS // 4))
+    assert_each_row_written_once(out, steps, in_background=True)
+    for step in steps:
+        assert verify_checkpoint(out / f"checkpoint-{step}")["global_step"] == step
+    saved = load_file(out / f"checkpoint-{STEPS}" / "model.safetensors")
+    final = final_weights(out / "model.safetensors")
+    assert saved.keys() == final.keys() and all(torch.equal(saved[name], final[name]) for name in final)
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from horovod_train.cli.main import main
+from horovod_train.engines import specs
 from horovod_train.engines.horovod.options import HorovodArguments
 
 
@@ -229,13 +230,13 @@ def test_bench_train_model_size_fills_only_what_the_command_line_leaves_out():
 
 def bench_train_report(samples: dict[tuple[str, int], list[float]]) -> tuple[list[list[str]], list[str]]:
     """bench train's table rows and the lines below it for runs that measured ``samples`` (samples/s per repeat
-    of each (name, world size)), as `bench train` aggregates its launches."""
+    of each (name, world size); None: that run failed), as `bench train` aggregates its launches."""
     from horovod_train.bench.runs import train as bench_train
 
     raw = [
         {"key": f"{name}-np{world}", "name": name, "engine": name.split("-")[0], "launcher": "x", "world_size": world,
-         "ok": True, "samples_per_second": value, "tokens_per_second": value * 20, "wall_time_s": 3.0,
-         "validation_accuracy": 0.5}
+         "ok": value is not None, "samples_per_second": value, "tokens_per_second": (value or 0) * 20,
+         "wall_time_s": 3.0, "validation_accuracy": 0.5}
         for (name, world), values in samples.items() for value in values
     ]  # fmt: skip
     rows = bench_train.aggregate(raw)
@@ -285,6 +286,46 @@ def test_bench_train_flags_a_ratio_its_runs_noise_puts_on_both_sides_of_1():
         "medians of 3; wall-time speed ratio 1.000x)"
     )
     assert not [line for line in resolved if "no result" in line]
+
+
+def test_bench_train_takes_its_baseline_from_the_row_that_says_it_is_the_reference(monkeypatch):
+    """The baseline run, the efficiencies' and the ratios' divisor and its line are the reference row's (another
+    plain row made the reference here), not a name bench keeps."""
+    import dataclasses
+
+    from horovod_train.bench.runs.train import plan
+
+    single = specs.ENGINES["single"]
+    monkeypatch.setitem(specs.ENGINES, "single", dataclasses.replace(single, reference=False))
+    solo = dataclasses.replace(single, name="solo", variants=specs.plain("solo"), reference=True)
+    monkeypatch.setitem(specs.ENGINES, "solo", solo)
+    assert [(r.name, r.engine, r.launcher, r.world_size) for r in plan([2], ["ddp"])][0] == ("solo", "solo", "plain", 1)
+    body, lines = bench_train_report({("solo", 1): [1000.0], ("single", 1): [500.0], ("ddp-gloo", 2): [1500.0]})
+    assert [row[-1] for row in body] == ["1.00", "0.50", "0.75"]
+    assert lines[0].startswith("==> ddp-gloo np=2 / solo np=1 samples/s: 1.500x")
+
+
+@pytest.mark.parametrize(
+    ("samples", "why"),
+    [
+        ({("horovod-mpi", 2): [2000.0]}, "no ddp run"),
+        ({("horovod-mpi", 2): [2000.0], ("ddp-gloo", 2): [None]}, "every run of ddp-gloo failed"),
+        ({("horovod-mpi", 2): [None], ("ddp-gloo", 2): [1900.0]}, "every run of horovod-mpi failed"),
+        ({("ddp-gloo", 2): [1900.0]}, "no horovod run"),
+    ],
+    ids=["ddp-not-run", "ddp-failed", "horovod-failed", "horovod-not-run"],
+)
+def test_bench_train_says_why_the_horovod_ddp_ratio_is_missing(samples, why):
+    """The mission's line stays where one side of it was not run or failed, saying which, instead of vanishing."""
+    body, lines = bench_train_report({("single", 1): [1000.0], **samples})
+    assert lines[-1] == f"==> Horovod/DDP samples/s at np=2: no result: {why}", lines
+
+
+def test_bench_train_says_when_its_baseline_measured_nothing():
+    body, lines = bench_train_report({("single", 1): [None], ("horovod-mpi", 2): [2100.0], ("ddp-gloo", 2): [2000.0]})
+    assert [row[-1] for row in body] == ["nan", "nan", "nan"]
+    assert lines[0] == "? no single np=1 run measured: no efficiency or ratio to it (see its log)"
+    assert lines[-1].startswith("==> Horovod/DDP samples/s at np=2: 1.050x, horovod-mpi vs ddp-gloo")
 
 
 def _allreduce_rows(framework: str, latency_us: float, gbps: float, **settings) -> list[dict]:

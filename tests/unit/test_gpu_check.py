@@ -65,6 +65,99 @@ def test_the_step_shapes_bench_is_planned_past_the_budget_and_bench_gpu_takes_it
     assert args.length_buckets == 4 and args.per_device_train_batch_size == 256
 
 
+def test_the_decoder_bench_follows_the_step_shapes_bench_past_the_budget_and_bench_gpu_takes_it(tmp_path, monkeypatch):
+    """Issue 59's padding-free step on decoder-0.5b: planned right after bench_shapes_b256, past the default budget,
+    selected by `--steps`; its command is bench gpu's, without a compiled variant (minutes of Inductor)."""
+    from horovod_train.bench.gpu import arguments as gpu
+
+    monkeypatch.delenv("HVT_WHEELS", raising=False)
+    ctx = node_context(tmp_path)
+    rows = check.report.plan_rows(steps.plan(ctx), ctx.args.budget_s)
+    names = [r["name"] for r in rows]
+    assert names[-2:] == ["bench_shapes_b256", "bench_decoder_b256"] and not rows[-1]["within_budget"]
+    assert rows[-1]["estimate_s"] == steps.ESTIMATES_S["bench_decoder_b256"]
+    ctx.args.steps = "nvidia_smi,bench_decoder_b256"
+    assert [s.name for s in steps.plan(ctx)] == ["nvidia_smi", "bench_decoder_b256"]
+    step = steps.plan(ctx)[1]
+    parser = argparse.ArgumentParser()
+    gpu.add_arguments(parser)
+    args = parser.parse_args(step.cmd[step.cmd.index("gpu") + 1 :])
+    assert args.model == "decoder-0.5b"  # validate takes its tiny one here, without CUDA
+    gpu.validate(args)
+    assert args.precision == "bf16" and args.engines == ["single"]
+    assert args.variants == ["eager", "bucketed", "padding_free"] and args.per_device_train_batch_size == 256
+    assert step.check is checks.check_bench and step.run_dir == Path(args.output_dir)
+
+
+def tiny_decoder_bench(folder: Path) -> Step:
+    """bench gpu's real output for the decoder step's variants, on tiny-llama (fp32, a few steps)."""
+    from horovod_train.cli.main import main
+
+    sizes = ["--steps", "2", "--warmup", "1", "--repeats", "1", "--per_device_train_batch_size", "4"]
+    assert main(["bench", "gpu", "--tiny", "--model", "tiny-llama", "--engines", "single", "--variants", "eager",
+                 "bucketed", "padding_free", "--bf16", "false", *sizes, "--output_dir", str(folder)]) == 0  # fmt: skip
+    return Step("bench_decoder_b256", "the decoder bench", ["true"], 1.0, run_dir=folder)
+
+
+def rewrite_rows(step: Step, change) -> None:
+    assert step.run_dir is not None
+    path = step.run_dir / "gpu.json"
+    report = json.loads(path.read_text())
+    report["rows"] = change(report["rows"])
+    path.write_text(json.dumps(report))
+
+
+def test_the_bench_check_passes_the_decoders_rows_and_the_report_shows_its_padding_free_step(
+    tmp_path, monkeypatch, capsys
+):
+    """A real gpu.json of the decoder step's variants passes: every row there with a finite loss, padding-free's
+    eager's; the report says how padding-free did and keeps the decoder out of BERT's targets."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    ctx = node_context(tmp_path, dry_run=True)
+    step = tiny_decoder_bench(tmp_path / "bench")
+    detail, metrics = checks.check_bench(ctx, step, "")
+    flat = metrics["single/padding_free"]
+    assert set(metrics) >= {"single", "single/bucketed", "single/padding_free"} and metrics["model"] == "tiny-llama"
+    assert flat["loss_vs_eager"] <= 1e-5 and flat["tolerance"] == checks.VARIANT_LOSS_TOLERANCE
+    assert "padding_free loss" in detail and "horovod" not in detail
+    entry = {"name": step.name, "status": "ok", "seconds": 1.0, "estimate_s": 1.0, "detail": detail,
+             "metrics": metrics}  # fmt: skip
+    built = check.report.build(ctx, [step], [entry], done=True)
+    assert built["bench"] == {} and built["padding_free"]["loss"] == flat["loss"]
+    (line,) = [x for x in check.report.result_lines(built) if x.startswith("padding-free (bench_decoder_b256")]
+    assert f"last loss {flat['loss']:.4f} (padded: {metrics['single']['loss']:.4f})" in line
+    paths = {p["path"]: p["state"] for p in built["paths"]}
+    assert [state for path, state in paths.items() if "padding-free" in path] == ["ran on the CPU (dry run)"]
+
+
+def off_by(fraction: float):
+    def change(rows: list[dict]) -> list[dict]:
+        return [r | {"loss": r["loss"] * (1 + fraction)} if r["variant"] == "padding_free" else r for r in rows]
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (off_by(3 * checks.VARIANT_LOSS_TOLERANCE), r"padding_free's last loss .* is 6\.0e-02 from eager's"),
+        (lambda rows: [r for r in rows if r["variant"] != "bucketed"], r"rows missing: \['single/bucketed'\]"),
+        (lambda rows: [r | {"loss": float("nan")} if r["variant"] == "eager" else r for r in rows], "'single': nan"),
+    ],
+    ids=["padding-free-loss-off", "row-missing", "loss-not-finite"],
+)
+def test_the_bench_check_fails_a_padding_free_loss_off_eagers_a_missing_row_or_a_nan(
+    tmp_path, monkeypatch, change, message
+):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    ctx = node_context(tmp_path, dry_run=True)
+    step = tiny_decoder_bench(tmp_path / "bench")
+    checks.check_bench(ctx, step, "")  # as bench wrote it: passes
+    rewrite_rows(step, change)
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_bench(ctx, step, "")
+
+
 def test_an_engine_row_with_a_demo_gets_its_step_where_its_order_puts_it(tmp_path, monkeypatch):
     """The demos come from the rows (EngineSpec.gpu_demo): a new torchrun row's is ddp_demo but for its engine and
     its line, planned by its order among the later steps; a row without a demo has no step."""

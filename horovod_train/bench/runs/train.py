@@ -1,7 +1,8 @@
 """`horovod-train bench train`: samples/s per engine and world size on one job, through compare's launches.
 
 Every run trains the same job with the same per-rank batch (weak scaling): world size W reads W x b
-examples per step. Scaling efficiency is samples/s / (W x samples/s of the single engine at W = 1).
+examples per step. Scaling efficiency is samples/s / (W x samples/s of the reference engine at W = 1: the row
+that says it is the reference, single).
 Runs are interleaved (A B C A B C ...) over --repeats passes and the median of each is reported, so a
 load spike on a shared machine hits every engine alike. samples/s is compare's: the median over the
 run's logging intervals (start-up and evaluation fall outside most of them); wall time is the whole
@@ -17,12 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from horovod_train.bench import architectures, outputs
+from horovod_train.bench.engine_names import engine_names, reference_engine
 from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
 from horovod_train.config.run_config import RunConfig, parse_run_config
 from horovod_train.launching import compare
 from horovod_train.outputs.run_directory import RunDirectory, claimed
 
+# The mission's comparison (the Horovod/DDP ratio line); a renamed or removed engine fails here, at import.
+HOROVOD, DDP = engine_names("horovod", "ddp")
 DEFAULT_CONFIG = "demo"  # horovod_train/configs/demo.yaml, shipped in the package
 DEFAULT_MAX_STEPS = 300
 # --model_size bert-base: bert-base-cased's architecture random-initialised on the tiny tokenizer (86.3 M
@@ -77,13 +81,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def baseline_run() -> compare.Run:
+    """The reference engine's own run (its row's default variant, one process): what every run is divided by."""
+    reference = reference_engine()
+    return next(r for r in compare.supported_runs(1) if r.engine == reference and not r.variant_args)
+
+
 def plan(world_sizes: list[int], wanted: list[str] | None) -> list[compare.Run]:
-    """Every supported multi-process run at each world size, plus the single-engine baseline at 1."""
-    runs = [compare.Run("single", "single", "plain", 1)]
+    """Every supported multi-process run at each world size, plus the reference engine's baseline at 1."""
+    runs = [baseline_run()]
     for world in world_sizes:
         runs += [r for r in compare.supported_runs(world) if not r.row().fallback]
     selected = compare.select_runs(runs, wanted)
-    if not any(r.engine == "single" for r in selected):
+    if runs[0] not in selected:
         selected.insert(0, runs[0])  # the baseline of the scaling efficiency
     return selected
 
@@ -141,8 +151,10 @@ def aggregate(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def baseline(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The single process at world size 1, which the scaling efficiency and the ratios to single divide by."""
-    return next((r for r in rows if r["engine"] == "single" and r["world_size"] == 1 and r["repeats"]), None)
+    """The reference engine at world size 1, which the scaling efficiency and the ratios to it divide by; None
+    when it measured nothing."""
+    reference = reference_engine()
+    return next((r for r in rows if r["engine"] == reference and r["world_size"] == 1 and r["repeats"]), None)
 
 
 def single_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -166,26 +178,41 @@ def compared(top: dict[str, Any], bottom: dict[str, Any], ideal: float | None = 
 
 
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Horovod/DDP samples/s (and wall-time) ratios at every world size with both."""
+    """Horovod/DDP samples/s (and wall-time) ratios at every world size where either was planned; where the other
+    was not, or every run of one failed, an entry saying so (``missing``) instead of a ratio."""
     found = []
     for world in sorted({r["world_size"] for r in rows}):
-        at = [r for r in rows if r["world_size"] == world and r["repeats"]]
-        ddp = next((r for r in at if r["engine"] == "ddp"), None)
-        for hvd in (r for r in at if r["engine"] == "horovod"):
-            if ddp:
-                versus = compared(hvd, ddp)
-                found.append(
-                    {
-                        "world_size": world,
-                        "horovod": hvd["name"],
-                        "ddp": ddp["name"],
-                        "samples_per_second_ratio": versus["ratio"],
-                        "samples_per_second_range": versus["range"],
-                        "unresolved": versus["unresolved"],
-                        "wall_time_ratio": ddp["wall_time_s"] / hvd["wall_time_s"],
-                    }
-                )
+        at = [r for r in rows if r["world_size"] == world]
+        hvds, ddps = [r for r in at if r["engine"] == HOROVOD], [r for r in at if r["engine"] == DDP]
+        if not hvds and not ddps:
+            continue
+        ddp = next((r for r in ddps if r["repeats"]), None)
+        for hvd in hvds or [None]:
+            names = {"world_size": world, "horovod": hvd and hvd["name"], "ddp": ddp and ddp["name"]}
+            missing = [why for why in (lacking(HOROVOD, [hvd] if hvd else []), lacking(DDP, ddps)) if why]
+            if missing or hvd is None or ddp is None:
+                found.append({**names, "missing": "; ".join(missing)})
+                continue
+            versus = compared(hvd, ddp)
+            found.append(
+                {
+                    **names,
+                    "samples_per_second_ratio": versus["ratio"],
+                    "samples_per_second_range": versus["range"],
+                    "unresolved": versus["unresolved"],
+                    "wall_time_ratio": ddp["wall_time_s"] / hvd["wall_time_s"],
+                }
+            )
     return found
+
+
+def lacking(engine: str, runs: list[dict[str, Any]]) -> str | None:
+    """Why ``engine`` gives no side of a ratio (no run of it, or every run failed), or None."""
+    if not runs:
+        return f"no {engine} run"
+    if not any(r["repeats"] for r in runs):
+        return f"every run of {', '.join(r['name'] for r in runs)} failed"
+    return None
 
 
 def validate(namespace: argparse.Namespace) -> tuple[RunConfig, list[int]]:
@@ -274,10 +301,16 @@ def report_lines(
         for r in rows
         if (why := r.get("scaling_efficiency_unresolved"))
     ]
+    reference = reference_engine()
+    if baseline(rows) is None:
+        lines.append(f"? no {reference} np=1 run measured: no efficiency or ratio to it (see its log)")
     for r in versus_single:
         ratio, detail = shown(r["ratio"], r["range"], r["unresolved"], repeats)
-        lines.append(f"==> {r['run']} np={r['world_size']} / single np=1 samples/s: {ratio} ({detail})")
+        lines.append(f"==> {r['run']} np={r['world_size']} / {reference} np=1 samples/s: {ratio} ({detail})")
     for r in found:
+        if r.get("missing"):
+            lines.append(f"==> Horovod/DDP samples/s at np={r['world_size']}: no result: {r['missing']}")
+            continue
         ratio, detail = shown(r["samples_per_second_ratio"], r["samples_per_second_range"], r["unresolved"], repeats)
         lines.append(
             f"==> Horovod/DDP samples/s at np={r['world_size']}: {ratio}, {r['horovod']} vs {r['ddp']} "
@@ -324,7 +357,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     axes[0].set_title("samples/s (median)")
     efficiency = axes[1].barh(names, [r["scaling_efficiency"] for r in ok], color="tab:green")
     axes[1].bar_label(efficiency, fmt="%.2f", padding=2, fontsize=8)
-    axes[1].set_title("scaling efficiency vs single, np=1")
+    axes[1].set_title(f"scaling efficiency vs {reference_engine()}, np=1")
     for ax in axes:
         ax.margins(x=0.2)
     axes[0].invert_yaxis()
