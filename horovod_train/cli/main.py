@@ -15,13 +15,8 @@ from horovod_train.bench.runs import TRACE_DIR_VARIABLE
 from horovod_train.common.console import write_line
 from horovod_train.common.errors import UsageError, exit_with
 from horovod_train.config.arguments import FALSE_VALUES, TRUE_VALUES, ArgumentParser, add_dataclass_arguments
-from horovod_train.config.run_config import (
-    CONFIG_HELP,
-    RunConfig,
-    TrainingArguments,
-    parse_run_config,
-    sections,
-)
+from horovod_train.config.parsing import CONFIG_HELP, add_sections, parse_run_config
+from horovod_train.config.run_config import RunConfig, TrainingArguments
 from horovod_train.engines.joining import check_launch
 from horovod_train.launching import environment
 from horovod_train.outputs.run_directory import RunDirectory
@@ -90,8 +85,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = "Fine-tune a sequence-classification model data-parallel."
-    for section in sections().values():
-        add_dataclass_arguments(parser, section)
+    add_sections(parser)
     parser.add_argument("--config", help=CONFIG_HELP)
 
 

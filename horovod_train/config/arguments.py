@@ -67,9 +67,13 @@ class FieldType:
         return cls(get_origin(hint) or hint, optional)
 
 
-def field_types(dtype: type) -> dict[str, FieldType]:
-    hints = get_type_hints(dtype)
-    return {f.name: FieldType.of(hints[f.name]) for f in dataclasses.fields(dtype) if f.init}
+def field_types(dtype: type, choices: dict[str, tuple[str, ...]] | None = None) -> dict[str, FieldType]:
+    """Each field's type; ``choices``: the values of a text field whose values are a registry's, read by the caller
+    (--engine's: config/parsing.py), as a Literal's are."""
+    hints, choices = get_type_hints(dtype), choices or {}
+    types = {f.name: FieldType.of(hints[f.name]) for f in dataclasses.fields(dtype) if f.init}
+    return {name: dataclasses.replace(kind, choices=choices[name]) if name in choices else kind
+            for name, kind in types.items()}  # fmt: skip
 
 
 def field_default(f: dataclasses.Field) -> Any:
@@ -91,7 +95,7 @@ def _adjusted(f: dataclasses.Field, field_type: FieldType, kwargs: dict[str, Any
     if kwargs.get("action") == "store_false":  # HfArgumentParser's --no_<flag>
         return {**kwargs, "help": f"The same as --{f.name} false. (default: not given)"}
     if field_type.choices is not None:
-        del kwargs["choices"]
+        kwargs.pop("choices", None)  # a Literal's; a registry's come from add_dataclass_arguments' choices
         kwargs["metavar"] = "{" + ",".join(map(str, field_type.choices)) + "}"
     elif field_type.kind is bool:  # also an optional bool: a bare --flag is true
         kwargs.update(nargs="?", const=True, metavar="BOOL")
@@ -118,14 +122,20 @@ class _Adjusting:
 
 
 def add_dataclass_arguments(
-    parser: argparse.ArgumentParser, dtype: type, only: Iterable[str] | None = None, shown: dict[str, str] | None = None
+    parser: argparse.ArgumentParser,
+    dtype: type,
+    only: Iterable[str] | None = None,
+    shown: dict[str, str] | None = None,
+    choices: dict[str, tuple[str, ...]] | None = None,
 ) -> None:
     """``dtype``'s fields (or those named in ``only``) as arguments of any argparse parser, the way
     HfArgumentParser makes them (its own ``_add_dataclass_arguments`` needs an HfArgumentParser).
-    ``shown``: the default --help gives, where a command fills in its own (bench gpu's sizes)."""
+    ``shown``: the default --help gives, where a command fills in its own (bench gpu's sizes). ``choices``: the
+    values --help lists for a text field whose values are a registry's (field_types); its domain is checked where
+    the registry is read too."""
     title = getattr(dtype, "_argument_group_name", None)
     target = parser.add_argument_group(title) if title else parser
-    types, hints = field_types(dtype), get_type_hints(dtype)
+    types, hints = field_types(dtype, choices), get_type_hints(dtype)
     wanted = set(only) if only is not None else None
     for f in dataclasses.fields(dtype):
         if f.init and (wanted is None or f.name in wanted):

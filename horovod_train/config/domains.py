@@ -45,8 +45,8 @@ NOT_STOP_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS"
 Check = Callable[[str, Any], None]  # (argument name, value) -> None, or raises UsageError
 
 # The fixed sets, as the dataclasses' field types (HfArgumentParser lists their values in --help); those of a
-# registry are read from it: the learning-rate schedules (the engines': engines/specs.py's EngineName). An engine's
-# own sets are its options module's.
+# registry are read from it: the learning-rate schedules (the engines': their rows' names, config/parsing.py). An
+# engine's own sets are its options module's.
 Strategy = Literal["epoch", "steps", "no"]
 # transformers' --log_level: passive leaves the libraries' levels as this project sets them (errors only).
 LogLevel = Literal["passive", "debug", "info", "warning", "error", "critical"]

@@ -1,36 +1,21 @@
-"""Run configuration: dataclasses in the style of transformers' run_glue.py, parsed by transformers'
-HfArgumentParser (arguments.py), and an optional YAML/JSON ``--config`` whose keys are the same names.
+"""Run configuration: dataclasses in the style of transformers' run_glue.py, one per section of train's arguments,
+and ``RunConfig``, the run's sections together (what the engines and the training loop read).
 
-Precedence: the fields' defaults < the ``--config`` file < the command line. Each dataclass is a section
-of ``--help`` and checks itself when built (``__post_init__``: its fields' domains from domains.py, then
-the rules between them); ``RunConfig`` checks the rules between sections. The engine-only sections are
-the engine rows' options (engines/specs.py), each read by its engine alone; the flags keep one flat namespace, so
-a config file needs no section headers.
+Each dataclass is a section of ``--help`` and checks itself when built (``__post_init__``: its fields' domains from
+domains.py, then the rules between them); ``RunConfig`` checks the rules between sections. The engine-only sections
+are the engine rows' options (engines/specs.py), each read by its engine alone. This module reads no engine row (the
+engines import it): the rows' part of train's arguments (--engine's values and check, the option sections, the
+parser and --config files) is parsing.py's.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-from transformers.hf_argparser import string_to_bool
-
 from horovod_train.common.errors import UsageError
-from horovod_train.config.arguments import (
-    ArgumentParser,
-    FieldType,
-    add_dataclass_arguments,
-    field_types,
-    given,
-    unknown_names_fix,
-)
 from horovod_train.config.domains import (
     AttnImplementation,
     CompileBackend,
@@ -40,11 +25,8 @@ from horovod_train.config.domains import (
     ScheduleName,
     Strategy,
     check_section,
-    path_problem,
 )
-from horovod_train.engines.specs import DEFAULT_ENGINE, EngineName, check_engine, option_sections
 
-PACKAGED_CONFIGS = "configs"  # horovod_train/configs/<name>.yaml, found by name after any install
 # --logging_steps's default: every 50 steps, or more often where that would leave a short run's curve with a few
 # points: at least one every 2% of the run (a 75-step run logs every 2 steps).
 LOGGING_STEPS, LOGGING_SHARE = 50, 0.02
@@ -66,6 +48,11 @@ def steps_of(interval: float, total_steps: int) -> int:
     """A step interval as transformers' Trainer resolves it: a ratio in (0, 1) is that share of the run, rounded
     up."""
     return math.ceil(total_steps * interval) if 0 < interval < 1 else int(interval)
+
+
+def an_engine_rows_name(name: str, value: Any) -> None:
+    """--engine's domain is the engine rows' names (engines/specs.py spec_of), checked where the rows are read: by
+    parsing.py once the run's sections are built, and by create_engine."""
 
 
 @dataclass
@@ -246,9 +233,8 @@ class TrainingArguments:
         default="runs/train", metadata={"help": "Where the model, results, logs and checkpoints go."}
     )
     overwrite_output_dir: bool = field(default=False, metadata={"help": "Replace an earlier run in --output_dir."})
-    engine: EngineName = field(
-        default=DEFAULT_ENGINE, metadata={"help": "Data-parallel engine.", "domain": check_engine}
-    )
+    # The first row of engines/specs.py's ENGINES, the most preferred; its values are the rows' (parsing.py).
+    engine: str = field(default="horovod", metadata={"help": "Data-parallel engine.", "domain": an_engine_rows_name})
     per_device_train_batch_size: int = field(default=32, metadata={"help": "Examples per rank per micro-step."})
     per_device_eval_batch_size: int = field(default=64, metadata={"help": "Examples per rank per evaluation batch."})
     optim: OptimizerName = field(
@@ -506,9 +492,9 @@ Options = TypeVar("Options")
 @dataclass
 class RunConfig:
     """The run's arguments: the model, data and training sections, and the engines' own options, one instance of
-    each engine row's options dataclass (engines/specs.py) by its section's name, every one present (the engines
-    not running keep their defaults). Here, not a field per engine: an engine is one module and one row, and a row
-    added by a test brings its section. ``options`` reads one typed by its class."""
+    each engine row's options dataclass (engines/specs.py) by its section's name (parsing.py gives every row's, the
+    engines not running keeping their defaults). Here, not a field per engine: an engine is one module and one row,
+    and a row added by a test brings its section. ``options`` reads one typed by its class."""
 
     model: ModelArguments = field(default_factory=ModelArguments)
     data: DataArguments = field(default_factory=DataArguments)
@@ -516,8 +502,6 @@ class RunConfig:
     engine_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        given = self.engine_options
-        self.engine_options = {name: given.get(name) or kind() for name, kind in option_sections().items()}
         for section in self.sections():
             check_with = getattr(section, "check_with", None)
             if check_with:  # an engine's options' rules with the training arguments (--elastic's, --op adasum's)
@@ -528,8 +512,10 @@ class RunConfig:
                              "do nothing", f"drop --padding_free or {' and '.join(padded_by)}")  # fmt: skip
 
     def options(self, kind: type[Options]) -> Options:
-        """The run's instance of an engine's options dataclass ``kind`` (config.options(DDPArguments))."""
-        return next(section for section in self.engine_options.values() if type(section) is kind)
+        """The run's instance of an engine's options dataclass ``kind`` (config.options(DDPArguments)); its defaults
+        where the run was given none (a RunConfig built without parsing.py's sections)."""
+        given = [section for section in self.engine_options.values() if type(section) is kind]
+        return given[0] if given else kind()
 
     def sections(self) -> list[Any]:
         """Every section, in the order of --help."""
@@ -540,126 +526,8 @@ class RunConfig:
         at its start does not say whether the output directory is its job's to judge."""
         return any(getattr(section, "workers_join", False) for section in self.sections())
 
-    @classmethod
-    def from_values(cls, values: dict[str, Any]) -> RunConfig:
-        """Each section from the values named by its fields (the others keep their defaults)."""
-        built = {name: section(**{f.name: values[f.name] for f in dataclasses.fields(section) if f.name in values})
-                 for name, section in sections().items()}  # fmt: skip
-        return cls(built.pop("model"), built.pop("data"), built.pop("training"), built)
-
     def to_dict(self) -> dict[str, Any]:
         """Every argument by its flag name (the sections share one namespace), as recorded in run_config.json,
         checkpoints and trackers: a --token is never written out."""
         values = {k: v for section in self.sections() for k, v in dataclasses.asdict(section).items()}
         return {**values, "token": "<redacted>"} if values.get("token") else values
-
-
-def sections() -> dict[str, type]:
-    """The run's sections by name: model, data, training, then each engine's own (the registry as it is now)."""
-    return {"model": ModelArguments, "data": DataArguments, "training": TrainingArguments, **option_sections()}
-
-
-def run_field_types() -> dict[str, FieldType]:
-    """Every argument's type, by its flag name."""
-    return {name: kind for cls in sections().values() for name, kind in field_types(cls).items()}
-
-
-CONFIG_HELP = "YAML or JSON file (or a packaged config name: demo) of the arguments below."
-
-
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """train's arguments on another command's parser (compare, bench train)."""
-    parser.add_argument("--config", help=CONFIG_HELP)
-    for section in sections().values():
-        add_dataclass_arguments(parser, section)
-
-
-def train_parser(prog: str = "horovod-train train", **kwargs: Any) -> ArgumentParser:
-    parser = ArgumentParser(sections().values(), prog=prog, **kwargs)
-    parser.add_argument("--config", help=CONFIG_HELP)
-    return parser
-
-
-def config_path(spec: str) -> Path:
-    """A config file by path, else by the name of one shipped in the package (``demo``)."""
-    problem = path_problem(spec)
-    if problem:
-        raise UsageError(f"--config {spec[:60]}... {problem}", "pass a shorter path to --config")
-    path = Path(spec)
-    if path.is_dir():
-        raise UsageError(f"config file {spec} is a directory", "pass a YAML/JSON file (or 'demo') to --config")
-    if path.is_file():
-        return path
-    packaged = resources.files("horovod_train") / PACKAGED_CONFIGS / f"{spec}.yaml"
-    if packaged.is_file():
-        return Path(str(packaged))
-    raise UsageError(f"config file {spec} does not exist", "pass an existing YAML/JSON file (or 'demo') to --config")
-
-
-def _read_config_text(spec: str, config_file: Path) -> str:
-    try:
-        return config_file.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(
-            f"config file {spec} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})",
-            "save it as UTF-8",
-        ) from None
-    except OSError as exc:
-        raise UsageError(f"config file {spec} cannot be read ({exc.strerror})", "pass a readable file") from None
-
-
-def load_config_file(spec: str) -> dict[str, Any]:
-    config_file = config_path(spec)
-    text = _read_config_text(spec, config_file)
-    try:
-        data = json.loads(text) if config_file.suffix == ".json" else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        first_line = str(exc).splitlines()[0]
-        raise UsageError(f"config file {spec} is malformed ({first_line})", "fix its syntax") from None
-    data = data or {}
-    if not isinstance(data, dict):
-        raise UsageError(f"config file {spec} is not a mapping of argument names", "write `name: value` lines")
-    odd = [repr(key) for key in data if not isinstance(key, str)]
-    if odd:
-        raise UsageError(
-            f"config file {spec} has key(s) that are not argument names: {', '.join(odd[:5])}",
-            "use argument names from `horovod-train train --help` as keys",
-        )
-    types = run_field_types()
-    unknown = sorted(set(data) - set(types))
-    if unknown:
-        given = [(name, None if data[name] is None else str(data[name])) for name in unknown]
-        fix = unknown_names_fix(given, [f"--{name}" for name in types], "horovod-train train")
-        raise UsageError(f"unknown key(s) in {spec}: {', '.join(unknown)}", fix)
-    return {name: _coerce(name, value, types[name]) for name, value in data.items()}
-
-
-def _coerce(name: str, value: Any, field_type: FieldType) -> Any:
-    """A config file's value as the argument's type: YAML's scalars only (a list, a mapping, or true for a
-    number is refused, not turned into text or 1). A Literal's value is checked by its domain."""
-    kind, optional = field_type.kind, field_type.optional
-    if value is None:
-        if optional:
-            return None
-        raise UsageError(f"{name} must not be null", f"give {name} a value or drop it")
-    try:
-        if isinstance(value, list | dict | set | tuple) or (isinstance(value, bool) and kind is not bool):
-            raise ValueError
-        if kind is bool:
-            return string_to_bool(value if isinstance(value, bool) else str(value))
-        if kind is int and isinstance(value, float) and not value.is_integer():
-            raise ValueError
-        return kind(value)
-    except (TypeError, ValueError, OverflowError, argparse.ArgumentTypeError):
-        raise UsageError(
-            f"{name}={value!r} is not a valid {kind.__name__}", f"set {name} to a {kind.__name__}"
-        ) from None
-
-
-def parse_run_config(argv: list[str] | None = None, namespace: argparse.Namespace | None = None) -> RunConfig:
-    """Defaults < --config file < command line; every section checked as it is built."""
-    args = train_parser().parse_args(argv or []) if namespace is None else namespace
-    values = load_config_file(args.config) if args.config else {}
-    for section in sections().values():
-        values.update(given(args, section))
-    return RunConfig.from_values(values)

@@ -16,7 +16,7 @@ import importlib
 import importlib.util
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from horovod_train.common.errors import UsageError
 from horovod_train.engines.communication import Buckets, Communication, FusionCycle, PerBlock
@@ -221,16 +221,9 @@ ENGINES: dict[str, EngineSpec] = {spec.name: spec for spec in (
 )}  # fmt: skip
 
 
-DEFAULT_ENGINE = next(iter(ENGINES))  # train's --engine: the first row, the most preferred
-
-
 def names() -> list[str]:
     """The engines' names as --engine lists them (the registry as it is now: a test's row too)."""
     return sorted(ENGINES)
-
-
-# --engine's type (--help lists its values); the check is spec_of's, which reads the registry as it is when it runs.
-EngineName = Literal[tuple(names())]  # type: ignore[valid-type]
 
 
 def spec_of(name: str) -> EngineSpec:
@@ -238,11 +231,6 @@ def spec_of(name: str) -> EngineSpec:
     if name not in ENGINES:
         raise UsageError(f"unknown engine {name!r}", f"use --engine {' or '.join(names())}")
     return ENGINES[name]
-
-
-def check_engine(flag: str, value: Any) -> None:
-    """--engine's domain (domains.py's form: the argument's name and its value)."""
-    spec_of(value)
 
 
 def reference_engine() -> str:

@@ -18,7 +18,8 @@ from typing import Any
 from horovod_train.common.errors import UsageError
 from horovod_train.common.files import write_json_atomic
 from horovod_train.common.tables import format_table
-from horovod_train.config.run_config import RunConfig, add_run_arguments, parse_run_config, sections
+from horovod_train.config.parsing import add_run_arguments, parse_run_config, sections
+from horovod_train.config.run_config import RunConfig
 from horovod_train.engines.specs import ENGINES, process_group_backend
 from horovod_train.launching import Launcher, launcher
 from horovod_train.launching.base import ONE_PROCESS

@@ -147,7 +147,7 @@ def test_the_two_dry_runs_below_and_the_parsed_steps_cover_every_step_of_the_dry
 
 
 def test_the_parsed_steps_are_ddp_demo_but_for_their_engine_and_the_train_parser_takes_them(monkeypatch):
-    from horovod_train.config.run_config import parse_run_config
+    from horovod_train.config.parsing import parse_run_config
 
     monkeypatch.chdir(REPO)  # the demo config's path, as the check runs from the checkout
     plan = dry_plan(monkeypatch)

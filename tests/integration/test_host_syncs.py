@@ -11,7 +11,7 @@ from support.jobs import SMALL_JOB
 from torch.profiler import ProfilerActivity, profile
 
 from horovod_train.common.errors import UsageError
-from horovod_train.config.run_config import parse_run_config
+from horovod_train.config.parsing import parse_run_config
 from horovod_train.data.loaders import ahead_on_device
 from horovod_train.engines.single import SingleEngine
 from horovod_train.training.trainer import Trainer

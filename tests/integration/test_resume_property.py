@@ -28,7 +28,7 @@ from safetensors.torch import load_file
 from support.jobs import SMALL_JOB, assert_ok, read_results, run, torchrun
 
 from horovod_train.cli.main import quiet_libraries
-from horovod_train.config.run_config import parse_run_config
+from horovod_train.config.parsing import parse_run_config
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.engines.single import SingleEngine
 from horovod_train.outputs import checkpoint as ckpt

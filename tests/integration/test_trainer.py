@@ -9,7 +9,7 @@ import pytest
 import torch
 from support.jobs import SMALL_JOB
 
-from horovod_train.config.run_config import parse_run_config
+from horovod_train.config.parsing import parse_run_config
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.engines.single import SingleEngine
 from horovod_train.training.position import TrainingPosition

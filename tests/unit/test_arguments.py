@@ -13,14 +13,9 @@ import pytest
 from horovod_train.bench.gpu import arguments as gpu
 from horovod_train.cli.main import build_parser, hide_gpus_for_use_cpu, main, quiet_libraries
 from horovod_train.common.errors import UsageError
-from horovod_train.config.arguments import FieldType, field_types, foreign_names, option_names, unknown_name_hint
-from horovod_train.config.run_config import (
-    RunConfig,
-    StepIntervals,
-    TrainingArguments,
-    parse_run_config,
-    sections,
-)
+from horovod_train.config.arguments import foreign_names, option_names, unknown_name_hint
+from horovod_train.config.parsing import parse_run_config, run_field_types, sections
+from horovod_train.config.run_config import RunConfig, StepIntervals, TrainingArguments
 from horovod_train.engines.horovod.options import HorovodArguments
 
 CHOICE_FIELDS = {
@@ -50,12 +45,8 @@ def _help(*path: str) -> str:
     return " ".join(_subparser(*path).format_help().split())  # unwrapped
 
 
-def _field_types() -> dict[str, FieldType]:
-    return {name: kind for section in sections().values() for name, kind in field_types(section).items()}
-
-
 def test_every_fixed_set_is_a_literal_whose_values_are_its_domain(tmp_path):
-    literals = {name: kind.choices for name, kind in _field_types().items() if kind.choices is not None}
+    literals = {name: kind.choices for name, kind in run_field_types().items() if kind.choices is not None}
     assert set(literals) == CHOICE_FIELDS
     for name, choices in literals.items():
         for value in choices:  # each listed value is accepted ...

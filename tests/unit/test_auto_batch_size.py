@@ -11,7 +11,7 @@ from support.jobs import SMALL_JOB
 from support.models import model_dir
 
 from horovod_train.common.errors import UsageError
-from horovod_train.config.run_config import parse_run_config
+from horovod_train.config.parsing import parse_run_config
 from horovod_train.engines.single import SingleEngine
 from horovod_train.training.amp import Precision
 from horovod_train.training.step import halve_until_fits, try_step

@@ -8,7 +8,7 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification
 from transformers.trainer_pt_utils import LabelSmoother
 
-from horovod_train.config.run_config import parse_run_config
+from horovod_train.config.parsing import parse_run_config
 from horovod_train.engines.dp import LossPerReplica
 from horovod_train.outputs.run_directory import RunDirectory
 from horovod_train.tasks.single_label import SingleLabel, training_loss

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from horovod_train.common.errors import UsageError
-from horovod_train.config.run_config import parse_run_config
-from horovod_train.engines import available_engines, create_engine
+from horovod_train.config.parsing import parse_run_config
+from horovod_train.config.run_config import TrainingArguments
+from horovod_train.engines import available_engines, create_engine, specs
 
 
 def test_defaults_are_the_embedded_job():
@@ -90,6 +91,15 @@ def test_unknown_engine_is_refused_with_the_choices():
     config.training.engine = "nope"  # set after parsing: create_engine refuses it too
     with pytest.raises(UsageError, match="unknown engine 'nope'.*horovod"):
         create_engine(config)
+
+
+def test_trains_default_engine_is_the_first_row_and_a_config_file_is_checked_like_the_command_line(tmp_path):
+    """TrainingArguments.engine's default is the one engine name written outside the rows (run_config.py reads no
+    row): the first, the most preferred. A config file's engine meets the same check as --engine's."""
+    assert TrainingArguments().engine == next(iter(specs.ENGINES)) == parse_run_config([]).training.engine
+    (tmp_path / "c.yaml").write_text("engine: nope\n")
+    with pytest.raises(UsageError, match="unknown engine 'nope'; fix: use --engine ddp or dp or fsdp or horovod"):
+        parse_run_config(["--config", str(tmp_path / "c.yaml")])
 
 
 def test_packaged_demo_config_is_found_by_name():

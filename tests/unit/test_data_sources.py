@@ -17,7 +17,8 @@ from support.data_files import DEFECTS, bad_data
 from support.data_sources import NEGATIVE, POSITIVE, sentiment_frame
 
 from horovod_train.common.errors import UsageError
-from horovod_train.config.run_config import DataArguments, parse_run_config
+from horovod_train.config.parsing import parse_run_config
+from horovod_train.config.run_config import DataArguments
 from horovod_train.data import glue
 from horovod_train.data.columns import text_columns
 from horovod_train.data.labels import label_names

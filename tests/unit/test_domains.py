@@ -18,7 +18,8 @@ from horovod_train.bench import BENCHMARKS, _module
 from horovod_train.cli.main import build_parser
 from horovod_train.common.errors import UsageError
 from horovod_train.config import domains
-from horovod_train.config.run_config import DataArguments, parse_run_config, sections
+from horovod_train.config.parsing import parse_run_config, sections
+from horovod_train.config.run_config import DataArguments
 from horovod_train.data.splits import load_raw_datasets
 from horovod_train.outputs import checkpoint
 

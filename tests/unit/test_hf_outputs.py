@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from support.jobs import SMALL_JOB, run, train_cmd
 
-from horovod_train.config.run_config import parse_run_config
+from horovod_train.config.parsing import parse_run_config
 from horovod_train.tasks.scores import METRICS, custom_classification_scores, metric_module
 
 JOB = [*SMALL_JOB, "--engine", "single", "--synthetic_num_examples", "600", "--logging_steps", "3"]

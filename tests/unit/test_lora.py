@@ -10,7 +10,7 @@ import torch
 import transformers
 
 from horovod_train.common.errors import UsageError
-from horovod_train.config.run_config import parse_run_config
+from horovod_train.config.parsing import parse_run_config
 from horovod_train.models import lora
 from horovod_train.outputs import checkpoint as ckpt
 from horovod_train.outputs.run_directory import RunDirectory

@@ -96,7 +96,7 @@ def test_the_check_before_start_counts_the_copy_only_with_save_async(monkeypatch
     refused with it."""
     from types import SimpleNamespace
 
-    from horovod_train.config.run_config import parse_run_config
+    from horovod_train.config.parsing import parse_run_config
     from horovod_train.training import build
 
     config = LlamaConfig(num_labels=3, pad_token_id=0, **{**architectures.DECODER_0_5B, "num_hidden_layers": 12})

@@ -7,7 +7,7 @@ import pytest
 import torch
 from support.model_runs import HALF, tiny_bert
 
-from horovod_train.config.run_config import parse_run_config
+from horovod_train.config.parsing import parse_run_config
 from horovod_train.data import synthetic
 from horovod_train.models.model import build_model, fit_max_seq_length
 from horovod_train.outputs.checksums import param_checksum

@@ -12,7 +12,7 @@ import transformers
 from support.jobs import SMALL_JOB
 
 from horovod_train.common.errors import UsageError
-from horovod_train.config.run_config import parse_run_config
+from horovod_train.config.parsing import parse_run_config
 from horovod_train.models import model as model_lib
 
 CONFIGURATION = """

@@ -15,7 +15,7 @@ from support.models import model_dir, texts
 from transformers import DataCollatorWithPadding
 
 from horovod_train.common.errors import UsageError
-from horovod_train.config.run_config import parse_run_config
+from horovod_train.config.parsing import parse_run_config
 from horovod_train.data.loaders import BatchWidths, FlattenedBatches, WidenedBatches
 from horovod_train.engines.single import SingleEngine
 from horovod_train.models.model import enable_padding_free

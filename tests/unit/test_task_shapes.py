@@ -17,7 +17,8 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef, mean_sq
 from support.task_data import TOPICS, write_multi_label_jsonl, write_regression_csv
 
 from horovod_train.common.errors import UsageError
-from horovod_train.config.run_config import DataArguments, parse_run_config
+from horovod_train.config.parsing import parse_run_config
+from horovod_train.config.run_config import DataArguments
 from horovod_train.data.labels import label_names, shape_of, task_line
 from horovod_train.data.loaders import collator
 from horovod_train.data.splits import load_raw_datasets

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 from transformers import BertTokenizer
 
-from horovod_train.config.run_config import parse_run_config
+from horovod_train.config.parsing import parse_run_config
 from horovod_train.data import synthetic
 from horovod_train.data.columns import text_columns
 from horovod_train.data.splits import load_raw_datasets

@@ -9,7 +9,7 @@ from support.jobs import SMALL_JOB
 from transformers import get_scheduler
 
 from horovod_train.config.domains import ADAMW_FUSED
-from horovod_train.config.run_config import parse_run_config
+from horovod_train.config.parsing import parse_run_config
 from horovod_train.engines.horovod.elastic import ElasticPolicy
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.engines.single import SingleEngine

@@ -21,7 +21,8 @@ from horovod_train.bench import architectures, outputs
 from horovod_train.bench.engine_names import engine_names, reference_engine
 from horovod_train.common.errors import UsageError
 from horovod_train.common.tables import format_table
-from horovod_train.config.run_config import RunConfig, parse_run_config
+from horovod_train.config.parsing import parse_run_config
+from horovod_train.config.run_config import RunConfig
 from horovod_train.launching import compare
 from horovod_train.outputs.run_directory import RunDirectory, claimed
 
