@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -20,9 +20,6 @@ from torch.optim import Optimizer
 
 from horovod_train.engines.policy import RunPolicy
 from horovod_train.training.position import TrainingPosition
-
-if TYPE_CHECKING:
-    pass
 
 T = TypeVar("T")
 

@@ -25,11 +25,8 @@ from horovod_train.launching import environment
 from horovod_train.launching.mpirun import Mpirun, check_mpi_world
 from horovod_train.training import amp, phases
 
-if TYPE_CHECKING:  # the engine rows, which config reads, import the engines
+if TYPE_CHECKING:  # config/parsing.py reads the engine rows, which import the engines
     from horovod_train.config.run_config import RunConfig
-
-if TYPE_CHECKING:
-    pass
 
 
 class HorovodEngine(Engine):
