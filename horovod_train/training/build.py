@@ -172,7 +172,7 @@ def check_memory(config: RunConfig, engine: Engine, tokenizer: Any, tokenized: D
     activations = peak_memory.activation_bytes(
         shape.config, args.per_device_train_batch_size, config.data.max_seq_length, args.gradient_checkpointing
     )
-    largest = max((t.numel() for t in shape.state_dict().values()), default=0)
+    largest = peak_memory.largest_tensor(shape)
     parts = spec_of(engine.name).memory.peak_bytes(
         params, trainable, engine.world_size, activations, engine.replicate_degree, largest, args.save_async
     )

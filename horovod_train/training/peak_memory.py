@@ -59,6 +59,12 @@ def activation_bytes(model_config: Any, batch: int, seq: int, gradient_checkpoin
     return batch * (kept + rest)
 
 
+def largest_tensor(model: Any) -> int:
+    """The elements of ``model``'s largest tensor (its state dict's: a meta-device model will do), the ``largest``
+    the memory parts count a save's gather by (engines/memory.py)."""
+    return max((tensor.numel() for tensor in model.state_dict().values()), default=0)
+
+
 def node_bytes(parts: dict[str, float], ranks: int) -> float:
     """``ranks`` sharing one memory, each at the peak ``parts`` (a save's gather too: fsdp's final output gathers
     each tensor on every rank)."""

@@ -24,7 +24,7 @@ from horovod_train.common.tables import format_table
 from horovod_train.config import domains
 from horovod_train.launching import compare
 from horovod_train.outputs.run_directory import RunDirectory, claimed
-from horovod_train.training.peak_memory import activation_bytes, memory_available, node_bytes
+from horovod_train.training.peak_memory import activation_bytes, largest_tensor, memory_available, node_bytes
 
 ARCHITECTURES: dict[str, Callable[[], Any]] = {
     "bert-base": lambda: architectures.bert_config("bert-base-cased"),
@@ -101,17 +101,20 @@ def build_on_meta(config: Any, mode: str, lora_r: int = 8) -> Any:
 
 def count(config: Any, mode: str, lora_r: int = 8) -> tuple[int, list[int]]:
     """(parameters, bytes of each gradient the engine all-reduces per optimizer step: the trainable ones)."""
-    model = build_on_meta(config, mode, lora_r)
+    return count_built(build_on_meta(config, mode, lora_r))
+
+
+def count_built(model: Any) -> tuple[int, list[int]]:
     params = list(model.parameters())
     return sum(p.numel() for p in params), [p.numel() * p.element_size() for p in params if p.requires_grad]
 
 
 def describe(name: str, config: Any, lora_r: int = 8) -> fit.Model:
-    params, _ = count(config, "full")
+    full = build_on_meta(config, "full")  # built once: its parameters and its largest tensor
+    params, _ = count_built(full)
     _, lora_grads = count(config, "lora", lora_r)
     trainable = sum(lora_grads) // fit.GRAD_BYTES
-    largest = max(t.numel() for t in build_on_meta(config, "full").state_dict().values())
-    return fit.Model(name, params, config.hidden_size, config.num_hidden_layers, trainable, largest)
+    return fit.Model(name, params, config.hidden_size, config.num_hidden_layers, trainable, largest_tensor(full))
 
 
 def qwen25_models(lora_r: int = 8) -> list[fit.Model]:
