@@ -185,8 +185,9 @@ class Engine(ABC):
 
     def background_write(self) -> BackgroundWrite:
         """Collective the first time: this rank's part of a save beside training (--save_async), for
-        ``save_state_shards`` to stage into; its ``start`` writes, in a thread."""
-        return BackgroundWrite()
+        ``save_state_shards`` to stage into; its ``start`` writes, in a thread. Only an engine whose state is
+        sharded saves beside training (the process-group engines': ProcessGroupEngine.background_write)."""
+        raise NotImplementedError(f"{type(self).__name__} writes its state whole, not beside training")
 
     def on_every_rank(self, work: Callable[[], T]) -> T:
         """Collective: ``work`` on every rank, its failure on any rank raised on every rank (state_io.on_every_rank)."""

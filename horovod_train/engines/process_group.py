@@ -29,6 +29,7 @@ from horovod_train.engines.ddp_options import DDPArguments
 from horovod_train.engines.mesh import ParallelDims
 from horovod_train.engines.parallelize import FullyShard, Replicate
 from horovod_train.engines.rendezvous import init_process_group
+from horovod_train.engines.state_io import BackgroundWrite
 from horovod_train.launching import environment
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ class ProcessGroupEngine(Engine):
         self.parallelism = type(self).parallelize(self, config)  # refuses what the part cannot do, before setup
         self.dims: ParallelDims | None = None
         self.mesh: DeviceMesh | None = None
+        self.background_group: dist.ProcessGroup | None = None  # --save_async's, made at its first save
 
     def setup(self) -> None:
         env = environment.detect()
@@ -153,7 +155,17 @@ class ProcessGroupEngine(Engine):
         return {**super().describe(), "launcher": self.launcher, "backend": self.backend, **mesh,
                 **self.parallelism.describe()}  # fmt: skip
 
+    def background_write(self) -> BackgroundWrite:
+        if self.background_group is None:  # collective: every rank saves at the same step
+            self.background_group = dist.new_group(backend="gloo")
+        return BackgroundWrite(self.background_group)
+
     def shutdown(self) -> None:
+        """The groups end here, their threads joined while Python is whole. destroy_process_group shuts every
+        group down, but a Gloo group's worker threads are joined only when its last reference goes: the background
+        writes' group, kept to the interpreter's teardown, was joined there (the suspect of a rank that once died
+        at exit after its last save: "terminate called without an active exception", pytorch#179291's kind)."""
         self.parallelism.release()
         if dist.is_initialized():
             dist.destroy_process_group()
+        self.background_group = None  # its last reference: its threads are joined now

@@ -334,25 +334,14 @@ def written_by(directory: Path, rank: int) -> list[Path]:
 
 
 # ---- saves beside training (--save_async) -------------------------------------------------------------------------
-_GROUPS: dict[int, Any] = {}  # id(the default group) -> the background writes' group
-
-
-def background_group() -> Any:
-    """Collective on its first call in a process group's life: the Gloo group of the background writes' collectives
-    (DCP's async_save needs one with a CPU backend; their own, as training's collectives run meanwhile)."""
-    world = id(dist.group.WORLD)
-    if world not in _GROUPS:
-        _GROUPS.clear()  # a group of an earlier (destroyed) default group
-        _GROUPS[world] = dist.new_group(backend="gloo")
-    return _GROUPS[world]
-
-
 class BackgroundWrite:
     """One rank's part of an asynchronous save: Engine.save_state_shards stages this rank's state (copies it at the
-    save's step) and ``add``s its writes; ``start`` runs them in a thread while training goes on."""
+    save's step) and ``add``s its writes; ``start`` runs them in a thread while training goes on. ``group``: the
+    Gloo process group of its collectives (DCP's async_save needs one with a CPU backend; their own, as training's
+    collectives run meanwhile), the engine's (ProcessGroupEngine.background_write)."""
 
-    def __init__(self) -> None:
-        self.group = background_group()
+    def __init__(self, group: Any) -> None:
+        self.group = group
         self.jobs: list[Callable[[], Any]] = []
 
     def add(self, job: Callable[[], Any]) -> None:

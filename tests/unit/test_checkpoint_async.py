@@ -1,10 +1,14 @@
 """A save beside training (--save_async, engines/state_io.BackgroundWrite) in one process, over a real Gloo process
 group of one rank: what is written is the state at the save's step, however training changes it meanwhile, and a
-failed write is the future's error. The multi-rank protocol (the manifest once every rank has written, a rank
-killed mid-write): tests/integration/test_checkpoint_resharding.py."""
+failed write is the future's error; the engine's shutdown ends the writes' group, its threads joined. The
+multi-rank protocol (the manifest once every rank has written, a rank killed mid-write):
+tests/integration/test_checkpoint_resharding.py."""
 
 from __future__ import annotations
 
+import gc
+import os
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,8 +16,10 @@ import pytest
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file
+from support.launch import free_port
 
-from horovod_train.engines import state_io
+from horovod_train.config.parsing import parse_run_config
+from horovod_train.engines import create_engine, state_io
 
 
 @pytest.fixture
@@ -30,7 +36,7 @@ def test_what_a_background_write_writes_is_the_state_when_it_was_staged(one_rank
     moments = {0: {"exp_avg": torch.full((4, 3), 2.0), "step": torch.tensor(7.0)}}
     staged = {name: tensor.clone() for name, tensor in weights.items()}
     staged_moment = moments[0]["exp_avg"].clone()
-    background = state_io.BackgroundWrite()
+    background = state_io.BackgroundWrite(dist.group.WORLD)
     state_io.write_model_rows(weights, tmp_path / "model.safetensors", True, lambda: None, background)
     state_io.save_optimizer_shards(moments, tmp_path / state_io.OPTIMIZER_DIR, background)
     with torch.no_grad():  # training goes on: the optimizer steps the tensors in place
@@ -45,7 +51,7 @@ def test_what_a_background_write_writes_is_the_state_when_it_was_staged(one_rank
 
 
 def test_a_failed_background_write_is_the_futures_error_and_nothing_is_completed(one_rank, tmp_path):
-    background = state_io.BackgroundWrite()
+    background = state_io.BackgroundWrite(dist.group.WORLD)
     missing = tmp_path / "gone" / "model.safetensors"  # its directory removed before the write
     background.add(lambda: state_io.write_pieces(missing, [(0, torch.zeros(2))]))
     completed = []
@@ -53,3 +59,28 @@ def test_a_failed_background_write_is_the_futures_error_and_nothing_is_completed
     with pytest.raises(FileNotFoundError):
         writing.result(timeout=60)
     assert completed == []
+
+
+def threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_the_engines_shutdown_ends_the_background_writes_group_and_joins_its_threads(monkeypatch, tmp_path):
+    """A Gloo group's worker threads are joined only when its last reference goes (destroy_process_group shuts it
+    down, no more): kept past the shutdown, they were joined at the interpreter's teardown (the suspect of a rank
+    that once died at exit after its last save). One fsdp rank, as torchrun starts it."""
+    env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port()), "TORCHELASTIC_RUN_ID": "x"}  # fmt: skip
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    engine = create_engine(parse_run_config(["--engine", "fsdp", "--output_dir", str(tmp_path / "out")]))
+    with engine.running():
+        before = threads()
+        background = engine.background_write()
+        assert engine.background_write().group is background.group  # one group for every save of the run
+        grown = threads() - before
+        group = weakref.ref(background.group)
+        del background
+    gc.collect()
+    assert grown > 0 and group() is None
+    assert threads() <= before  # its workers are gone, not waiting for the teardown
