@@ -163,9 +163,12 @@ class ProcessGroupEngine(Engine):
     def shutdown(self) -> None:
         """The groups end here, their threads joined while Python is whole. destroy_process_group shuts every
         group down, but a Gloo group's worker threads are joined only when its last reference goes: the background
-        writes' group, kept to the interpreter's teardown, was joined there (the suspect of a rank that once died
-        at exit after its last save: "terminate called without an active exception", pytorch#179291's kind)."""
+        writes' group (ours) and the mesh's (torch's DTensor caches keep the mesh), kept to the interpreter's
+        teardown, were joined there: the suspect of a rank that once died at exit after its last save ("terminate
+        called without an active exception", pytorch#179291's kind)."""
         self.parallelism.release()
         if dist.is_initialized():
             dist.destroy_process_group()
         self.background_group = None  # its last reference: its threads are joined now
+        if self.mesh is not None:  # its groups' last references (torch's private registry, where it has one)
+            getattr(self.mesh, "_pg_registry", {}).clear()
