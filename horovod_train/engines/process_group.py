@@ -157,7 +157,8 @@ class ProcessGroupEngine(Engine):
 
     def background_write(self) -> BackgroundWrite:
         if self.background_group is None:  # collective: every rank saves at the same step
-            self.background_group = dist.new_group(backend="gloo")
+            timeout = timedelta(seconds=self.training.ddp_timeout)  # a hung rank ends the write as it ends training
+            self.background_group = dist.new_group(backend="gloo", timeout=timeout)
         return BackgroundWrite(self.background_group)
 
     def shutdown(self) -> None:
