@@ -11,7 +11,10 @@ a replica, all-reduce across replicas) and DCP saves as 2-D DTensors.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
+import torch
+import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from horovod_train.common.errors import UsageError
@@ -52,12 +55,19 @@ class ParallelDims:
             )
         return cls(degree, world_size // degree)
 
-    def build(self, device_type: str) -> DeviceMesh:
-        """Collective: torch's mesh over the world's ranks."""
-        if self.replicate == 1 or self.shard == 1:
+    def build(self, device_type: str, timeout: timedelta | None = None) -> DeviceMesh:
+        """Collective: torch's mesh over the world's ranks. ``timeout`` (--ddp_timeout, the default group's): how long
+        a 2-D mesh's collectives wait for a rank (None: torch's default, 30 minutes)."""
+        if self.replicate == 1 or self.shard == 1:  # the default group, and its timeout
             return init_device_mesh(device_type, (self.world_size,), mesh_dim_names=(SHARD if self.replicate == 1
                                                                                      else REPLICATE,))  # fmt: skip
-        return init_device_mesh(device_type, (self.replicate, self.shard), mesh_dim_names=(REPLICATE, SHARD))
+        # Its groups made here, not by init_device_mesh, which gives them torch's default timeout instead of the
+        # default group's: a rank that stops answering (a hung node) held HSDP's all-gathers and all-reduces for 30
+        # minutes whatever --ddp_timeout said.
+        ranks = torch.arange(self.world_size).reshape(self.replicate, self.shard)
+        shards, _ = dist.new_subgroups_by_enumeration(ranks.tolist(), timeout=timeout)
+        replicas, _ = dist.new_subgroups_by_enumeration(ranks.T.tolist(), timeout=timeout)
+        return DeviceMesh.from_group([replicas, shards], device_type, mesh=ranks, mesh_dim_names=(REPLICATE, SHARD))
 
     def __str__(self) -> str:
         return f"{self.replicate} replicas x {self.shard} shards"

@@ -68,7 +68,7 @@ class ProcessGroupEngine(Engine):
         timeout = timedelta(seconds=self.training.ddp_timeout)
         init_process_group(env, self.backend, timeout, left_over, **options)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        self.mesh = self.dims.build(self.device.type)
+        self.mesh = self.dims.build(self.device.type, timeout)
         self.set_cpu_threads()
 
     # ---- the parallelize part ----------------------------------------------------------------------------------

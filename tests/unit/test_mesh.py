@@ -1,6 +1,7 @@
 """The mesh description (engines/mesh.py) and HSDP's option, in-process: the default replicate degree, a bad one
 refused in one line, the 2-D mesh's groups and the memory model against a real 2-D sharding (torch's fake process
-group: one process plays one rank of eight, no collective runs). HSDP's training, checkpoints and resharding run in
+group: one process plays one rank of eight, no collective runs), and the 2-D mesh's groups giving up on a hung rank
+after --ddp_timeout (4 real Gloo ranks, forked). HSDP's training, checkpoints and resharding run in
 test_engine_equivalence (its 2 x 2 case and resumes)."""
 
 from __future__ import annotations
@@ -85,3 +86,48 @@ def test_hsdp_is_a_2d_mesh_whose_replicas_are_consecutive_ranks_and_the_memory_m
     largest = max(p.numel() for p in model.parameters())  # the final output gathers one tensor at a time
     assert fsdp.save_gather_bytes(params, params, 8, replicate_degree=2, largest=largest) == 4 * 16 * 8
     assert all(isinstance(p.to_local(), torch.Tensor) and p.device_mesh is mesh for p in model.parameters())
+
+
+def hsdp_rank(rank: int, store: str, report: str) -> None:
+    """One of 4 real Gloo ranks with --ddp_timeout 2 on HSDP's 2 x 2 mesh: rank 3 hangs (alive, silent, as a stopped
+    node), rank 2 all-reduces over its shard group {2, 3} and reports how long it waited."""
+    import os
+    import time
+    from datetime import timedelta
+
+    timeout = timedelta(seconds=2)
+    dist.init_process_group("gloo", store=dist.FileStore(store, 4), rank=rank, world_size=4, timeout=timeout)
+    mesh = ParallelDims(2, 2).build("cpu", timeout)
+    if rank == 3:
+        time.sleep(120)  # ended by the test once rank 2 has reported
+    if rank == 2:
+        started = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(1), group=mesh["shard"].get_group())
+            outcome = "completed"
+        except RuntimeError as error:
+            outcome = str(error).splitlines()[0]
+        with open(report, "w") as f:
+            f.write(f"{time.monotonic() - started:.1f} {outcome}")
+    os._exit(0)  # no teardown: the hung rank would hold it
+
+
+def test_hsdp_collectives_give_up_on_a_hung_rank_after_the_ddp_timeout(tmp_path):
+    """A 2-D mesh's groups wait --ddp_timeout for a rank, as the default group does (torch's init_device_mesh gave
+    them its own 30 minutes: a hung rank held every HSDP rank that long whatever --ddp_timeout said)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")  # torch is imported already: seconds, not a start per rank
+    report = tmp_path / "rank-2"
+    ranks = [context.Process(target=hsdp_rank, args=(r, str(tmp_path / "store"), str(report))) for r in range(4)]
+    for process in ranks:
+        process.start()
+    try:
+        ranks[2].join(timeout=30)
+        assert report.exists(), "rank 2 still waits for the hung rank 3"
+        waited, outcome = report.read_text().split(" ", 1)
+        assert float(waited) < 15 and "completed" not in outcome, (waited, outcome)
+    finally:
+        for process in ranks:
+            process.kill()
+            process.join()
