@@ -41,7 +41,8 @@ class Trainer:
         if self.args.tf32 and engine.device.type == "cuda":
             amp.enable_tf32()
         self.console = Console(engine)  # rank 0's log lines; setup() starts the progress bar
-        self.run_dir = RunDirectory(self.args.output_dir)  # rank 0 claims it first in setup(): one job per directory
+        # rank 0 claims it first in setup(): one job per directory, which a fresh start empties of no input
+        self.run_dir = RunDirectory(self.args.output_dir, reads=config.model.reads())
         # What setup() sets, in its order:
         self.signals = StopSignals([])  # the --checkpoint_signals, watched from setup() on
         self.rank_zero = RankZero(engine)  # knows whether this worker joins a running job
