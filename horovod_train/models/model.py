@@ -180,6 +180,23 @@ def load_config(
     )
 
 
+def trained_label_names(model: Any, access: HubAccess = HubAccess()) -> tuple[str, ...] | None:
+    """The label names a pretrained classifier was trained with (its configuration's id2label in id order, or
+    --config_name's), whose order the run's labels take where they are the same (data/labels.in_model_order). None
+    for tiny-bert, a configuration without names of its own (LABEL_0, ...), or one that does not load (the model's
+    loading says why)."""
+    if model.model_name_or_path == TINY_BERT:
+        return None  # random init: its head has no labels yet
+    name = model.config_name or model.model_name_or_path
+    offline_unless_reachable(name)
+    try:
+        config = AutoConfig.from_pretrained(name, cache_dir=model.cache_dir, **access.kwargs())
+    except (OSError, ValueError):
+        return None
+    names = tuple(str(config.id2label[i]) for i in sorted(config.id2label))
+    return None if names == tuple(f"LABEL_{i}" for i in range(len(names))) else names
+
+
 def usable_positions(config: PreTrainedConfig) -> int | None:
     """How many tokens a sequence of this model can have: its max_position_embeddings, less the positions
     RoBERTa-like families reserve up to padding_idx (40 embeddings, pad_token_id 1: 38 tokens)."""

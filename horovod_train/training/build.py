@@ -86,10 +86,11 @@ def read_raw_data(config: RunConfig, engine: Engine) -> DatasetDict:
     """The raw splits; each node's local main rank reads first (it builds the data files' Arrow cache, which the
     other ranks then map). Bad data is refused by every rank alike: the local main rank reaches the barrier."""
     c = config
+    model_labels = model_lib.trained_label_names(c.model, hub_access(c))
 
     def read() -> DatasetDict | UsageError:
         try:
-            return load_raw_datasets(c.data, c.training.seed, c.model.cache_dir)
+            return load_raw_datasets(c.data, c.training.seed, c.model.cache_dir, model_labels)
         except UsageError as refused:
             return refused
 

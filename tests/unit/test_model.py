@@ -1,5 +1,5 @@
-"""Models saved in half precision (as many hub checkpoints are) load and train with fp32 master weights;
---max_seq_length is capped at what the model and its tokenizer take."""
+"""Models saved in half precision (as many hub checkpoints are) load and train with fp32 master weights; a
+classifier's label names keep their rows; --max_seq_length is capped at what the model and its tokenizer take."""
 
 from __future__ import annotations
 
@@ -26,6 +26,43 @@ def test_param_checksum_hashes_bfloat16_parameters() -> None:
     with torch.no_grad():
         model.classifier.bias[0] += 1
     assert param_checksum(model) != before
+
+
+# ---- a pretrained classifier's labels -----------------------------------------------------------------------------
+@pytest.mark.parametrize("labels", ["ClassLabel", "names in a file"])
+def test_a_classifiers_labels_keep_their_rows_and_ids_when_fine_tuned_further(tmp_path, cache_dir, labels):
+    """A classifier trained with its labels in another order than the data's (roberta-large-mnli's CONTRADICTION,
+    NEUTRAL, ENTAILMENT; the data's entailment first, sorted names, a ClassLabel's): the run took the data's order, so
+    its head's row 0, contradiction, was called entailment from then on (a trained one: accuracy 0.86 -> 0.27 before
+    a step). The run takes the model's order, as run_glue.py maps a dataset's labels to the model's ids: after a step
+    below float32's resolution every label's logit is the one the model gave it."""
+    import json
+
+    import transformers
+    from support.jobs import SMALL_JOB, assert_ok, train_here
+    from support.models import model_dir
+
+    order = ["CONTRADICTION", "NEUTRAL", "ENTAILMENT"]
+    source = model_dir(tmp_path, "bert", id2label=dict(enumerate(order)), label2id={n: i for i, n in enumerate(order)})
+    rows = synthetic.generate(40, seed=3)
+    data = ["--synthetic_num_examples", "40"]
+    if labels == "names in a file":
+        named = [{**r, "label": synthetic.LABEL_NAMES[r["label"]]} for r in rows]
+        (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in named))
+        data = ["--train_file", str(tmp_path / "train.jsonl")]
+    out = tmp_path / "out"
+    args = [*SMALL_JOB, *data, "--model_name_or_path", str(source), "--engine", "single", "--max_steps", "1",
+            "--learning_rate", "1e-12", "--save_strategy", "no", "--output_dir", str(out)]  # fmt: skip
+    assert_ok(train_here(cache_dir, *args))
+    before, after = (transformers.AutoModelForSequenceClassification.from_pretrained(d).eval() for d in (source, out))
+    assert list(after.config.id2label.values()) == [name.lower() for name in order]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    batch = tokenizer([r["premise"] for r in rows], [r["hypothesis"] for r in rows], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = before(**batch).logits, after(**batch).logits
+    for name in order:
+        was, now = logits[0][:, before.config.label2id[name]], logits[1][:, after.config.label2id[name.lower()]]
+        assert torch.allclose(was, now, rtol=0, atol=1e-6), name
 
 
 # ---- --max_seq_length against the model ---------------------------------------------------------------------------
