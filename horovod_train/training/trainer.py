@@ -120,6 +120,8 @@ class Trainer:
         resumed = None
         if args.resume_from_checkpoint and not self.rank_zero.joining:
             resumed = self.read_checkpoint(compatibility)
+        if resumed is None and engine.is_main:  # the model starts from the pretrained one, not a checkpoint's
+            build.warn_of_other_labels(config, tokenized, self.console.warn)
         # The engine builds the optimizer before or after wrapping (a sharded one steps its own shards).
         model, optimizer = engine.prepare(model, lambda module: build.build_optimizer(args, engine, module))
         if resumed:

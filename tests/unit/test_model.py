@@ -53,7 +53,9 @@ def test_a_classifiers_labels_keep_their_rows_and_ids_when_fine_tuned_further(tm
     out = tmp_path / "out"
     args = [*SMALL_JOB, *data, "--model_name_or_path", str(source), "--engine", "single", "--max_steps", "1",
             "--learning_rate", "1e-12", "--save_strategy", "no", "--output_dir", str(out)]  # fmt: skip
-    assert_ok(train_here(cache_dir, *args))
+    proc = train_here(cache_dir, *args)
+    assert_ok(proc)
+    assert "warning:" not in proc.stderr, proc.stderr  # the same labels: nothing to warn of
     before, after = (transformers.AutoModelForSequenceClassification.from_pretrained(d).eval() for d in (source, out))
     assert list(after.config.id2label.values()) == [name.lower() for name in order]
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
@@ -63,6 +65,35 @@ def test_a_classifiers_labels_keep_their_rows_and_ids_when_fine_tuned_further(tm
     for name in order:
         was, now = logits[0][:, before.config.label2id[name]], logits[1][:, after.config.label2id[name.lower()]]
         assert torch.allclose(was, now, rtol=0, atol=1e-6), name
+
+
+OTHER_LABELS = {
+    "another count": (["negative", "positive"], "its classification head is trained anew"),
+    "other names": (["sad", "calm", "happy"], "its head's rows are renamed in that order"),
+}
+
+
+@pytest.mark.parametrize("other", list(OTHER_LABELS))
+def test_a_classifier_trained_for_other_labels_is_said_to_lose_its_head(tmp_path, cache_dir, other):
+    """A sentiment classifier brought to NLI data (the wrong model, or label column): transformers re-initialized its
+    head (another size) or the data's names took its rows, without a word; now one line from rank 0, as run_glue.py
+    warns of labels that "don't match the dataset"."""
+    import transformers
+    from support.jobs import SMALL_JOB, assert_ok, train_here
+    from support.models import model_dir
+
+    names, what = OTHER_LABELS[other]
+    source = model_dir(tmp_path, "bert")
+    config = transformers.AutoConfig.from_pretrained(source)
+    config.id2label, config.label2id = dict(enumerate(names)), {n: i for i, n in enumerate(names)}
+    transformers.AutoModelForSequenceClassification.from_config(config).save_pretrained(source)
+    args = [*SMALL_JOB, "--synthetic_num_examples", "40", "--model_name_or_path", str(source), "--engine", "single",
+            "--max_steps", "1", "--save_strategy", "no", "--output_dir", str(tmp_path / "out")]  # fmt: skip
+    proc = train_here(cache_dir, *args)
+    assert_ok(proc)
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [f"warning: {source} was trained for the labels {', '.join(names)} but the train data's are "
+                        f"entailment, neutral, contradiction: {what}"], proc.stderr  # fmt: skip
 
 
 # ---- --max_seq_length against the model ---------------------------------------------------------------------------
