@@ -131,6 +131,11 @@ def loading_error(what: str, name: str, exc: Exception) -> UsageError:
         fix = f"pass --trust_remote_code if you trust the code {name} ships (read it first: it runs on every rank)"
     elif "gated" in message or "401" in message or "403" in message:
         fix = "pass --token (or set HF_TOKEN) of an account granted access, or download it on a login node"
+    elif (Path(name) / "adapter_config.json").is_file():  # a --use_peft run's adapter/, or peft's save_pretrained
+        fix = (
+            f"{name} holds a peft adapter, not a model: pass the model it adapts (base_model_name_or_path in its "
+            "adapter_config.json), or the merged model beside a --use_peft run's adapter/ (its output directory)"
+        )
     else:
         fix = "pass a local model directory, 'tiny-bert', or a hub name with network access"
     return offline_error(what, name, exc) or UsageError(f"cannot load {what} {name!r} ({first})", fix)

@@ -96,6 +96,21 @@ def test_a_classifier_trained_for_other_labels_is_said_to_lose_its_head(tmp_path
                         f"entailment, neutral, contradiction: {what}"], proc.stderr  # fmt: skip
 
 
+def test_a_peft_adapter_given_as_the_model_is_named_as_such(tmp_path):
+    """A --use_peft run's adapter/ (or any peft save_pretrained) as --model_name_or_path: the fix said "pass a local
+    model directory", which the user had done; it names the model the adapter adapts, or the merged one."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from horovod_train.common.errors import UsageError
+
+    bert = BertForSequenceClassification(BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                                    intermediate_size=16, vocab_size=100))  # fmt: skip
+    get_peft_model(bert, LoraConfig(r=2, target_modules=["query", "value"])).save_pretrained(tmp_path / "adapter")
+    with pytest.raises(UsageError, match="adapter holds a peft adapter, not a model: pass the model it adapts"):
+        build_model(str(tmp_path / "adapter"), 3, list(synthetic.LABEL_NAMES), vocab_size=100, seed=0)
+
+
 # ---- --max_seq_length against the model ---------------------------------------------------------------------------
 def test_max_seq_length_is_capped_at_the_models_positions_with_a_warning():
     config = parse_run_config(["--max_seq_length", "512", "--pad_to_max_length"])
