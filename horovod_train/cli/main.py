@@ -163,7 +163,8 @@ def refuse_output_dir_early(config: RunConfig) -> None:
     if launched is None or launched.world_size != 1 or config.workers_join_running_job():
         return  # None: the launcher's variables make no sense, which the engine says once it starts
     training = config.training
-    RunDirectory(training.output_dir).refuse_early(training.overwrite_output_dir, training.resume_from_checkpoint)
+    run_dir = RunDirectory(training.output_dir, reads=config.model.reads())
+    run_dir.refuse_early(training.overwrite_output_dir, training.resume_from_checkpoint)
 
 
 def warn_on_rank_0(message: str) -> None:

@@ -117,6 +117,13 @@ class ModelArguments:
     def __post_init__(self) -> None:
         check_section(self)
 
+    def reads(self) -> dict[str, str]:
+        """What the run loads the model from, by flag: a directory among them must outlive the run's start (the run
+        directory's check; a hub name or tiny-bert is no path there)."""
+        named = {"model_name_or_path": self.model_name_or_path, "config_name": self.config_name,
+                 "tokenizer_name": self.tokenizer_name}  # fmt: skip
+        return {f"--{flag}": value for flag, value in named.items() if value}
+
 
 @dataclass
 class DataArguments:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from datasets import Dataset, DatasetDict, List, Value
+from datasets import ClassLabel, Dataset, DatasetDict, List, Value
 
 from horovod_train.common.errors import UsageError
 from horovod_train.config.run_config import DataArguments
@@ -42,10 +42,13 @@ def _list_label_type(lists: list[list | None], values: list, where: str) -> str:
     )
 
 
-def resolve_label_names(train: Dataset, source: str, args: DataArguments) -> LabelNames:
-    """The task's shape (the first that claims the train data's labels) and its label names."""
+def resolve_label_names(
+    train: Dataset, source: str, args: DataArguments, model_labels: tuple[str, ...] | None = None
+) -> LabelNames:
+    """The task's shape (the first that claims the train data's labels) and its label names, in the order of
+    ``model_labels`` (the pretrained model's own, in_model_order) where they are the same names."""
     column = LabelColumn(train, LABEL_COLUMN)
-    found = registry.claiming(column, args).label_names(column, source, args)
+    found = in_model_order(registry.claiming(column, args).label_names(column, source, args), column, model_labels)
     if args.num_labels is not None and args.num_labels != len(found.names):
         raise UsageError(
             f"--num_labels {args.num_labels} but the train data has {len(found.names)} labels "
@@ -61,6 +64,22 @@ def resolve_label_names(train: Dataset, source: str, args: DataArguments) -> Lab
             "for a regression)",
         )
     return found
+
+
+def in_model_order(found: LabelNames, column: LabelColumn, model_labels: tuple[str, ...] | None) -> LabelNames:
+    """The data's label names in the order of the names a pretrained classifier was trained with (its config's
+    id2label), where they are the same names, case aside, as run_glue.py compares them: its head's rows keep their
+    meaning and its ids stay its labels'. Sorted, a file's ``positive``/``negative`` had relabelled the rows of a
+    model trained with ``positive`` first, and roberta-large-mnli's CONTRADICTION row became entailment. Names
+    only: integer labels are ids already."""
+    inner = getattr(column.feature, "feature", column.feature)  # a multi-label list's labels
+    if not model_labels or not (isinstance(inner, ClassLabel) or is_string(inner)):
+        return found
+    by_lower = {name.lower(): name for name in found.names}
+    if len(by_lower) != len(found.names) or sorted(by_lower) != sorted(name.lower() for name in model_labels):
+        return found
+    names = tuple(by_lower[name.lower()] for name in model_labels)
+    return found if names == found.names else LabelNames(names, f"{found.origin}, in the model's order", found.shape)
 
 
 def encode_labels(dataset: Dataset, where: str, labels: LabelNames, unlabelled_ok: bool) -> Dataset:

@@ -53,14 +53,17 @@ def _first(dataset: Dataset, limit: int | None) -> Dataset:
     return dataset if limit is None else dataset.select(range(min(limit, len(dataset))), keep_in_memory=True)
 
 
-def load_raw_datasets(args: DataArguments, seed: int, cache_dir: str | None = None) -> DatasetDict:
+def load_raw_datasets(
+    args: DataArguments, seed: int, cache_dir: str | None = None, model_labels: tuple[str, ...] | None = None
+) -> DatasetDict:
     """``train``; one evaluation split ``validation``, or several named ``validation_*`` (the first is the
     primary); zero or more ``test*`` splits (labels -1 where missing). Each has the text columns
-    (``text_columns``) and ``label``, a ClassLabel with the label names."""
+    (``text_columns``) and ``label``, a ClassLabel with the label names (in ``model_labels``' order where they are
+    the pretrained model's)."""
     train, evals, tests = read_sources(args, seed, cache_dir)
     text = resolve_text_columns(from_glue_columns(train, args)[0], args)
     train, source = _selected(train, "train", text, args, labelled=True)
-    labels = resolve_label_names(train, source, args)
+    labels = resolve_label_names(train, source, args, model_labels)
     train = encode_labels(train, _labels_origin("train", source, args), labels, unlabelled_ok=False)
     evals = {name: _checked_split(split, name, text, args, labels, True) for name, split in evals.items()}
     tests = {name: _checked_split(split, name, text, args, labels, False) for name, split in tests.items()}

@@ -131,6 +131,11 @@ def loading_error(what: str, name: str, exc: Exception) -> UsageError:
         fix = f"pass --trust_remote_code if you trust the code {name} ships (read it first: it runs on every rank)"
     elif "gated" in message or "401" in message or "403" in message:
         fix = "pass --token (or set HF_TOKEN) of an account granted access, or download it on a login node"
+    elif (Path(name) / "adapter_config.json").is_file():  # a --use_peft run's adapter/, or peft's save_pretrained
+        fix = (
+            f"{name} holds a peft adapter, not a model: pass the model it adapts (base_model_name_or_path in its "
+            "adapter_config.json), or the merged model beside a --use_peft run's adapter/ (its output directory)"
+        )
     else:
         fix = "pass a local model directory, 'tiny-bert', or a hub name with network access"
     return offline_error(what, name, exc) or UsageError(f"cannot load {what} {name!r} ({first})", fix)
@@ -178,6 +183,23 @@ def load_config(
     return _loaded(
         what, name, lambda: AutoConfig.from_pretrained(name, cache_dir=cache_dir, **labels, **access.kwargs())
     )
+
+
+def trained_label_names(model: Any, access: HubAccess = HubAccess()) -> tuple[str, ...] | None:
+    """The label names a pretrained classifier was trained with (its configuration's id2label in id order, or
+    --config_name's), whose order the run's labels take where they are the same (data/labels.in_model_order). None
+    for tiny-bert, a configuration without names of its own (LABEL_0, ...), or one that does not load (the model's
+    loading says why)."""
+    if model.model_name_or_path == TINY_BERT:
+        return None  # random init: its head has no labels yet
+    name = model.config_name or model.model_name_or_path
+    offline_unless_reachable(name)
+    try:
+        config = AutoConfig.from_pretrained(name, cache_dir=model.cache_dir, **access.kwargs())
+    except (OSError, ValueError):
+        return None
+    names = tuple(str(config.id2label[i]) for i in sorted(config.id2label))
+    return None if names == tuple(f"LABEL_{i}" for i in range(len(names))) else names
 
 
 def usable_positions(config: PreTrainedConfig) -> int | None:

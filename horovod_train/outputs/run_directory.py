@@ -297,9 +297,10 @@ def refuse_clashes(path: Path) -> None:
         )
 
 
-def check_fresh(path: Path, overwrite: bool, resume: str | None = None) -> None:
+def check_fresh(path: Path, overwrite: bool, resume: str | None = None, reads: dict[str, str] | None = None) -> None:
     """A fresh run may use the directory: empty, or with --overwrite_output_dir only this project's outputs.
-    ``resume``: a checkpoint of another directory, which starts the run fresh here."""
+    ``resume``: a checkpoint of another directory, which starts the run fresh here; ``reads``: the run's other inputs
+    by flag (RunDirectory's)."""
     if not entries(path):
         return
     if resume is not None and _inside(Path(resume), path):
@@ -308,6 +309,7 @@ def check_fresh(path: Path, overwrite: bool, resume: str | None = None) -> None:
             "(a run continues in place only from a checkpoint-<step> directly in it)",
             "resume from a copy of that checkpoint outside the directory, or choose another --output_dir",
         )
+    refuse_reads_inside(path, reads or {})
     refuse_foreign(path, "--overwrite_output_dir")
     if not overwrite:
         elsewhere = f" (a resume from {resume}, another directory's checkpoint, starts a new run)" if resume else ""
@@ -315,6 +317,20 @@ def check_fresh(path: Path, overwrite: bool, resume: str | None = None) -> None:
             f"--output_dir {path} already holds files of an earlier run{elsewhere}",
             "pass --overwrite_output_dir to replace them, or choose another --output_dir",
         )
+
+
+def refuse_reads_inside(path: Path, reads: dict[str, str]) -> None:
+    """A model, config or tokenizer the run reads from the directory a fresh start empties (a checkpoint of an
+    earlier run there, or its final model): the reset used to delete it once the run had loaded it, and the run's
+    run_config.json then named a path that holds the new run's files."""
+    for flag, value in reads.items():
+        read = Path(value)
+        if read.exists() and (_same_dir(read, path) or _inside(read, path)):
+            where = "is" if _same_dir(read, path) else "lies inside"
+            raise UsageError(
+                f"{flag} {value} {where} --output_dir {path}, which a fresh start empties",
+                f"copy it out of {path} and pass the copy, or choose another --output_dir",
+            )
 
 
 def reset(path: Path) -> None:
@@ -426,8 +442,10 @@ class RunDirectory:
     """One training run's ``--output_dir``. Rank 0 calls ``claim`` first thing in setup, ``begin`` once every
     input was checked, then writes only through ``file``, ``recording`` and ``checkpoint``."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, reads: dict[str, str] | None = None) -> None:
         self.path = Path(path)
+        # The run's inputs by flag (--model_name_or_path, ...): a fresh start must not empty a directory holding one.
+        self.reads = reads or {}
         self.lock = OutputDirLock(self.path)
         # The top-level names this process wrote, in order: those it recorded in the ledger, and its checkpoints.
         self.written: dict[str, None] = {}
@@ -510,13 +528,14 @@ class RunDirectory:
         if self.continues(resume):
             refuse_clashes(self.path)
         else:
-            check_fresh(self.path, overwrite, resume)
+            check_fresh(self.path, overwrite, resume, self.reads)
 
     def check_start_over(self, overwrite: bool) -> None:
         """``auto`` found no valid checkpoint here: start over only where that loses nothing (an empty
         directory, or an unfinished earlier attempt of this project) or with --overwrite_output_dir."""
         if not self.path.is_dir():
             return
+        refuse_reads_inside(self.path, self.reads)
         refuse_foreign(self.path, "starting over")
         if not overwrite and (self.path / RunFiles.FINISHED).exists():
             raise UsageError(

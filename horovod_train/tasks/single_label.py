@@ -53,13 +53,17 @@ class SingleLabel(TaskShape):
     def encode(cls, column: LabelColumn, where: str, labels: LabelNames, unlabelled_ok: bool) -> tuple[list, Any]:
         """A ClassLabel id per example (-1, no label, only where ``unlabelled_ok``)."""
         feature = column.feature
-        if isinstance(feature, ClassLabel) and tuple(feature.names) != labels.names:
+        values, textual = column.values(), is_string(feature)
+        if isinstance(feature, ClassLabel) and sorted(feature.names) == sorted(labels.names):
+            # the run's names in another order (the pretrained model's: labels.in_model_order): each id by its name
+            values, textual = [None if v is None or v < 0 else feature.int2str(v) for v in values], True
+        elif isinstance(feature, ClassLabel) and tuple(feature.names) != labels.names:
             raise UsageError(
                 f"{where} has label names ({', '.join(feature.names)}) other than the train data's "
                 f"({', '.join(labels.names)})",
                 "give every split the same ClassLabel names",
             )
-        ids = class_ids(column.values(), is_string(feature), where, labels, unlabelled_ok)
+        ids = class_ids(values, textual, where, labels, unlabelled_ok)
         return ids, ClassLabel(names=list(labels.names))
 
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,10 +87,11 @@ def read_raw_data(config: RunConfig, engine: Engine) -> DatasetDict:
     """The raw splits; each node's local main rank reads first (it builds the data files' Arrow cache, which the
     other ranks then map). Bad data is refused by every rank alike: the local main rank reaches the barrier."""
     c = config
+    model_labels = model_lib.trained_label_names(c.model, hub_access(c))
 
     def read() -> DatasetDict | UsageError:
         try:
-            return load_raw_datasets(c.data, c.training.seed, c.model.cache_dir)
+            return load_raw_datasets(c.data, c.training.seed, c.model.cache_dir, model_labels)
         except UsageError as refused:
             return refused
 
@@ -129,6 +131,20 @@ def build_model(config: RunConfig, tokenizer: Any, tokenized: DatasetDict, on_me
         on_meta=on_meta,
     )
     return finish_model(model, config)
+
+
+def warn_of_other_labels(config: RunConfig, tokenized: DatasetDict, warn: Callable[[str], None]) -> None:
+    """run_glue.py's warning where a pretrained classifier was trained for other labels than the data's (the same
+    names take its order: data/labels.in_model_order): a head of another size is trained anew (transformers
+    re-initializes it), one of the same size has its rows renamed. Silent, a user who brought the wrong model or
+    label column lost its trained head without a word."""
+    trained, names = model_lib.trained_label_names(config.model, hub_access(config)), label_names(tokenized)
+    if trained is None or sorted(n.lower() for n in trained) == sorted(n.lower() for n in names):
+        return
+    what = "its classification head is trained anew" if len(trained) != len(names) else \
+        "its head's rows are renamed in that order"  # fmt: skip
+    warn(f"warning: {config.model.model_name_or_path} was trained for the labels {', '.join(trained)} but the "
+         f"train data's are {', '.join(names)}: {what}")  # fmt: skip
 
 
 def finish_model(model: torch.nn.Module, config: RunConfig) -> torch.nn.Module:

@@ -41,7 +41,8 @@ class Trainer:
         if self.args.tf32 and engine.device.type == "cuda":
             amp.enable_tf32()
         self.console = Console(engine)  # rank 0's log lines; setup() starts the progress bar
-        self.run_dir = RunDirectory(self.args.output_dir)  # rank 0 claims it first in setup(): one job per directory
+        # rank 0 claims it first in setup(): one job per directory, which a fresh start empties of no input
+        self.run_dir = RunDirectory(self.args.output_dir, reads=config.model.reads())
         # What setup() sets, in its order:
         self.signals = StopSignals([])  # the --checkpoint_signals, watched from setup() on
         self.rank_zero = RankZero(engine)  # knows whether this worker joins a running job
@@ -119,6 +120,8 @@ class Trainer:
         resumed = None
         if args.resume_from_checkpoint and not self.rank_zero.joining:
             resumed = self.read_checkpoint(compatibility)
+        if resumed is None and engine.is_main:  # the model starts from the pretrained one, not a checkpoint's
+            build.warn_of_other_labels(config, tokenized, self.console.warn)
         # The engine builds the optimizer before or after wrapping (a sharded one steps its own shards).
         model, optimizer = engine.prepare(model, lambda module: build.build_optimizer(args, engine, module))
         if resumed:

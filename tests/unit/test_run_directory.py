@@ -240,6 +240,29 @@ def test_a_run_inside_another_runs_directory_or_checkpoint_is_refused_and_never_
     assert snapshot(a) == before
 
 
+def test_a_fresh_start_never_empties_the_directory_it_loads_its_model_from(tmp_path, runs, capsys):
+    """Fine-tuning further from a run's checkpoint (or its final model) into that run's own directory: the reset
+    deleted the model the run had just loaded, and run_config.json named a path that then held the new run's files.
+    Refused with one line, nothing touched; `auto` starting over there (no checkpoint left to resume) too."""
+    a = tmp_path / "A"
+    shutil.copytree(runs["src"], a)
+    before = snapshot(a)
+    capsys.readouterr()
+    further = ["--max_steps", "2", "--save_steps", "2", "--overwrite_output_dir"]
+    for model, where in ((a / "checkpoint-2", "lies inside"), (a, "is")):
+        assert train(a, *further, "--model_name_or_path", str(model)) == 2
+        one_error_line(capsys, f"--model_name_or_path {model} {where} --output_dir {a}, which a fresh start empties")
+    assert train(a, *further, "--tokenizer_name", str(a / "checkpoint-4")) == 2
+    one_error_line(capsys, f"--tokenizer_name {a / 'checkpoint-4'} lies inside --output_dir {a}")
+    assert snapshot(a) == before
+    for checkpoint in a.glob("checkpoint-*"):  # a finished run that kept no checkpoint: `auto` starts over
+        shutil.rmtree(checkpoint)
+    before = snapshot(a)
+    assert train(a, *further, "--model_name_or_path", str(a), "--resume_from_checkpoint", "auto") == 2
+    one_error_line(capsys, f"--model_name_or_path {a} is --output_dir {a}, which a fresh start empties")
+    assert snapshot(a) == before
+
+
 def test_rotation_and_reset_remove_a_checkpoint_only_when_it_holds_nothing_its_manifest_does_not_list(tmp_path, runs):
     """A user's file put into a checkpoint since it was written: the checkpoint is left whole."""
     out = tmp_path / "run"
