@@ -85,3 +85,46 @@ def test_the_engines_shutdown_ends_the_background_writes_group_and_joins_its_thr
     gc.collect()
     assert grown > 0 and group() is None
     assert threads() <= min(before, started)  # every group's workers are gone, not waiting for the teardown
+
+
+def background_rank(rank: int, store: str, report: str) -> None:
+    """One of 2 real Gloo ranks of an fsdp engine with --ddp_timeout 2: rank 1 hangs (alive, silent, as a stopped
+    node), rank 0 gathers over the background writes' group and reports how long it waited."""
+    import time
+    from datetime import timedelta
+
+    dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2,
+                            timeout=timedelta(seconds=2))  # fmt: skip
+    engine = create_engine(parse_run_config(["--engine", "fsdp", "--ddp_timeout", "2"]))
+    background = engine.background_write()
+    if rank == 1:
+        time.sleep(120)  # ended by the test once rank 0 has reported
+    started = time.monotonic()
+    try:
+        background.gather("digests")
+        outcome = "completed"
+    except RuntimeError as error:
+        outcome = str(error).splitlines()[0]
+    Path(report).write_text(f"{time.monotonic() - started:.1f} {outcome}")
+    os._exit(0)  # no teardown: the hung rank would hold it
+
+
+def test_a_background_write_gives_up_on_a_hung_rank_after_the_ddp_timeout(tmp_path):
+    """The background writes' group waits --ddp_timeout for a rank, as the default group does (it had torch's own
+    30 minutes: a write beside training held a rank that long whatever --ddp_timeout said)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")  # torch is imported already: seconds, not a start per rank
+    report = tmp_path / "rank-0"
+    ranks = [context.Process(target=background_rank, args=(r, str(tmp_path / "store"), str(report))) for r in (0, 1)]
+    for process in ranks:
+        process.start()
+    try:
+        ranks[0].join(timeout=30)
+        assert report.exists(), "rank 0 still waits for the hung rank 1"
+        waited, outcome = report.read_text().split(" ", 1)
+        assert float(waited) < 15 and "completed" not in outcome, (waited, outcome)
+    finally:
+        for process in ranks:
+            process.kill()
+            process.join()
