@@ -46,7 +46,9 @@ ESTIMATES_S = {
     "bench_b256": 30,
     "horovod_demo": 35,
     "bench_compile_b128": 180,
-    "bench_shapes_b256": 360,  # not measured yet: four Inductor compiles per compiled variant (one per bucket)
+    # Not measured yet: four Inductor compiles per compiled variant (one per bucket); 20 s of it the training loop's
+    # row (its 165 steps at ~40 ms, the loader collating 256 examples a step, and its setup).
+    "bench_shapes_b256": 380,
     # Not measured yet: three 0.5B contenders' 165 steps at ~120 ms (10k tokens a step, launch-bound as BERT-base's
     # 37 ms for 12 layers), their random inits on the CPU, bench_b128's cold start (45 s).
     "bench_decoder_b256": 150,
@@ -321,9 +323,10 @@ def variants_bench_step(ctx: Context, name: str, what: str, batch: int, model: s
 
 def shapes_bench_step(ctx: Context, batch: int) -> Step:
     """BERT-base's step eager (padded per batch), bucketed (--length_buckets 4), compiled (a graph per bucket),
-    compiled with CUDA graphs."""
-    what = f"bench gpu bf16 batch {batch}: eager, bucketed, compiled, compiled + CUDA graphs (issue 59)"
-    variants = ["eager", "bucketed", "compiled", "cudagraphs"]
+    compiled with CUDA graphs, and the bucketed step through `train`'s training loop (loop: its ratio to the bare
+    bucketed step is what the loop adds, flagged below checks.LOOP_VS_BARE_FLOOR)."""
+    what = f"bench gpu bf16 batch {batch}: eager, bucketed, compiled, compiled + CUDA graphs, train's loop (issue 59)"
+    variants = ["eager", "bucketed", "compiled", "cudagraphs", "loop"]
     return variants_bench_step(ctx, f"bench_shapes_b{batch}", what, batch, "bert-base-cased", variants)
 
 

@@ -81,6 +81,31 @@ def test_bench_gpu_times_the_padding_free_step_on_a_decoder(tmp_path, capsys, mo
     assert [line[1] for line in printed] == ["eager", "padding_free"] and printed[1][-1] == f"{flattened['loss']:.4f}"
 
 
+def test_bench_gpu_times_the_training_loop_beside_the_bare_step(tmp_path, capsys, monkeypatch):
+    """Issue 59: --variants loop runs `train`'s training loop (its loader, meter, schedule, log line) on the bucketed
+    step's examples, beside the bare bucketed step (brought along): from the same init through the same batches in
+    the same order, the loss the loop logged for its last window is the bare step's mean over it (fp32, exactly),
+    and the loop's row carries its samples/s over the bare step's."""
+    import json
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "gpu"
+    sizes = ["--steps", "2", "--warmup", "1", "--repeats", "2", "--per_device_train_batch_size", "4"]
+    assert main(["bench", "gpu", "--tiny", "--engines", "single", "--variants", "loop", "--bf16", "false", *sizes,
+                 "--output_dir", str(out)]) == 0  # fmt: skip
+    report = json.loads((out / "gpu.json").read_text())
+    rows = {r["variant"]: r for r in report["rows"]}
+    assert list(rows) == ["eager", "bucketed", "loop"] and report["args"]["variants"] == ["bucketed", "loop"]
+    bare, loop = rows["bucketed"], rows["loop"]
+    assert loop["loss"] == bare["loss"] and loop["loss"] == loop["loss"], (loop["loss"], bare["loss"])
+    assert loop["vs_bare"] == loop["samples_per_second"] / bare["samples_per_second"] > 0
+    assert bare["vs_bare"] != bare["vs_bare"]  # NaN: the ratio is the loop's row's alone
+    printed = capsys.readouterr().out
+    # The loop's own log line, once a window (warm-up, two timed windows): the loop ran, not the bare step.
+    assert [line.split()[1] for line in printed.splitlines() if line.startswith("step ")] == ["1/1", "3/3", "5/5"]
+    assert f"==> loop / bare step (bucketed) samples/s: {loop['vs_bare']:.3f}x" in printed
+
+
 def test_bench_gpu_builds_the_trainers_optimizer(monkeypatch):
     """bench gpu's optimizer is the one `train` builds (training/build.py build_optimizer, through the engine's
     prepare): AdamW over the trainer's two groups, weight decay on all but biases and LayerNorm weights, at the

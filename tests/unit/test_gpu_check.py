@@ -61,7 +61,7 @@ def test_the_step_shapes_bench_is_planned_past_the_budget_and_bench_gpu_takes_it
     gpu.add_arguments(parser)
     args = parser.parse_args(step.cmd[step.cmd.index("gpu") + 1 :])
     gpu.validate(args)
-    assert args.variants == ["eager", "bucketed", "compiled", "cudagraphs"] and args.engines == ["single"]
+    assert args.variants == ["eager", "bucketed", "compiled", "cudagraphs", "loop"] and args.engines == ["single"]
     assert args.length_buckets == 4 and args.per_device_train_batch_size == 256
 
 
@@ -155,6 +155,46 @@ def test_the_bench_check_fails_a_padding_free_loss_off_eagers_a_missing_row_or_a
     checks.check_bench(ctx, step, "")  # as bench wrote it: passes
     rewrite_rows(step, change)
     with pytest.raises(CheckFailed, match=message):
+        checks.check_bench(ctx, step, "")
+
+
+def tiny_loop_bench(folder: Path) -> Step:
+    """bench gpu's real output for the loop beside the bare bucketed step, on tiny-bert (fp32, a few steps)."""
+    from horovod_train.cli.main import main
+
+    sizes = ["--steps", "2", "--warmup", "1", "--repeats", "1", "--per_device_train_batch_size", "4"]
+    assert main(["bench", "gpu", "--tiny", "--engines", "single", "--variants", "bucketed", "loop", "--bf16", "false",
+                 *sizes, "--output_dir", str(folder)]) == 0  # fmt: skip
+    return Step("bench_shapes_b256", "the step shapes bench", ["true"], 1.0, run_dir=folder)
+
+
+def test_the_bench_check_records_the_loops_ratio_to_the_bare_step_and_flags_it_below_the_floor(tmp_path, monkeypatch):
+    """Issue 59's `train` within 5% of the bench: a real gpu.json with the loop's row passes with its samples/s over
+    the bare bucketed step's recorded; a ratio under checks.LOOP_VS_BARE_FLOOR is flagged, not failed; the loop's
+    row missing, or its loss not finite, fails."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    ctx = node_context(tmp_path, dry_run=True)
+    step = tiny_loop_bench(tmp_path / "bench")
+    detail, metrics = checks.check_bench(ctx, step, "")
+    loop, bare = metrics["single/loop"], metrics["single/bucketed"]
+    assert loop["vs_bare"] == pytest.approx(loop["samples_per_second"] / bare["samples_per_second"], rel=1e-12)
+    assert loop["floor"] == checks.LOOP_VS_BARE_FLOOR == 0.95
+    assert loop["below_floor"] == (loop["vs_bare"] < 0.95) and f"train's loop {loop['vs_bare']:.3f}x" in detail
+
+    def loop_at(ratio: float):
+        return lambda rows: [r | {"vs_bare": ratio} if r["variant"] == "loop" else r for r in rows]
+
+    rewrite_rows(step, loop_at(0.9))
+    detail, metrics = checks.check_bench(ctx, step, "")
+    assert metrics["single/loop"]["below_floor"] and "FLAGGED: below 0.95" in detail
+    rewrite_rows(step, loop_at(0.99))
+    detail, metrics = checks.check_bench(ctx, step, "")
+    assert not metrics["single/loop"]["below_floor"] and "FLAGGED" not in detail
+    rewrite_rows(step, lambda rows: [r | {"loss": float("inf")} if r["variant"] == "loop" else r for r in rows])
+    with pytest.raises(CheckFailed, match="'single/loop': inf"):
+        checks.check_bench(ctx, step, "")
+    rewrite_rows(step, lambda rows: [r for r in rows if r["variant"] != "loop"])
+    with pytest.raises(CheckFailed, match=r"rows missing: \['single/loop'\]"):
         checks.check_bench(ctx, step, "")
 
 

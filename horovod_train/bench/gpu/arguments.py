@@ -20,8 +20,9 @@ ENGINES = engine_names("single", "horovod")  # those that run in this one proces
 # The single engine's step in the forms issue 59 compares (--variants), each on the same examples: padded per
 # batch (eager, as the engines' rows), padded to --length_buckets lengths, compiled (Inductor, a graph per
 # bucket), compiled with CUDA graphs (reduce-overhead), padding-free (a decoder's, --model tiny-llama or
-# decoder-0.5b: BERT has no such form).
-VARIANTS = ("eager", "bucketed", "compiled", "cudagraphs", "padding_free")
+# decoder-0.5b: BERT has no such form), and the bucketed step through the training loop itself (loop: its loader,
+# meter, schedule and log line; compared with the bucketed row, which it brings along).
+VARIANTS = ("eager", "bucketed", "compiled", "cudagraphs", "padding_free", "loop")
 # bench gpu's defaults where they differ from train's (its --help shows them): the size-dependent ones
 # (tiny, full), then the others.
 SIZES = {"per_device_train_batch_size": (8, 128), "steps": (3, 50), "warmup": (1, 10), "max_seq_length": (64, 128)}
@@ -62,7 +63,9 @@ class GpuBenchArguments:
     variants: list[str] = field(default_factory=list, metadata={
         "help": "The single engine's step in other forms, timed beside the engines: bucketed (--length_buckets), "
                 "compiled, cudagraphs (both bucketed); padding_free is a decoder's (--model tiny-llama or "
-                "decoder-0.5b; BERT: a row saying why not).",
+                "decoder-0.5b; BERT: a row saying why not); loop is the bucketed step through `train`'s training "
+                "loop (its loader, meter, schedule, log line), beside the bucketed row (added if not asked for): "
+                "their ratio is what the loop adds.",
         "choices": VARIANTS})  # fmt: skip
 
 
@@ -89,6 +92,9 @@ def fill_defaults(args: argparse.Namespace) -> None:
     vars(args).update({**fields_defaults, **own, **given_values, "tiny": tiny})
     if tiny:
         args.model = TINY_OF.get(args.model, args.model)
+    if "loop" in args.variants and "bucketed" not in args.variants:  # the bare step the loop is compared with
+        at = args.variants.index("loop")
+        args.variants = [*args.variants[:at], "bucketed", *args.variants[at:]]
 
 
 def resolve(args: argparse.Namespace) -> None:

@@ -29,6 +29,7 @@ from horovod_train.bench.engine_names import reference_engine
 from horovod_train.bench.gpu.arguments import add_arguments, resolve, validate
 from horovod_train.bench.gpu.batches import make_batches
 from horovod_train.bench.gpu.contender import Contender, setup_engine, window
+from horovod_train.bench.gpu.loop import LoopContender
 from horovod_train.common.tables import format_table
 from horovod_train.config.run_config import TrainingArguments
 from horovod_train.training.amp import enable_tf32
@@ -72,6 +73,7 @@ COLUMNS = [
     "graphs",
     "peak_memory_mb",
     "vs_single",
+    "vs_bare",
     "loss",
 ]
 
@@ -89,22 +91,27 @@ def main(args: argparse.Namespace) -> int:
     training = TrainingArguments(bf16=args.precision == "bf16", fp16=args.precision == "fp16", max_grad_norm=1.0)
     reference = reference_engine()  # the variants' engine, and what every row is compared with (vs_single)
     engines = {name: setup_engine(name, training) for name in {*args.engines, *([reference] if args.variants else [])}}
+    contenders: dict[str, Contender] = {}
     try:
-        contenders = {name: Contender(engines[name], args, training) for name in args.engines}
+        contenders |= {name: Contender(engines[name], args, training) for name in args.engines}
         skipped = [row for row in (skipped_variant(v, args.model) for v in args.variants) if row is not None]
         for variant in (v for v in args.variants if v not in {row["variant"] for row in skipped}):
-            if variant != "eager" or reference not in args.engines:
+            if variant == "loop":
+                contenders[f"{reference}/loop"] = LoopContender(engines[reference], args, training)
+            elif variant != "eager" or reference not in args.engines:
                 contenders[f"{reference}/{variant}"] = Contender(engines[reference], args, training, variant)
         pools = make_batches(args, model_config(args.model).vocab_size, pin=cuda)
         for c in contenders.values():
-            window(c, pools, args.warmup, 0)
+            window(c, pools, args.warmup)
         raw = [
-            {"engine": name, "repeat": rep, **window(c, pools, args.steps, rep * args.steps)}
+            {"engine": name, "repeat": rep, **window(c, pools, args.steps)}
             for rep in range(args.repeats)
             for name, c in contenders.items()
         ]
         rows = summarize(raw, contenders, args, cuda, peak_tflops(args, cuda))
     finally:
+        for c in contenders.values():
+            c.close()
         for engine in engines.values():
             engine.shutdown()
     out = Path(args.output_dir)
@@ -118,6 +125,9 @@ def main(args: argparse.Namespace) -> int:
     for r in rows:
         if r["engine"] != reference and r["vs_single"] == r["vs_single"]:
             print(f"==> {r['engine']} np=1 / plain samples/s: {r['vs_single']:.3f}x")
+        elif r["variant"] == "loop":
+            print(f"==> loop / bare step (bucketed) samples/s: {r['vs_bare']:.3f}x (train's loop adds "
+                  f"{100 * (1 / r['vs_bare'] - 1):.1f}% to the step)")  # fmt: skip
         elif r["variant"] != "eager":
             print(f"==> {r['variant']} / plain samples/s: {r['vs_single']:.3f}x, {r['graphs']} graphs compiled")
     print(f"wrote {out}/: gpu.csv, gpu.json, gpu.png")
@@ -163,16 +173,20 @@ def summarize(
                 "graphs": c.graphs,  # torch.compile's, warm-up included: a handful (the buckets), not one per batch
                 "peak_memory_mb": c.peak_memory / 2**20 if cuda else float("nan"),
                 "parameters": c.params,
-                # The last step's: every contender steps through the same batches from the same init, so the
-                # variants' (padding-free's too) agree with eager's up to rounding.
-                "loss": c.loss.item() if c.loss is not None else float("nan"),
+                # Its last window's mean: every contender steps through the same batches from the same init, so
+                # the variants' (padding-free's, the loop's too) agree with eager's up to rounding.
+                "loss": c.last_loss(),
             }
         )
     reference = reference_engine()
     base = next((r["samples_per_second"] for r in rows if r["engine"] == reference and r["variant"] == "eager"),
                 float("nan"))  # fmt: skip
+    # The loop's row against the bare step it takes (the bucketed one): what `train`'s loop adds.
+    bare = next((r["samples_per_second"] for r in rows if r["engine"] == reference and r["variant"] == "bucketed"),
+                float("nan"))  # fmt: skip
     for r in rows:
         r["vs_single"] = r["samples_per_second"] / base
+        r["vs_bare"] = r["samples_per_second"] / bare if r["variant"] == "loop" else float("nan")
     return rows
 
 
@@ -193,7 +207,7 @@ def skipped_variant(variant: str, model: str) -> dict[str, str] | None:
 def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """Measured rows, and a skipped variant's row with its reason (``skipped_variant``)."""
     header = ["engine", "variant", "model", "precision", "batch", "samples/s", "tokens/s", "padded tokens/s",
-              "step ms", "MFU", "graphs", "peak MB", "vs single", "loss"]  # fmt: skip
+              "step ms", "MFU", "graphs", "peak MB", "vs single", "vs bare", "loss"]  # fmt: skip
     skipped = [[r["engine"], r["variant"], r["model"], *["-"] * (len(header) - 4), r["skipped"]]
                for r in rows if "skipped" in r]  # fmt: skip
     rows = [r for r in rows if "skipped" not in r]
@@ -212,6 +226,7 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
             str(r["graphs"]),
             f"{r['peak_memory_mb']:.0f}",
             f"{r['vs_single']:.3f}",
+            f"{r['vs_bare']:.3f}" if r["variant"] == "loop" else "-",  # the loop's against the bucketed step
             f"{r['loss']:.4f}",
         ]
         for r in rows

@@ -46,11 +46,24 @@ class Contender:
         self.params = flop_parameters(model)
         self.graphs = 0
         self.peak_memory = 0
-        self.loss: torch.Tensor | None = None  # its last step's (kept on the device: no host sync per step)
+        self.taken = 0  # steps taken: the next window's batches follow on from the last one's, as in training
+        # Its last window's losses summed, kept on the device (no host sync per step), and their count.
+        self.loss_sum: torch.Tensor | None = None
+        self.losses = 0
         self.training = config.training
         model = finish_model(model, config)
         self.model, self.optimizer = engine.prepare(model, lambda m: build_optimizer(self.training, engine, m))
         self.precision = Precision.from_args(self.training, engine.device)
+
+    def train(self, batches: list[dict[str, torch.Tensor]]) -> None:
+        """A window's steps, one per batch."""
+        self.loss_sum, self.losses = None, 0
+        for batch in batches:
+            self.step(batch)
+
+    def last_loss(self) -> float:
+        """The mean loss of its last window (NaN before one)."""
+        return self.loss_sum.item() / self.losses if self.loss_sum is not None else float("nan")
 
     def step(self, batch: dict[str, torch.Tensor]) -> None:
         """One optimizer step of one micro-batch, moved to the device as the loop moves it."""
@@ -61,7 +74,11 @@ class Contender:
         self.graphs += counters["stats"]["unique_graphs"] - compiled_before
 
     def keep_loss(self, loss: torch.Tensor, batch: dict[str, torch.Tensor]) -> None:
-        self.loss = loss
+        self.loss_sum = loss if self.loss_sum is None else self.loss_sum + loss
+        self.losses += 1
+
+    def close(self) -> None:
+        """What it holds beside the engine's (nothing: see LoopContender)."""
 
     def pool(self, pools: dict[str, list[dict[str, torch.Tensor]]]) -> list[dict[str, torch.Tensor]]:
         """The variant's batches."""
@@ -76,7 +93,7 @@ def run_config(args: argparse.Namespace, training: TrainingArguments, variant: s
     compiled = variant in COMPILE_MODES or args.torch_compile
     training = dataclasses.replace(training, torch_compile=compiled, torch_compile_mode=COMPILE_MODES.get(variant),
                                    padding_free=variant == "padding_free")  # fmt: skip
-    buckets = None if variant in POOLS else args.length_buckets
+    buckets = None if variant in POOLS else args.length_buckets  # bucketed, compiled, cudagraphs, loop
     return RunConfig(training=training, data=DataArguments(max_seq_length=args.max_seq_length, length_buckets=buckets))
 
 
@@ -85,23 +102,24 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def window(contender: Contender, pools: dict[str, list], steps: int, first: int) -> dict[str, float]:
+def window(contender: Contender, pools: dict[str, list], steps: int) -> dict[str, float]:
+    """``steps`` steps of ``contender`` on the batches that follow its last window's (its pool's, cyclically), timed
+    from the device idle to the device idle."""
     device = contender.engine.device
-    batches = contender.pool(pools)
+    pool = contender.pool(pools)
+    batches = [pool[(contender.taken + i) % len(pool)] for i in range(steps)]
+    contender.taken += steps
     synchronize(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     started = time.perf_counter()
-    samples = tokens = padded = 0
-    for i in range(steps):
-        batch = batches[(first + i) % len(batches)]
-        contender.step(batch)
-        samples += batch["labels"].shape[0]
-        mask = batch.get("attention_mask")  # none in a padding-free batch: every token is real
-        tokens += int(mask.sum()) if mask is not None else batch["input_ids"].numel()
-        padded += batch["input_ids"].numel()
+    contender.train(batches)
     synchronize(device)
     seconds = time.perf_counter() - started
+    samples = sum(batch["labels"].shape[0] for batch in batches)
+    # none in a padding-free batch: every token is real
+    tokens = sum(int(b["attention_mask"].sum()) if "attention_mask" in b else b["input_ids"].numel() for b in batches)
+    padded = sum(batch["input_ids"].numel() for batch in batches)
     if device.type == "cuda":
         contender.peak_memory = max(contender.peak_memory, torch.cuda.max_memory_allocated(device))
     return {"seconds": seconds, "samples": samples, "tokens": tokens, "padded_tokens": padded, "steps": steps}
