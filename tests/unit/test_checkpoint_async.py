@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file
 from support.launch import free_port
+from support.processes import wait_beside_a_hung_rank
 
 from horovod_train.config.parsing import parse_run_config
 from horovod_train.engines import create_engine, state_io
@@ -112,19 +113,5 @@ def background_rank(rank: int, store: str, report: str) -> None:
 def test_a_background_write_gives_up_on_a_hung_rank_after_the_ddp_timeout(tmp_path):
     """The background writes' group waits --ddp_timeout for a rank, as the default group does (it had torch's own
     30 minutes: a write beside training held a rank that long whatever --ddp_timeout said)."""
-    import multiprocessing
-
-    context = multiprocessing.get_context("fork")  # torch is imported already: seconds, not a start per rank
-    report = tmp_path / "rank-0"
-    ranks = [context.Process(target=background_rank, args=(r, str(tmp_path / "store"), str(report))) for r in (0, 1)]
-    for process in ranks:
-        process.start()
-    try:
-        ranks[0].join(timeout=30)
-        assert report.exists(), "rank 0 still waits for the hung rank 1"
-        waited, outcome = report.read_text().split(" ", 1)
-        assert float(waited) < 15 and "completed" not in outcome, (waited, outcome)
-    finally:
-        for process in ranks:
-            process.kill()
-            process.join()
+    waited, outcome = wait_beside_a_hung_rank(background_rank, 2, waiting=0, hung=1, tmp_path=tmp_path)
+    assert waited < 15 and "completed" not in outcome, (waited, outcome)

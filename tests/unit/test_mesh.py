@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from support.launch import free_port
+from support.processes import wait_beside_a_hung_rank
 from torch import nn
 
 from horovod_train.cli.main import main
@@ -115,19 +116,5 @@ def hsdp_rank(rank: int, store: str, report: str) -> None:
 def test_hsdp_collectives_give_up_on_a_hung_rank_after_the_ddp_timeout(tmp_path):
     """A 2-D mesh's groups wait --ddp_timeout for a rank, as the default group does (torch's init_device_mesh gave
     them its own 30 minutes: a hung rank held every HSDP rank that long whatever --ddp_timeout said)."""
-    import multiprocessing
-
-    context = multiprocessing.get_context("fork")  # torch is imported already: seconds, not a start per rank
-    report = tmp_path / "rank-2"
-    ranks = [context.Process(target=hsdp_rank, args=(r, str(tmp_path / "store"), str(report))) for r in range(4)]
-    for process in ranks:
-        process.start()
-    try:
-        ranks[2].join(timeout=30)
-        assert report.exists(), "rank 2 still waits for the hung rank 3"
-        waited, outcome = report.read_text().split(" ", 1)
-        assert float(waited) < 15 and "completed" not in outcome, (waited, outcome)
-    finally:
-        for process in ranks:
-            process.kill()
-            process.join()
+    waited, outcome = wait_beside_a_hung_rank(hsdp_rank, 4, waiting=2, hung=3, tmp_path=tmp_path)
+    assert waited < 15 and "completed" not in outcome, (waited, outcome)
