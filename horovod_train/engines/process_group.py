@@ -64,12 +64,16 @@ class ProcessGroupEngine(Engine):
             self.device, self.device_rule = environment.pin_cuda_device(env.local_rank)
         if self.backend == "nccl":
             options["device_id"] = self.device
-        # --ddp_timeout: long enough for rank 0's one-sided work (writing a checkpoint) while the others wait.
-        timeout = timedelta(seconds=self.training.ddp_timeout)
-        init_process_group(env, self.backend, timeout, left_over, **options)
+        init_process_group(env, self.backend, self.timeout, left_over, **options)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        self.mesh = self.dims.build(self.device.type, timeout)
+        self.mesh = self.dims.build(self.device.type, self.timeout)
         self.set_cpu_threads()
+
+    @property
+    def timeout(self) -> timedelta:
+        """--ddp_timeout, every group's (the default group, the mesh's, the background writes'): long enough for
+        rank 0's one-sided work (writing a checkpoint) while the others wait; a hung rank ends them all after it."""
+        return timedelta(seconds=self.training.ddp_timeout)
 
     # ---- the parallelize part ----------------------------------------------------------------------------------
     @property
@@ -157,8 +161,7 @@ class ProcessGroupEngine(Engine):
 
     def background_write(self) -> BackgroundWrite:
         if self.background_group is None:  # collective: every rank saves at the same step
-            timeout = timedelta(seconds=self.training.ddp_timeout)  # a hung rank ends the write as it ends training
-            self.background_group = dist.new_group(backend="gloo", timeout=timeout)
+            self.background_group = dist.new_group(backend="gloo", timeout=self.timeout)
         return BackgroundWrite(self.background_group)
 
     def shutdown(self) -> None:
