@@ -5,6 +5,7 @@ labels encoded as that shape holds them; labels written as text checked to hold 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from datasets import ClassLabel, Dataset, DatasetDict, List, Value
 
@@ -76,10 +77,16 @@ def in_model_order(found: LabelNames, column: LabelColumn, model_labels: tuple[s
     if not model_labels or not (isinstance(inner, ClassLabel) or is_string(inner)):
         return found
     by_lower = {name.lower(): name for name in found.names}
-    if len(by_lower) != len(found.names) or sorted(by_lower) != sorted(name.lower() for name in model_labels):
+    if len(by_lower) != len(found.names) or not same_names(found.names, model_labels):
         return found
     names = tuple(by_lower[name.lower()] for name in model_labels)
     return found if names == found.names else LabelNames(names, f"{found.origin}, in the model's order", found.shape)
+
+
+def same_names(names: Sequence[str], others: Sequence[str]) -> bool:
+    """The same label names, in any order and case aside (run_glue.py's comparison of a model's labels with the
+    data's)."""
+    return sorted(name.lower() for name in names) == sorted(name.lower() for name in others)
 
 
 def encode_labels(dataset: Dataset, where: str, labels: LabelNames, unlabelled_ok: bool) -> Dataset:

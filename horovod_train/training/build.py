@@ -15,7 +15,7 @@ from horovod_train.common.errors import UsageError
 from horovod_train.config.domains import ADAMW_FUSED
 from horovod_train.config.run_config import DataArguments, RunConfig, TrainingArguments
 from horovod_train.data.columns import text_columns
-from horovod_train.data.labels import label_names, shape_of
+from horovod_train.data.labels import label_names, same_names, shape_of
 from horovod_train.data.loaders import BatchWidths, example_lengths, train_loader
 from horovod_train.data.splits import load_raw_datasets
 from horovod_train.data.tokenize import (
@@ -37,11 +37,20 @@ from horovod_train.training.position import TrainingPosition
 from horovod_train.training.rank_zero import RankZero
 
 
-def prepare_data(config: RunConfig, engine: Engine, cache_dir: Path, rank_zero: RankZero) -> tuple[Any, DatasetDict]:
+def trained_labels(config: RunConfig) -> tuple[str, ...] | None:
+    """The label names the pretrained classifier was trained with (models/model.trained_label_names), read once a
+    run: the data's labels take their order (prepare_data), and a warning names other ones (warn_of_other_labels)."""
+    return model_lib.trained_label_names(config.model, hub_access(config))
+
+
+def prepare_data(
+    config: RunConfig, engine: Engine, cache_dir: Path, rank_zero: RankZero, model_labels: tuple[str, ...] | None
+) -> tuple[Any, DatasetDict]:
     """The tokenizer and the tokenized splits, through the tokenization cache (each node's local rank 0
-    fills it first; ``rank_zero`` does rank 0's work before any other rank's)."""
+    fills it first; ``rank_zero`` does rank 0's work before any other rank's); the labels in ``model_labels``' order
+    where they are the same names (trained_labels)."""
     c = config
-    raw = read_raw_data(config, engine)
+    raw = read_raw_data(config, engine, model_labels)
     tokenizer_name = c.model.tokenizer_name or c.model.model_name_or_path
     if tokenizer_name == model_lib.TINY_BERT:
         # [:] reads a column as one list; iterating the Column reads it a row at a time (0.5 s for 7200 rows).
@@ -83,11 +92,10 @@ def check_task_shape(args: TrainingArguments, tokenized: DatasetDict, task_name:
     check_metric_for_best_model(args.metric_for_best_model, tokenized, task_name)
 
 
-def read_raw_data(config: RunConfig, engine: Engine) -> DatasetDict:
+def read_raw_data(config: RunConfig, engine: Engine, model_labels: tuple[str, ...] | None) -> DatasetDict:
     """The raw splits; each node's local main rank reads first (it builds the data files' Arrow cache, which the
     other ranks then map). Bad data is refused by every rank alike: the local main rank reaches the barrier."""
     c = config
-    model_labels = model_lib.trained_label_names(c.model, hub_access(c))
 
     def read() -> DatasetDict | UsageError:
         try:
@@ -133,13 +141,15 @@ def build_model(config: RunConfig, tokenizer: Any, tokenized: DatasetDict, on_me
     return finish_model(model, config)
 
 
-def warn_of_other_labels(config: RunConfig, tokenized: DatasetDict, warn: Callable[[str], None]) -> None:
+def warn_of_other_labels(
+    config: RunConfig, trained: tuple[str, ...] | None, tokenized: DatasetDict, warn: Callable[[str], None]
+) -> None:
     """run_glue.py's warning where a pretrained classifier was trained for other labels than the data's (the same
     names take its order: data/labels.in_model_order): a head of another size is trained anew (transformers
     re-initializes it), one of the same size has its rows renamed. Silent, a user who brought the wrong model or
     label column lost its trained head without a word."""
-    trained, names = model_lib.trained_label_names(config.model, hub_access(config)), label_names(tokenized)
-    if trained is None or sorted(n.lower() for n in trained) == sorted(n.lower() for n in names):
+    names = label_names(tokenized)
+    if trained is None or same_names(trained, names):
         return
     what = "its classification head is trained anew" if len(trained) != len(names) else \
         "its head's rows are renamed in that order"  # fmt: skip

@@ -110,7 +110,8 @@ class Trainer:
     def build_parts(self) -> tuple[RunParts, dict[str, Any] | None]:
         """The run's parts, and the checkpoint resumed from (None: a fresh start)."""
         config, args, engine = self.config, self.args, self.engine
-        tokenizer, tokenized = build.prepare_data(config, engine, self.cache_dir, self.rank_zero)
+        trained_labels = build.trained_labels(config)
+        tokenizer, tokenized = build.prepare_data(config, engine, self.cache_dir, self.rank_zero, trained_labels)
         build.check_task_shape(args, tokenized, config.data.task_name)
         self.rank_zero.first(lambda: build.check_memory(config, engine, tokenizer, tokenized))
         model = build.build_model(config, tokenizer, tokenized, on_meta=engine.builds_model_on_meta)
@@ -121,7 +122,7 @@ class Trainer:
         if args.resume_from_checkpoint and not self.rank_zero.joining:
             resumed = self.read_checkpoint(compatibility)
         if resumed is None and engine.is_main:  # the model starts from the pretrained one, not a checkpoint's
-            build.warn_of_other_labels(config, tokenized, self.console.warn)
+            build.warn_of_other_labels(config, trained_labels, tokenized, self.console.warn)
         # The engine builds the optimizer before or after wrapping (a sharded one steps its own shards).
         model, optimizer = engine.prepare(model, lambda module: build.build_optimizer(args, engine, module))
         if resumed:

@@ -188,7 +188,7 @@ def test_a_second_run_with_an_uncased_copy_of_the_tokenizer_tokenizes_with_its_o
                                    "--tokenizer_name", str(tmp_path / name), "--max_seq_length", "64",
                                    "--output_dir", str(tmp_path / f"run-{name}")])  # fmt: skip
         engine = SingleEngine(config)
-        tokenizers[name], tokenized[name] = prepare_data(config, engine, tmp_path / "cache", RankZero(engine))
+        tokenizers[name], tokenized[name] = prepare_data(config, engine, tmp_path / "cache", RankZero(engine), None)
         raw = load_raw_datasets(config.data, config.training.seed, config.model.cache_dir)
         own[name] = encoder(tokenizers[name], text_columns(raw), 64, pad=False)(raw["train"][:])["input_ids"]
     unknown = tokenizers["cased"].unk_token_id
